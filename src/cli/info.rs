@@ -1,0 +1,160 @@
+//! `cdac info`: the runtime module, version and data descriptor of a target.
+
+use std::collections::BTreeMap;
+
+use clap::Args;
+use serde::Serialize;
+
+use super::{hex, DescriptorArgs, TargetArgs};
+use crate::descriptor::ContractVersion;
+use crate::runtime::{DescriptorSource, Runtime};
+use crate::target::{Endian, TargetKind};
+
+/// Arguments of `cdac info`.
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    #[command(flatten)]
+    descriptor: DescriptorArgs,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What `cdac info --json` prints.
+#[derive(Debug, Serialize)]
+pub struct InfoReport {
+    pub runtime_module: ModuleReport,
+    pub runtime_version: Option<String>,
+    pub runtime_file_version: Option<String>,
+    pub runtime_commit: Option<String>,
+    pub pointer_size: u8,
+    pub endianness: &'static str,
+    pub architecture: &'static str,
+    pub descriptor_source: SourceReport,
+    pub contracts: BTreeMap<String, serde_json::Value>,
+    pub types_count: usize,
+    pub globals_count: usize,
+    pub sub_descriptors: Vec<SubDescriptorReport>,
+    pub target: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ModuleReport {
+    pub path: String,
+    pub base: String,
+    pub build_id: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SourceReport {
+    pub kind: &'static str,
+    pub name: String,
+    /// For shipped descriptors: "verified-build" or "same-version-line".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fit: Option<&'static str>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SubDescriptorReport {
+    pub name: String,
+    pub address: Option<String>,
+    pub skipped: Option<String>,
+}
+
+/// Builds the report for a runtime.
+pub fn report(rt: &Runtime) -> InfoReport {
+    let d = rt.descriptor();
+    let layout = d.layout();
+    let source = rt.descriptor_source();
+    InfoReport {
+        runtime_module: ModuleReport {
+            path: rt.module().path.display().to_string(),
+            base: hex(rt.module().base),
+            build_id: rt.module().build_id.clone(),
+        },
+        runtime_version: rt.version().map(|v| v.product_version.clone()),
+        runtime_file_version: rt.version().map(|v| v.file_version.clone()),
+        runtime_commit: rt.version().and_then(|v| v.commit.clone()),
+        pointer_size: layout.pointer_size,
+        endianness: match layout.endian {
+            Endian::Little => "little",
+            Endian::Big => "big",
+        },
+        architecture: rt.module().architecture,
+        descriptor_source: SourceReport {
+            kind: source.kind(),
+            name: source.name(),
+            fit: match source {
+                DescriptorSource::Shipped { fit, .. } => Some(match fit {
+                    crate::descriptor::shipped::Fit::VerifiedBuild => "verified-build",
+                    crate::descriptor::shipped::Fit::SameVersionLine => "same-version-line",
+                }),
+                _ => None,
+            },
+        },
+        contracts: d
+            .contracts()
+            .iter()
+            .map(|(k, v)| {
+                let value = match v {
+                    ContractVersion::Number(n) => serde_json::Value::from(*n),
+                    ContractVersion::Tag(t) => serde_json::Value::from(t.clone()),
+                };
+                (k.clone(), value)
+            })
+            .collect(),
+        types_count: d.types().len(),
+        globals_count: d.globals().len(),
+        sub_descriptors: d
+            .sub_descriptors()
+            .iter()
+            .map(|s| SubDescriptorReport {
+                name: s.name.clone(),
+                address: s.address.map(hex),
+                skipped: s.skipped.clone(),
+            })
+            .collect(),
+        target: match rt.target().source().kind() {
+            TargetKind::Live { pid } => format!("live process {pid}"),
+            TargetKind::CoreDump { path } => format!("core dump {}", path.display()),
+            TargetKind::Synthetic => "synthetic memory".to_string(),
+        },
+    }
+}
+
+/// Runs `cdac info`.
+pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let rt = args.target.open(&args.descriptor)?;
+    let r = report(&rt);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+        return Ok(());
+    }
+    let unknown = || "unknown".to_string();
+    println!("target            {}", r.target);
+    println!("runtime module    {} at {}", r.runtime_module.path, r.runtime_module.base);
+    println!("build id          {}", r.runtime_module.build_id.clone().unwrap_or_else(unknown));
+    println!(
+        "runtime version   {} (file version {}, commit {})",
+        r.runtime_version.clone().unwrap_or_else(unknown),
+        r.runtime_file_version.clone().unwrap_or_else(unknown),
+        r.runtime_commit.clone().unwrap_or_else(unknown)
+    );
+    println!("architecture      {} ({}-bit pointers, {}-endian)", r.architecture, u32::from(r.pointer_size) * 8, r.endianness);
+    let fit = r.descriptor_source.fit.map(|f| format!(", {f}")).unwrap_or_default();
+    println!("descriptor        {}: {}{fit}", r.descriptor_source.kind, r.descriptor_source.name);
+    let contracts: Vec<String> = r.contracts.iter().map(|(k, v)| format!("{k} {}", v.as_str().map_or_else(|| v.to_string(), str::to_string))).collect();
+    println!("contracts         {}", if contracts.is_empty() { "none".to_string() } else { contracts.join(", ") });
+    println!("types             {}", r.types_count);
+    println!("globals           {}", r.globals_count);
+    for s in &r.sub_descriptors {
+        match (&s.address, &s.skipped) {
+            (Some(a), None) => println!("sub-descriptor    {} at {a}", s.name),
+            (_, Some(why)) => println!("sub-descriptor    {} not loaded: {why}", s.name),
+            (None, None) => println!("sub-descriptor    {}", s.name),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,115 @@
+//! The `cdac` command line: argument parsing and output. Every command is a thin user of
+//! the library API.
+
+mod info;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::runtime::{OpenOptions, Runtime, RuntimeError};
+
+/// Read the internals of a running .NET process or its core dump, from outside.
+#[derive(Debug, Parser)]
+#[command(name = "cdac", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show the runtime module, its version and its data descriptor.
+    Info(info::InfoArgs),
+}
+
+/// Which target to read, shared by every command.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false, id = "target")]
+pub struct TargetArgs {
+    /// Read the live process with this pid (read-only; it keeps running).
+    #[arg(long, group = "target")]
+    pub pid: Option<i32>,
+    /// Read this ELF core dump.
+    #[arg(long, group = "target", value_name = "FILE")]
+    pub dump: Option<PathBuf>,
+}
+
+/// Descriptor options, shared by every command.
+#[derive(Debug, Args)]
+pub struct DescriptorArgs {
+    /// Use this data descriptor instead of the runtime's own or a shipped one.
+    #[arg(long, value_name = "FILE")]
+    pub descriptor: Option<PathBuf>,
+}
+
+impl TargetArgs {
+    /// Opens the runtime the arguments name.
+    pub fn open(&self, descriptor: &DescriptorArgs) -> Result<Runtime, RuntimeError> {
+        let options = OpenOptions {
+            descriptor: descriptor.descriptor.clone(),
+            ..OpenOptions::default()
+        };
+        match (&self.pid, &self.dump) {
+            (Some(pid), _) => Runtime::attach(*pid, &options),
+            (None, Some(path)) => Runtime::open_dump(path, &options),
+            // clap's group makes one of them required.
+            (None, None) => Err(RuntimeError::NoRuntime("give --pid or --dump".into())),
+        }
+    }
+}
+
+/// Runs the command line; returns the process exit code.
+pub fn main() -> i32 {
+    init_logging();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let result = match &cli.command {
+        Command::Info(args) => info::run(args),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("cdac: error: {}", error_chain(&*e));
+            1
+        }
+    }
+}
+
+/// The error and its sources on one line, without repeating a message that a wrapper
+/// already included.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = s.source();
+    }
+    line
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
+/// Formats an address the way every command prints one.
+pub fn hex(addr: u64) -> String {
+    format!("{addr:#x}")
+}

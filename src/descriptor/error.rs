@@ -1,0 +1,103 @@
+//! Errors of descriptor loading and lookup. Each names the descriptor, type, field or
+//! global involved.
+
+use crate::target::ReadError;
+
+/// Why a descriptor could not be loaded, or a lookup in it failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DescriptorError {
+    /// Target memory holding part of a descriptor could not be read.
+    #[error("reading the {what} of descriptor {descriptor}: {source}")]
+    Read {
+        descriptor: String,
+        what: &'static str,
+        #[source]
+        source: ReadError,
+    },
+
+    /// The 8 bytes at the descriptor address are not "DNCCDAC\0" in either byte order.
+    #[error("no contract descriptor at {addr:#x}: magic bytes are {found:02x?}")]
+    BadMagic { addr: u64, found: [u8; 8] },
+
+    /// The flags word is not one a runtime writes.
+    #[error("contract descriptor at {addr:#x} has invalid flags {flags:#x} (bit 0 must be set)")]
+    BadFlags { addr: u64, flags: u32 },
+
+    /// A size or count read from the target is beyond its cap.
+    #[error("descriptor {descriptor}: {what} is {value}, over the limit of {cap}")]
+    TooLarge {
+        descriptor: String,
+        what: &'static str,
+        value: u64,
+        cap: u64,
+    },
+
+    /// The descriptor text is not valid (lenient) JSON.
+    #[error("descriptor {descriptor}: invalid JSON: {detail}")]
+    Json { descriptor: String, detail: String },
+
+    /// The JSON is well-formed but does not follow the descriptor format.
+    #[error("descriptor {descriptor}: {detail}")]
+    Invalid { descriptor: String, detail: String },
+
+    /// An indirect global or sub-descriptor names a pointer-data slot that does not exist.
+    #[error("descriptor {descriptor}: {name} uses pointer-data index {index}, but there are only {count} slots")]
+    PointerDataIndex {
+        descriptor: String,
+        name: String,
+        index: u64,
+        count: usize,
+    },
+
+    /// The same name is defined by two descriptors of one runtime.
+    #[error("{kind} {name} is defined by both descriptor {first} and descriptor {second}")]
+    Duplicate {
+        kind: &'static str,
+        name: String,
+        first: String,
+        second: String,
+    },
+
+    /// A baseline other than "empty": none has ever been published.
+    #[error("descriptor {descriptor} names baseline {baseline:?}; only \"empty\" is supported")]
+    UnsupportedBaseline {
+        descriptor: String,
+        baseline: String,
+    },
+
+    /// A physical format version other than 0.
+    #[error("descriptor {descriptor} has format version {version}; only 0 is supported")]
+    UnsupportedVersion { descriptor: String, version: String },
+
+    /// Descriptors of one runtime disagree on pointer size or byte order.
+    #[error("descriptor {descriptor} has a different pointer size or byte order than its parent")]
+    LayoutMismatch { descriptor: String },
+
+    /// The lookup named a type the descriptor does not have.
+    #[error("the data descriptor has no type {name}")]
+    MissingType { name: String },
+
+    /// The lookup named a field the type does not have.
+    #[error("type {type_name} of the data descriptor has no field {field}")]
+    MissingField { type_name: String, field: String },
+
+    /// A type used for its size has none in the descriptor.
+    #[error("type {type_name} of the data descriptor has no size")]
+    IndeterminateSize { type_name: String },
+
+    /// The lookup named a global the descriptor does not have.
+    #[error("the data descriptor has no global {name}")]
+    MissingGlobal { name: String },
+
+    /// A numeric global was asked for and the global is a string (or the reverse).
+    #[error("global {name} is not {expected}")]
+    GlobalKind { name: String, expected: &'static str },
+
+    /// No descriptor could be found for the runtime.
+    #[error("{0}")]
+    NotFound(String),
+
+    /// A descriptor file could not be read.
+    #[error("cannot read descriptor file {path}: {detail}")]
+    File { path: String, detail: String },
+}

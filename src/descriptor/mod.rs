@@ -1,0 +1,49 @@
+//! The runtime's data descriptor: type sizes, field offsets, globals and contract versions.
+//!
+//! A .NET 9+ runtime exports it ([`embedded`]); for .NET 8, which has none, `cdac` ships
+//! descriptors in the same compact JSON form ([`shipped`]). Either way contracts use the
+//! merged [`DataDescriptor`]:
+//!
+//! ```no_run
+//! # fn demo(d: &cdac::descriptor::DataDescriptor) -> Result<(), cdac::descriptor::DescriptorError> {
+//! let begin = d.ty("RangeSection")?.offset("RangeBegin")?;
+//! let map = d.global_value("ExecutionManagerCodeRangeMapAddress")?;
+//! # let _ = (begin, map); Ok(()) }
+//! ```
+
+pub mod embedded;
+mod error;
+pub mod json;
+mod model;
+pub mod number;
+pub mod shipped;
+
+pub use error::DescriptorError;
+pub use json::{ContractVersion, PhysicalDescriptor};
+pub use model::{DataDescriptor, Field, Global, SubDescriptorInfo, TypeLayout};
+
+/// The name of the symbol .NET 9+ runtimes export.
+pub const CONTRACT_DESCRIPTOR_SYMBOL: &str = "DotNetRuntimeContractDescriptor";
+
+/// Caps on what a descriptor may make us read, so that a damaged target cannot make the
+/// loader allocate or recurse without bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest JSON text, in bytes.
+    pub max_descriptor_bytes: u32,
+    /// Most pointer-data slots.
+    pub max_pointer_data: u32,
+    /// Deepest chain of sub-descriptors.
+    pub max_sub_descriptor_depth: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            // Real descriptors are tens of kilobytes.
+            max_descriptor_bytes: 16 << 20,
+            max_pointer_data: 1 << 16,
+            max_sub_descriptor_depth: 8,
+        }
+    }
+}

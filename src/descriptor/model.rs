@@ -1,0 +1,360 @@
+//! The logical data descriptor of one runtime: every (sub-)descriptor merged, indirect
+//! globals resolved, and the typed view contracts use.
+
+use std::collections::BTreeMap;
+
+use super::error::DescriptorError;
+use super::json::{ContractVersion, GlobalSource, Literal, PhysicalDescriptor};
+use crate::target::DataLayout;
+
+/// A field of a type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    /// Byte offset from the start of the structure.
+    pub offset: u32,
+    /// Type name when the descriptor gives one.
+    pub type_name: Option<String>,
+}
+
+/// The layout of one runtime structure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeLayout {
+    name: String,
+    size: Option<u32>,
+    fields: BTreeMap<String, Field>,
+    origin: String,
+}
+
+impl TypeLayout {
+    /// The type's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The field `name`, or an error naming the type and field.
+    pub fn field(&self, name: &str) -> Result<&Field, DescriptorError> {
+        self.fields
+            .get(name)
+            .ok_or_else(|| DescriptorError::MissingField {
+                type_name: self.name.clone(),
+                field: name.to_string(),
+            })
+    }
+
+    /// Offset of the field `name`.
+    pub fn offset(&self, name: &str) -> Result<u64, DescriptorError> {
+        Ok(u64::from(self.field(name)?.offset))
+    }
+
+    /// True when the type has the field (for fields only some runtime versions have).
+    pub fn has_field(&self, name: &str) -> bool {
+        self.fields.contains_key(name)
+    }
+
+    /// Size in bytes, or an error when the descriptor leaves it indeterminate.
+    pub fn size(&self) -> Result<u32, DescriptorError> {
+        self.size.ok_or_else(|| DescriptorError::IndeterminateSize {
+            type_name: self.name.clone(),
+        })
+    }
+
+    /// Size in bytes if known.
+    pub fn size_if_known(&self) -> Option<u32> {
+        self.size
+    }
+
+    /// All fields by name.
+    pub fn fields(&self) -> &BTreeMap<String, Field> {
+        &self.fields
+    }
+
+    /// Name of the (sub-)descriptor that defined the type.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+}
+
+/// A global value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Global {
+    name: String,
+    value: Option<u64>,
+    text: Option<String>,
+    type_name: Option<String>,
+    pointer_data_index: Option<u64>,
+    origin: String,
+}
+
+impl Global {
+    /// The global's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The numeric value (for indirect globals, the pointer-data slot's content: usually
+    /// the address of a runtime variable).
+    pub fn value(&self) -> Result<u64, DescriptorError> {
+        self.value.ok_or_else(|| DescriptorError::GlobalKind {
+            name: self.name.clone(),
+            expected: "numeric",
+        })
+    }
+
+    /// The numeric value read as signed.
+    pub fn value_signed(&self) -> Result<i64, DescriptorError> {
+        Ok(self.value()? as i64)
+    }
+
+    /// The string value of a string global (`"x64"`, `"unix"`).
+    pub fn string(&self) -> Result<&str, DescriptorError> {
+        match (&self.value, &self.text) {
+            (None, Some(t)) => Ok(t),
+            _ => Err(DescriptorError::GlobalKind {
+                name: self.name.clone(),
+                expected: "a string",
+            }),
+        }
+    }
+
+    /// The text as written, for numeric strings and string globals alike.
+    pub fn text(&self) -> Option<&str> {
+        self.text.as_deref()
+    }
+
+    /// Type name when the descriptor gives one.
+    pub fn type_name(&self) -> Option<&str> {
+        self.type_name.as_deref()
+    }
+
+    /// The pointer-data index of an indirect global.
+    pub fn pointer_data_index(&self) -> Option<u64> {
+        self.pointer_data_index
+    }
+
+    /// Name of the (sub-)descriptor that defined the global.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+}
+
+/// A sub-descriptor met while loading, and what became of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubDescriptorInfo {
+    /// Its name in the parent (`GC`).
+    pub name: String,
+    /// Address of its contract descriptor, when the pointer chain reached one.
+    pub address: Option<u64>,
+    /// Why it was not loaded, when it was not.
+    pub skipped: Option<String>,
+}
+
+/// The logical descriptor of a runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataDescriptor {
+    layout: DataLayout,
+    types: BTreeMap<String, TypeLayout>,
+    globals: BTreeMap<String, Global>,
+    contracts: BTreeMap<String, ContractVersion>,
+    contract_origin: BTreeMap<String, String>,
+    sub_descriptors: Vec<SubDescriptorInfo>,
+    extras: BTreeMap<String, serde_json::Value>,
+}
+
+impl DataDescriptor {
+    /// An empty descriptor for a target of this layout; parts are added with
+    /// [`merge`](Self::merge).
+    pub fn new(layout: DataLayout) -> DataDescriptor {
+        DataDescriptor {
+            layout,
+            types: BTreeMap::new(),
+            globals: BTreeMap::new(),
+            contracts: BTreeMap::new(),
+            contract_origin: BTreeMap::new(),
+            sub_descriptors: Vec::new(),
+            extras: BTreeMap::new(),
+        }
+    }
+
+    /// Adds one physical descriptor, resolving its indirect globals against its own
+    /// `pointer_data`. A type, global or contract that an earlier part already defined is
+    /// an error: sub-descriptors extend, they never override.
+    pub fn merge(
+        &mut self,
+        origin: &str,
+        physical: &PhysicalDescriptor,
+        pointer_data: &[u64],
+    ) -> Result<(), DescriptorError> {
+        if physical.version != 0 {
+            return Err(DescriptorError::UnsupportedVersion {
+                descriptor: origin.to_string(),
+                version: physical.version.to_string(),
+            });
+        }
+        if let Some(b) = physical.baseline.as_deref().filter(|b| *b != "empty") {
+            return Err(DescriptorError::UnsupportedBaseline {
+                descriptor: origin.to_string(),
+                baseline: b.to_string(),
+            });
+        }
+        // Check everything before changing anything, so a failed merge leaves self intact.
+        for name in physical.types.keys() {
+            if let Some(t) = self.types.get(name) {
+                return Err(duplicate("type", name, &t.origin, origin));
+            }
+        }
+        for name in physical.globals.keys() {
+            if let Some(g) = self.globals.get(name) {
+                return Err(duplicate("global", name, &g.origin, origin));
+            }
+        }
+        for name in physical.contracts.keys() {
+            if let Some(first) = self.contract_origin.get(name) {
+                return Err(duplicate("contract", name, first, origin));
+            }
+        }
+        let mut globals = Vec::with_capacity(physical.globals.len());
+        for (name, raw) in &physical.globals {
+            let (value, text, index) = match &raw.source {
+                GlobalSource::Direct(Literal::Number { value, text }) => (Some(*value), text.clone(), None),
+                GlobalSource::Direct(Literal::Text(t)) => (None, Some(t.clone()), None),
+                GlobalSource::Indirect(i) => (Some(resolve_index(origin, name, *i, pointer_data)?), None, Some(*i)),
+            };
+            globals.push(Global {
+                name: name.clone(),
+                value,
+                text,
+                type_name: raw.type_name.clone(),
+                pointer_data_index: index,
+                origin: origin.to_string(),
+            });
+        }
+        for g in globals {
+            self.globals.insert(g.name.clone(), g);
+        }
+        for (name, raw) in &physical.types {
+            self.types.insert(
+                name.clone(),
+                TypeLayout {
+                    name: name.clone(),
+                    size: raw.size,
+                    fields: raw
+                        .fields
+                        .iter()
+                        .map(|(f, rf)| {
+                            (
+                                f.clone(),
+                                Field {
+                                    offset: rf.offset,
+                                    type_name: rf.type_name.clone(),
+                                },
+                            )
+                        })
+                        .collect(),
+                    origin: origin.to_string(),
+                },
+            );
+        }
+        for (name, version) in &physical.contracts {
+            self.contracts.insert(name.clone(), version.clone());
+            self.contract_origin.insert(name.clone(), origin.to_string());
+        }
+        for (k, v) in &physical.extras {
+            self.extras.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        Ok(())
+    }
+
+    /// Records what became of a sub-descriptor.
+    pub fn record_sub_descriptor(&mut self, info: SubDescriptorInfo) {
+        self.sub_descriptors.push(info);
+    }
+
+    /// Pointer size and byte order of the runtime.
+    pub fn layout(&self) -> DataLayout {
+        self.layout
+    }
+
+    /// The type `name`, or an error naming it.
+    pub fn ty(&self, name: &str) -> Result<&TypeLayout, DescriptorError> {
+        self.types.get(name).ok_or_else(|| DescriptorError::MissingType {
+            name: name.to_string(),
+        })
+    }
+
+    /// The global `name`, or an error naming it.
+    pub fn global(&self, name: &str) -> Result<&Global, DescriptorError> {
+        self.globals
+            .get(name)
+            .ok_or_else(|| DescriptorError::MissingGlobal {
+                name: name.to_string(),
+            })
+    }
+
+    /// The numeric value of global `name`.
+    pub fn global_value(&self, name: &str) -> Result<u64, DescriptorError> {
+        self.global(name)?.value()
+    }
+
+    /// The string value of global `name`.
+    pub fn global_string(&self, name: &str) -> Result<&str, DescriptorError> {
+        self.global(name)?.string()
+    }
+
+    /// The version of contract `name`, if the runtime advertises it.
+    pub fn contract(&self, name: &str) -> Option<&ContractVersion> {
+        self.contracts.get(name)
+    }
+
+    /// All types by name.
+    pub fn types(&self) -> &BTreeMap<String, TypeLayout> {
+        &self.types
+    }
+
+    /// All globals by name.
+    pub fn globals(&self) -> &BTreeMap<String, Global> {
+        &self.globals
+    }
+
+    /// All contracts by name.
+    pub fn contracts(&self) -> &BTreeMap<String, ContractVersion> {
+        &self.contracts
+    }
+
+    /// Sub-descriptors met while loading.
+    pub fn sub_descriptors(&self) -> &[SubDescriptorInfo] {
+        &self.sub_descriptors
+    }
+
+    /// Top-level keys the format does not define (first definition wins).
+    pub fn extras(&self) -> &BTreeMap<String, serde_json::Value> {
+        &self.extras
+    }
+}
+
+fn duplicate(kind: &'static str, name: &str, first: &str, second: &str) -> DescriptorError {
+    DescriptorError::Duplicate {
+        kind,
+        name: name.to_string(),
+        first: first.to_string(),
+        second: second.to_string(),
+    }
+}
+
+/// The pointer-data slot `index`, or an error naming the global that asked for it.
+pub(crate) fn resolve_index(
+    descriptor: &str,
+    name: &str,
+    index: u64,
+    pointer_data: &[u64],
+) -> Result<u64, DescriptorError> {
+    usize::try_from(index)
+        .ok()
+        .and_then(|i| pointer_data.get(i))
+        .copied()
+        .ok_or_else(|| DescriptorError::PointerDataIndex {
+            descriptor: descriptor.to_string(),
+            name: name.to_string(),
+            index,
+            count: pointer_data.len(),
+        })
+}

@@ -1,0 +1,178 @@
+//! Descriptors shipped with `cdac` for runtimes that embed none (.NET 8).
+//!
+//! They are compact descriptor JSON plus one top-level key, `cdac`, that says which
+//! runtimes they fit and where their pointer data comes from: .NET 8 has no
+//! contract descriptor, but it exports `g_dacTable`, the DAC's table of global addresses,
+//! and its slots serve as pointer data (so `[[0],"pointer"]` is slot 0 of that table).
+//!
+//! ```json
+//! "cdac": {
+//!   "name": "net8.0-linux-x64",
+//!   "versionPrefix": "8.0.",
+//!   "architecture": "x64",
+//!   "verifiedBuildIds": ["7c3796010ffdb407df859c3884e92bcad0cf7925"],
+//!   "pointerData": { "symbol": "g_dacTable", "count": 98 }
+//! }
+//! ```
+
+use serde::Deserialize;
+
+use super::error::DescriptorError;
+use super::json::{self, PhysicalDescriptor};
+use super::{DataDescriptor, Limits};
+use crate::target::Target;
+
+/// The descriptors built into `cdac`, as (file name, text).
+const BUILTIN: &[(&str, &str)] = &[(
+    "net8.0-linux-x64.json",
+    include_str!("../../descriptors/net8.0-linux-x64.json"),
+)];
+
+/// The `cdac` key of a shipped descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ShippedMeta {
+    /// Short name shown to users.
+    pub name: String,
+    /// Runtime product versions this descriptor is for ("8.0." matches 8.0.x).
+    pub version_prefix: String,
+    /// Architecture string as in the `Architecture` global ("x64").
+    pub architecture: String,
+    /// Build ids (hex) of runtime binaries on which every offset was checked.
+    #[serde(default)]
+    pub verified_build_ids: Vec<String>,
+    /// Where pointer data comes from.
+    pub pointer_data: Option<PointerDataSource>,
+}
+
+/// An exported array of pointers used as pointer data.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PointerDataSource {
+    /// Exported symbol of the runtime module.
+    pub symbol: String,
+    /// Number of pointer-sized slots to read.
+    pub count: u32,
+}
+
+/// A parsed shipped descriptor.
+#[derive(Debug, Clone)]
+pub struct ShippedDescriptor {
+    /// Where it came from (file name).
+    pub source: String,
+    /// What it fits.
+    pub meta: ShippedMeta,
+    /// Its content.
+    pub physical: PhysicalDescriptor,
+}
+
+/// How well a shipped descriptor fits a runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    /// The runtime's build id is one the offsets were verified on.
+    VerifiedBuild,
+    /// Same product version line, a build nobody verified: offsets may differ.
+    SameVersionLine,
+}
+
+/// Parses a shipped descriptor (also used for `--descriptor FILE`).
+pub fn parse(source: &str, text: &[u8]) -> Result<ShippedDescriptor, DescriptorError> {
+    let physical = json::parse(source, text)?;
+    let meta_value = physical
+        .extras
+        .get("cdac")
+        .cloned()
+        .ok_or_else(|| DescriptorError::Invalid {
+            descriptor: source.to_string(),
+            detail: "no \"cdac\" key saying which runtimes it fits".into(),
+        })?;
+    let meta: ShippedMeta = serde_json::from_value(meta_value).map_err(|e| DescriptorError::Invalid {
+        descriptor: source.to_string(),
+        detail: format!("\"cdac\" key: {e}"),
+    })?;
+    Ok(ShippedDescriptor {
+        source: source.to_string(),
+        meta,
+        physical,
+    })
+}
+
+/// The descriptors built into this binary.
+pub fn builtin() -> Result<Vec<ShippedDescriptor>, DescriptorError> {
+    BUILTIN.iter().map(|(name, text)| parse(name, text.as_bytes())).collect()
+}
+
+/// Picks the descriptor for a runtime: one verified on its exact build first, else one
+/// for its version line and architecture.
+pub fn select<'a>(
+    candidates: &'a [ShippedDescriptor],
+    build_id: Option<&str>,
+    product_version: Option<&str>,
+    architecture: &str,
+) -> Result<(&'a ShippedDescriptor, Fit), DescriptorError> {
+    if let Some(id) = build_id {
+        if let Some(d) = candidates
+            .iter()
+            .find(|d| d.meta.verified_build_ids.iter().any(|b| b.eq_ignore_ascii_case(id)))
+        {
+            return Ok((d, Fit::VerifiedBuild));
+        }
+    }
+    if let Some(v) = product_version {
+        if let Some(d) = candidates
+            .iter()
+            .find(|d| v.starts_with(&d.meta.version_prefix) && d.meta.architecture == architecture)
+        {
+            return Ok((d, Fit::SameVersionLine));
+        }
+    }
+    let have: Vec<String> = candidates
+        .iter()
+        .map(|d| format!("{} ({}x {})", d.meta.name, d.meta.version_prefix, d.meta.architecture))
+        .collect();
+    Err(DescriptorError::NotFound(format!(
+        "no shipped descriptor fits runtime version {} on {architecture} (build id {}); cdac ships: {}",
+        product_version.unwrap_or("unknown"),
+        build_id.unwrap_or("unknown"),
+        have.join(", ")
+    )))
+}
+
+/// Builds the logical descriptor of a runtime from a shipped descriptor: reads its
+/// pointer data through `resolve_symbol` (the runtime module's exports) and the target.
+pub fn instantiate(
+    shipped: &ShippedDescriptor,
+    target: &Target,
+    resolve_symbol: &dyn Fn(&str) -> Option<u64>,
+    limits: &Limits,
+) -> Result<DataDescriptor, DescriptorError> {
+    let pointer_data = match &shipped.meta.pointer_data {
+        None => Vec::new(),
+        Some(src) => {
+            if src.count > limits.max_pointer_data {
+                return Err(DescriptorError::TooLarge {
+                    descriptor: shipped.source.clone(),
+                    what: "pointer-data count",
+                    value: src.count.into(),
+                    cap: limits.max_pointer_data.into(),
+                });
+            }
+            let addr = resolve_symbol(&src.symbol).ok_or_else(|| {
+                DescriptorError::NotFound(format!(
+                    "descriptor {} reads its pointer data from the export {}, which the runtime module does not have",
+                    shipped.source, src.symbol
+                ))
+            })?;
+            target
+                .read_pointers(addr, src.count as usize)
+                .map_err(|source| DescriptorError::Read {
+                    descriptor: shipped.source.clone(),
+                    what: "pointer data",
+                    source,
+                })?
+        }
+    };
+    let mut out = DataDescriptor::new(target.layout());
+    out.merge(&shipped.source, &shipped.physical, &pointer_data)?;
+    Ok(out)
+}

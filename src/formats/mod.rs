@@ -1,0 +1,1 @@
+//! File formats cdac reads and writes (perf maps, ReadyToRun PerfMaps, MIP profiles) land with the formats issue.

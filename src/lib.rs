@@ -1,0 +1,18 @@
+//! `cdac` reads the internals of a running .NET (CoreCLR) process, or of its core dump,
+//! from outside the process, the way the runtime's own data-contract reader (cDAC) does.
+//!
+//! Layers, bottom up:
+//! - [`target`]: memory of a live process, a core dump, or a test layout, with typed reads.
+//! - [`descriptor`]: the runtime's data descriptor (type layouts, globals, contract
+//!   versions), embedded in .NET 9+ runtimes or shipped with `cdac` for .NET 8.
+//! - [`runtime`]: finding the runtime module in a target and loading its descriptor.
+//! - [`contracts`]: versioned algorithms over the runtime's data.
+//! - [`formats`]: file formats `cdac` reads and writes.
+//! - [`cli`]: the `cdac` command line, a thin user of the above.
+
+pub mod cli;
+pub mod contracts;
+pub mod descriptor;
+pub mod formats;
+pub mod runtime;
+pub mod target;

@@ -1,0 +1,211 @@
+//! Finding the runtime module in a target and telling its version.
+
+use std::path::Path;
+
+use crate::descriptor::CONTRACT_DESCRIPTOR_SYMBOL;
+use crate::target::elf_image::{self, ElfImage, ImageError, ModuleMapping};
+use crate::target::Target;
+
+/// File name of the CoreCLR runtime on Linux.
+pub const RUNTIME_FILE_NAME: &str = "libcoreclr.so";
+
+/// The export .NET 8 and earlier have instead of a contract descriptor.
+pub const DAC_TABLE_SYMBOL: &str = "g_dacTable";
+
+/// Marker that precedes the runtime's version in its binary.
+const VERSION_MARKER: &[u8] = b"@(#)Version ";
+
+/// Cap on how much of a module is scanned for its version string.
+const MAX_VERSION_SCAN: u64 = 256 << 20;
+
+/// A module that exports runtime data.
+#[derive(Debug, Clone)]
+pub struct FoundModule {
+    /// Where it is mapped.
+    pub mapping: ModuleMapping,
+    /// Its ELF headers.
+    pub image: ElfImage,
+    /// Address of `DotNetRuntimeContractDescriptor`, when exported (.NET 9+).
+    pub contract_descriptor: Option<u64>,
+    /// Address of `g_dacTable`, when exported.
+    pub dac_table: Option<u64>,
+    /// All exported symbols, for later lookups.
+    pub exports: Vec<elf_image::DynamicSymbol>,
+}
+
+/// Finds the modules that host a runtime: every `libcoreclr.so`, or, when there is none,
+/// any module exporting the contract descriptor or `g_dacTable` (a single-file app that
+/// links the runtime statically).
+pub fn find_runtime_modules(target: &Target) -> Result<Vec<FoundModule>, ImageError> {
+    let modules = elf_image::modules(target.mapped_files());
+    let (named, others): (Vec<_>, Vec<_>) = modules
+        .into_iter()
+        .partition(|m| m.file_name() == Some(RUNTIME_FILE_NAME));
+    let mut found = Vec::new();
+    let mut first_error = None;
+    for m in &named {
+        match inspect(target, m) {
+            Ok(Some(f)) => found.push(f),
+            Ok(None) => tracing::warn!(path = %m.path.display(), "libcoreclr.so exports neither {CONTRACT_DESCRIPTOR_SYMBOL} nor {DAC_TABLE_SYMBOL}"),
+            Err(e) => {
+                tracing::warn!(path = %m.path.display(), error = %e, "cannot read runtime module");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if found.is_empty() {
+        for m in &others {
+            // Most mappings are ordinary libraries; a read failure there is not our problem.
+            match inspect(target, m) {
+                Ok(Some(f)) => found.push(f),
+                Ok(None) => {}
+                Err(e) => tracing::debug!(path = %m.path.display(), error = %e, "skipping module"),
+            }
+        }
+    }
+    match (found.is_empty(), first_error) {
+        (true, Some(e)) => Err(e),
+        _ => Ok(found),
+    }
+}
+
+fn inspect(target: &Target, mapping: &ModuleMapping) -> Result<Option<FoundModule>, ImageError> {
+    let disk = Some(mapping.path.as_path()).filter(|p| p.exists());
+    let image = ElfImage::read(target, mapping.base, disk)?;
+    let exports = image.dynamic_symbols(target)?;
+    let find = |name: &str| exports.iter().find(|s| s.name == name).map(|s| s.address);
+    let contract_descriptor = find(CONTRACT_DESCRIPTOR_SYMBOL);
+    let dac_table = find(DAC_TABLE_SYMBOL);
+    if contract_descriptor.is_none() && dac_table.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(FoundModule {
+        mapping: mapping.clone(),
+        image,
+        contract_descriptor,
+        dac_table,
+        exports,
+    }))
+}
+
+/// The runtime's version, from the `@(#)Version` string CoreCLR embeds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RuntimeVersion {
+    /// The file version, e.g. "8.0.424.16909".
+    pub file_version: String,
+    /// The product version, e.g. "8.0.4" (the file version's build number is
+    /// patch × 100 + a two-digit year).
+    pub product_version: String,
+    /// The source commit, when given.
+    pub commit: Option<String>,
+}
+
+impl RuntimeVersion {
+    /// Parses the text after the marker: `8.0.424.16909 @Commit: 2d7e…`.
+    pub fn parse(text: &str) -> Option<RuntimeVersion> {
+        let mut words = text.split_whitespace();
+        let file_version = words.next()?.to_string();
+        let parts: Vec<u64> = file_version
+            .split('.')
+            .map(|p| p.parse().ok())
+            .collect::<Option<_>>()?;
+        if parts.len() < 3 {
+            return None;
+        }
+        let product_version = format!("{}.{}.{}", parts[0], parts[1], parts[2] / 100);
+        let commit = text
+            .split("@Commit:")
+            .nth(1)
+            .and_then(|c| c.split_whitespace().next())
+            .map(str::to_string);
+        Some(RuntimeVersion {
+            file_version,
+            product_version,
+            commit,
+        })
+    }
+}
+
+/// Reads the version string of a module: through the target first (the module's
+/// read-only mappings), else from the file on disk.
+pub fn read_version(target: &Target, mapping: &ModuleMapping) -> Option<RuntimeVersion> {
+    let ranges: Vec<(u64, u64)> = target
+        .mapped_files()
+        .iter()
+        .filter(|f| f.path == mapping.path && f.start >= mapping.base && f.end <= mapping.end)
+        .map(|f| (f.start, f.end))
+        .collect();
+    let mut scanned = 0u64;
+    for (start, end) in ranges {
+        if scanned >= MAX_VERSION_SCAN {
+            break;
+        }
+        scanned += end - start;
+        if let Some(text) = scan_target(target, start, end) {
+            return RuntimeVersion::parse(&text);
+        }
+    }
+    scan_file(&mapping.path).and_then(|t| RuntimeVersion::parse(&t))
+}
+
+/// Searches `[start, end)` in chunks that overlap by the marker's length.
+fn scan_target(target: &Target, start: u64, end: u64) -> Option<String> {
+    const CHUNK: u64 = 1 << 20;
+    let mut at = start;
+    while at < end {
+        let len = (end - at).min(CHUNK + 256);
+        let Ok(bytes) = target.read_bytes(at, len as usize) else {
+            // Part of the module is not readable (a small dump): try the next chunk.
+            at += CHUNK;
+            continue;
+        };
+        if let Some(text) = find_version(&bytes) {
+            return Some(text);
+        }
+        at += CHUNK;
+    }
+    None
+}
+
+fn scan_file(path: &Path) -> Option<String> {
+    let data = std::fs::read(path).ok()?;
+    find_version(&data)
+}
+
+fn find_version(bytes: &[u8]) -> Option<String> {
+    let pos = bytes
+        .windows(VERSION_MARKER.len())
+        .position(|w| w == VERSION_MARKER)?;
+    let rest = &bytes[pos + VERSION_MARKER.len()..];
+    let end = rest.iter().position(|&b| b == 0)?.min(256);
+    std::str::from_utf8(&rest[..end]).ok().map(str::to_string)
+}
+
+/// The architecture name used by descriptors ("x64", "arm64", …) for an ELF machine.
+pub fn architecture_name(machine: u16) -> &'static str {
+    match machine {
+        62 => "x64",
+        183 => "arm64",
+        3 => "x86",
+        40 => "arm",
+        243 => "riscv64",
+        258 => "loongarch64",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_strings() {
+        let v = RuntimeVersion::parse("8.0.424.16909 @Commit: 2d7eea252964e69be94cb9c847b371b23e4dd470").unwrap();
+        assert_eq!(v.product_version, "8.0.4");
+        assert_eq!(v.file_version, "8.0.424.16909");
+        assert_eq!(v.commit.as_deref(), Some("2d7eea252964e69be94cb9c847b371b23e4dd470"));
+        assert_eq!(RuntimeVersion::parse("9.0.725.31616").unwrap().product_version, "9.0.7");
+        assert_eq!(RuntimeVersion::parse("garbage"), None);
+        assert_eq!(find_version(b"xx@(#)Version 10.0.25.52411 @Commit: abc\0yy").as_deref(), Some("10.0.25.52411 @Commit: abc"));
+    }
+}

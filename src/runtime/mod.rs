@@ -1,0 +1,277 @@
+//! A runtime found in a target: its module, version and data descriptor. This is the
+//! entry point of the library:
+//!
+//! ```no_run
+//! let rt = cdac::runtime::Runtime::attach(1234, &Default::default())?;
+//! println!("{} {:?}", rt.module().path.display(), rt.version());
+//! # Ok::<(), cdac::runtime::RuntimeError>(())
+//! ```
+
+pub mod discovery;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::descriptor::shipped::{self, Fit};
+use crate::descriptor::{embedded, DataDescriptor, DescriptorError, Limits};
+use crate::target::cache::PageCache;
+use crate::target::core_dump::CoreDump;
+use crate::target::elf_image::ImageError;
+use crate::target::live::LiveProcess;
+use crate::target::{DataLayout, MemorySource, OpenError, Target};
+
+pub use discovery::{FoundModule, RuntimeVersion};
+
+/// Why a runtime could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The target itself could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// No runtime module was found.
+    #[error("no .NET runtime found in the target: {0}")]
+    NoRuntime(String),
+    /// The runtime module's ELF image could not be read.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// The data descriptor could not be loaded.
+    #[error(transparent)]
+    Descriptor(#[from] DescriptorError),
+}
+
+/// Where the data descriptor came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DescriptorSource {
+    /// The runtime's own `DotNetRuntimeContractDescriptor`.
+    Embedded {
+        /// Address of the exported structure.
+        address: u64,
+    },
+    /// A descriptor shipped with cdac.
+    Shipped {
+        /// Its name ("net8.0-linux-x64").
+        name: String,
+        /// How well it fits this build.
+        fit: Fit,
+    },
+    /// A file given by the user.
+    Override {
+        /// The file.
+        path: PathBuf,
+    },
+}
+
+impl DescriptorSource {
+    /// "embedded", "shipped" or "override".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DescriptorSource::Embedded { .. } => "embedded",
+            DescriptorSource::Shipped { .. } => "shipped",
+            DescriptorSource::Override { .. } => "override",
+        }
+    }
+
+    /// A name for people: the export, the shipped descriptor's name, or the file.
+    pub fn name(&self) -> String {
+        match self {
+            DescriptorSource::Embedded { address } => {
+                format!("{}@{address:#x}", crate::descriptor::CONTRACT_DESCRIPTOR_SYMBOL)
+            }
+            DescriptorSource::Shipped { name, .. } => name.clone(),
+            DescriptorSource::Override { path } => path.display().to_string(),
+        }
+    }
+}
+
+/// How to open a runtime.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// Use this descriptor file instead of discovering one.
+    pub descriptor: Option<PathBuf>,
+    /// Caps on descriptor loading.
+    pub limits: Limits,
+}
+
+/// The runtime module as found in the target.
+#[derive(Debug, Clone)]
+pub struct RuntimeModule {
+    /// Path of the module as the target mapped it.
+    pub path: PathBuf,
+    /// Address of its ELF header.
+    pub base: u64,
+    /// One past its highest mapped address.
+    pub end: u64,
+    /// GNU build id, lowercase hex.
+    pub build_id: Option<String>,
+    /// Descriptor architecture name ("x64").
+    pub architecture: &'static str,
+    /// Exports found, with their addresses.
+    pub exports: Vec<crate::target::elf_image::DynamicSymbol>,
+}
+
+impl RuntimeModule {
+    /// Address of the exported symbol `name`.
+    pub fn export(&self, name: &str) -> Option<u64> {
+        self.exports.iter().find(|s| s.name == name).map(|s| s.address)
+    }
+}
+
+/// A .NET runtime in a target, with its data descriptor loaded.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    target: Target,
+    module: RuntimeModule,
+    version: Option<RuntimeVersion>,
+    descriptor: DataDescriptor,
+    source: DescriptorSource,
+}
+
+impl Runtime {
+    /// Attaches to live process `pid` (read-only; the process keeps running).
+    pub fn attach(pid: i32, options: &OpenOptions) -> Result<Runtime, RuntimeError> {
+        let live = LiveProcess::open(pid)?;
+        Self::open(Arc::new(PageCache::new(live)), options)
+    }
+
+    /// Opens an ELF core dump.
+    pub fn open_dump(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Runtime, RuntimeError> {
+        let core = CoreDump::open(path)?;
+        Self::open(Arc::new(core), options)
+    }
+
+    /// Finds the runtime in any memory source and loads its descriptor.
+    pub fn open(source: Arc<dyn MemorySource>, options: &OpenOptions) -> Result<Runtime, RuntimeError> {
+        let layout = source.native_layout().unwrap_or(DataLayout::LE64);
+        let target = Target::new(source, layout);
+        let mut found = discovery::find_runtime_modules(&target)?;
+        if found.is_empty() {
+            return Err(RuntimeError::NoRuntime(format!(
+                "none of the {} mapped modules is {} or exports {} or {}",
+                crate::target::elf_image::modules(target.mapped_files()).len(),
+                discovery::RUNTIME_FILE_NAME,
+                crate::descriptor::CONTRACT_DESCRIPTOR_SYMBOL,
+                discovery::DAC_TABLE_SYMBOL
+            )));
+        }
+        if found.len() > 1 {
+            tracing::warn!(
+                count = found.len(),
+                "several runtimes in the target; using the first, {}",
+                found[0].mapping.path.display()
+            );
+        }
+        let found = found.swap_remove(0);
+        let build_id = found
+            .image
+            .build_id(&target)
+            .ok()
+            .flatten()
+            .or_else(|| disk_build_id(&found.mapping.path))
+            .map(|id| id.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        let version = discovery::read_version(&target, &found.mapping);
+        let module = RuntimeModule {
+            path: found.mapping.path.clone(),
+            base: found.mapping.base,
+            end: found.mapping.end,
+            build_id,
+            architecture: discovery::architecture_name(found.image.machine()),
+            exports: found.exports.clone(),
+        };
+        let (descriptor, source) = load_descriptor(&target, &module, &found, version.as_ref(), options)?;
+        let target = target.with_layout(descriptor.layout());
+        Ok(Runtime {
+            target,
+            module,
+            version,
+            descriptor,
+            source,
+        })
+    }
+
+    /// The target, read with the runtime's layout.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// The runtime module.
+    pub fn module(&self) -> &RuntimeModule {
+        &self.module
+    }
+
+    /// The runtime's version, when its version string could be read.
+    pub fn version(&self) -> Option<&RuntimeVersion> {
+        self.version.as_ref()
+    }
+
+    /// The data descriptor.
+    pub fn descriptor(&self) -> &DataDescriptor {
+        &self.descriptor
+    }
+
+    /// Where the descriptor came from.
+    pub fn descriptor_source(&self) -> &DescriptorSource {
+        &self.source
+    }
+}
+
+fn load_descriptor(
+    target: &Target,
+    module: &RuntimeModule,
+    found: &FoundModule,
+    version: Option<&RuntimeVersion>,
+    options: &OpenOptions,
+) -> Result<(DataDescriptor, DescriptorSource), RuntimeError> {
+    let resolve = |name: &str| module.export(name);
+    if let Some(path) = &options.descriptor {
+        let text = std::fs::read(path).map_err(|e| DescriptorError::File {
+            path: path.display().to_string(),
+            detail: e.to_string(),
+        })?;
+        let name = path.display().to_string();
+        let physical = crate::descriptor::json::parse(&name, &text)?;
+        let descriptor = if physical.extras.contains_key("cdac") {
+            let parsed = shipped::parse(&name, &text)?;
+            shipped::instantiate(&parsed, target, &resolve, &options.limits)?
+        } else {
+            // A plain descriptor has no pointer data of its own: indirect globals in it
+            // are reported as out of range.
+            let mut d = DataDescriptor::new(target.layout());
+            d.merge(&name, &physical, &[])?;
+            d
+        };
+        return Ok((descriptor, DescriptorSource::Override { path: path.clone() }));
+    }
+    if let Some(address) = found.contract_descriptor {
+        let descriptor = embedded::load(target, address, &options.limits)?;
+        return Ok((descriptor, DescriptorSource::Embedded { address }));
+    }
+    let candidates = shipped::builtin()?;
+    let (chosen, fit) = shipped::select(
+        &candidates,
+        module.build_id.as_deref(),
+        version.map(|v| v.product_version.as_str()),
+        module.architecture,
+    )?;
+    if fit == Fit::SameVersionLine {
+        tracing::warn!(
+            descriptor = %chosen.meta.name,
+            build_id = module.build_id.as_deref().unwrap_or("unknown"),
+            "this runtime build was not verified against the shipped descriptor; offsets may differ"
+        );
+    }
+    let descriptor = shipped::instantiate(chosen, target, &resolve, &options.limits)?;
+    Ok((
+        descriptor,
+        DescriptorSource::Shipped {
+            name: chosen.meta.name.clone(),
+            fit,
+        },
+    ))
+}
+
+fn disk_build_id(path: &Path) -> Option<Vec<u8>> {
+    use object::Object;
+    let data = std::fs::read(path).ok()?;
+    let file = object::File::parse(&*data).ok()?;
+    file.build_id().ok().flatten().map(<[u8]>::to_vec)
+}

@@ -1,0 +1,558 @@
+//! Reading an ELF core dump (`createdump`, `gcore`, the kernel's own cores).
+//!
+//! The file is memory-mapped, never read whole. `PT_LOAD` segments give the captured
+//! memory; the `NT_FILE` note says which file backs which range, so that ranges the core
+//! left out (module code in small dumps) are read from that file when it is present on
+//! this machine; `NT_PRSTATUS` notes give the threads.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use memmap2::Mmap;
+use object::elf;
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::Endianness;
+
+use super::sys;
+use super::{
+    DataLayout, Endian, MappedFile, MemorySource, OpenError, ReadError, TargetKind, ThreadInfo,
+};
+
+/// Most `NT_FILE` entries accepted; a damaged count cannot make us allocate without bound.
+const MAX_FILE_ENTRIES: u64 = 1 << 20;
+
+/// One `PT_LOAD` segment of the core.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    vaddr: u64,
+    memsz: u64,
+    offset: u64,
+    filesz: u64,
+}
+
+/// A file that backs part of the address space, opened on demand.
+enum Backing {
+    Present {
+        map: Mmap,
+        /// File-offset ranges of the file's own writable segments: the disk holds only
+        /// their initial contents, not what the process had.
+        writable: Vec<(u64, u64)>,
+    },
+    Missing(String),
+}
+
+/// An ELF core dump.
+pub struct CoreDump {
+    path: PathBuf,
+    map: Mmap,
+    layout: DataLayout,
+    machine: u16,
+    segments: Vec<Segment>,
+    files: Vec<MappedFile>,
+    threads: Vec<ThreadInfo>,
+    backing: Mutex<HashMap<PathBuf, Arc<Backing>>>,
+    warnings: Vec<String>,
+}
+
+impl std::fmt::Debug for CoreDump {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoreDump")
+            .field("path", &self.path)
+            .field("segments", &self.segments.len())
+            .field("files", &self.files.len())
+            .finish()
+    }
+}
+
+impl CoreDump {
+    /// Opens and indexes a core dump.
+    pub fn open(path: impl AsRef<Path>) -> Result<CoreDump, OpenError> {
+        let path = path.as_ref().to_path_buf();
+        let file = File::open(&path).map_err(|source| OpenError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let map = sys::map_file(&file).map_err(|source| OpenError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let bad = |detail: String| OpenError::BadCore {
+            path: path.clone(),
+            detail,
+        };
+        let ident = map.get(..6).ok_or_else(|| bad("file is shorter than an ELF header".into()))?;
+        if &ident[..4] != b"\x7fELF" {
+            return Err(bad("no ELF magic".into()));
+        }
+        let parsed = match ident[4] {
+            c if c == elf::ELFCLASS64.0 => parse::<elf::FileHeader64<Endianness>>(&map),
+            c if c == elf::ELFCLASS32.0 => parse::<elf::FileHeader32<Endianness>>(&map),
+            other => Err(format!("unknown ELF class {other}")),
+        }
+        .map_err(bad)?;
+        let mut warnings = parsed.warnings;
+        let missing: Vec<String> = missing_backing_files(&parsed.files, &parsed.segments)
+            .into_iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        if !missing.is_empty() {
+            warnings.push(format!(
+                "{} file(s) that back memory the dump left out are not on this machine, so that memory cannot be read: {}",
+                missing.len(),
+                missing.join(", ")
+            ));
+        }
+        for w in &warnings {
+            tracing::warn!(core = %path.display(), "{w}");
+        }
+        Ok(CoreDump {
+            path,
+            map,
+            layout: parsed.layout,
+            machine: parsed.machine,
+            segments: parsed.segments,
+            files: parsed.files,
+            threads: parsed.threads,
+            backing: Mutex::new(HashMap::new()),
+            warnings,
+        })
+    }
+
+    /// Path of the dump.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The ELF machine of the dumped process (`EM_X86_64`, `EM_AARCH64`, …).
+    pub fn machine(&self) -> u16 {
+        self.machine
+    }
+
+    /// Problems found while opening (truncation, missing backing files).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Number of `PT_LOAD` segments.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Total bytes of memory the dump holds.
+    pub fn captured_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.filesz).sum()
+    }
+
+    fn segment_at(&self, addr: u64) -> Option<&Segment> {
+        let i = self.segments.partition_point(|s| s.vaddr <= addr);
+        let seg = self.segments.get(i.checked_sub(1)?)?;
+        (addr - seg.vaddr < seg.memsz).then_some(seg)
+    }
+
+    /// Bytes from `addr` to the next segment start (how far an unmapped gap reaches).
+    fn gap_len(&self, addr: u64) -> u64 {
+        let i = self.segments.partition_point(|s| s.vaddr <= addr);
+        self.segments.get(i).map_or(u64::MAX, |s| s.vaddr - addr)
+    }
+
+    fn file_at(&self, addr: u64) -> Option<&MappedFile> {
+        let i = self.files.partition_point(|f| f.start <= addr);
+        let f = self.files.get(i.checked_sub(1)?)?;
+        (addr < f.end).then_some(f)
+    }
+
+    fn backing(&self, path: &Path) -> Arc<Backing> {
+        let mut cache = self.backing.lock().unwrap_or_else(|p| p.into_inner());
+        cache
+            .entry(path.to_path_buf())
+            .or_insert_with(|| Arc::new(open_backing(path)))
+            .clone()
+    }
+
+    /// Reads up to `want` bytes at `addr` from the file that backs it. Returns how many
+    /// bytes were copied, or why none can be.
+    fn read_backing(
+        &self,
+        addr: u64,
+        out: &mut [u8],
+        why_absent: &dyn Fn() -> ReadError,
+    ) -> Result<usize, ReadError> {
+        let Some(mapping) = self.file_at(addr) else {
+            return Err(why_absent());
+        };
+        let n = (out.len() as u64).min(mapping.end - addr) as usize;
+        let offset = mapping.file_offset + (addr - mapping.start);
+        let backing = self.backing(&mapping.path);
+        let not_captured = |reason: String| ReadError::NotCaptured {
+            addr,
+            len: out.len(),
+            reason,
+        };
+        match &*backing {
+            Backing::Missing(reason) => Err(not_captured(format!(
+                "the dump left it out and {} (which backs it) {reason}",
+                mapping.path.display()
+            ))),
+            Backing::Present { map, writable } => {
+                let end = offset.saturating_add(n as u64);
+                if writable.iter().any(|&(s, e)| offset < e && end > s) {
+                    return Err(not_captured(format!(
+                        "the dump left out writable data of {}; the file on disk holds only its initial contents",
+                        mapping.path.display()
+                    )));
+                }
+                let bytes = usize::try_from(offset)
+                    .ok()
+                    .and_then(|o| map.get(o..o.checked_add(n)?))
+                    .ok_or_else(|| {
+                        not_captured(format!(
+                            "the dump left it out and {} is shorter than the mapping (a different version of the file?)",
+                            mapping.path.display()
+                        ))
+                    })?;
+                out[..n].copy_from_slice(bytes);
+                Ok(n)
+            }
+        }
+    }
+}
+
+impl MemorySource for CoreDump {
+    fn read_exact(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        let len = buf.len();
+        let mut done = 0usize;
+        while done < len {
+            let at = addr + done as u64;
+            let out = &mut buf[done..];
+            let n = match self.segment_at(at) {
+                Some(seg) if at - seg.vaddr < seg.filesz => {
+                    let within = at - seg.vaddr;
+                    let n = (out.len() as u64).min(seg.filesz - within) as usize;
+                    let from = seg.offset + within;
+                    let bytes = usize::try_from(from)
+                        .ok()
+                        .and_then(|f| self.map.get(f..f.checked_add(n)?));
+                    match bytes {
+                        Some(bytes) => {
+                            out[..n].copy_from_slice(bytes);
+                            n
+                        }
+                        None => {
+                            // The segment's bytes lie past the end of a truncated file.
+                            let reason = "the core file is truncated before this segment's data";
+                            self.read_backing(at, &mut out[..n], &|| ReadError::NotCaptured {
+                                addr: at,
+                                len: len - done,
+                                reason: reason.into(),
+                            })?
+                        }
+                    }
+                }
+                Some(seg) => {
+                    let within = at - seg.vaddr;
+                    let n = (out.len() as u64).min(seg.memsz - within) as usize;
+                    self.read_backing(at, &mut out[..n], &|| ReadError::NotCaptured {
+                        addr: at,
+                        len: len - done,
+                        reason: "the dump excluded this memory and no file backs it".into(),
+                    })?
+                }
+                None => {
+                    let n = (out.len() as u64).min(self.gap_len(at)) as usize;
+                    self.read_backing(at, &mut out[..n], &|| ReadError::Unmapped {
+                        addr: at,
+                        len: len - done,
+                    })?
+                }
+            };
+            if n == 0 {
+                return Err(ReadError::Unmapped {
+                    addr: at,
+                    len: len - done,
+                });
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn mapped_files(&self) -> &[MappedFile] {
+        &self.files
+    }
+
+    fn threads(&self) -> Result<Vec<ThreadInfo>, ReadError> {
+        Ok(self.threads.clone())
+    }
+
+    fn kind(&self) -> TargetKind {
+        TargetKind::CoreDump {
+            path: self.path.clone(),
+        }
+    }
+
+    fn native_layout(&self) -> Option<DataLayout> {
+        Some(self.layout)
+    }
+}
+
+/// What parsing the headers yields.
+struct Parsed {
+    layout: DataLayout,
+    machine: u16,
+    segments: Vec<Segment>,
+    files: Vec<MappedFile>,
+    threads: Vec<ThreadInfo>,
+    warnings: Vec<String>,
+}
+
+fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, String> {
+    let header = Elf::parse(data).map_err(|e| e.to_string())?;
+    let endian = header.endian().map_err(|e| e.to_string())?;
+    if header.e_type(endian) != elf::ET_CORE {
+        return Err(format!(
+            "ELF type is {:#x}, not a core file (ET_CORE)",
+            header.e_type(endian).0
+        ));
+    }
+    let machine = header.e_machine(endian).0;
+    let layout = DataLayout {
+        pointer_size: if header.is_type_64() { 8 } else { 4 },
+        endian: match endian {
+            Endianness::Little => Endian::Little,
+            Endianness::Big => Endian::Big,
+        },
+    };
+    let headers = header
+        .program_headers(endian, data)
+        .map_err(|e| format!("program headers: {e}"))?;
+    let mut warnings = Vec::new();
+    let mut segments = Vec::new();
+    let mut files = Vec::new();
+    let mut threads = Vec::new();
+    for ph in headers {
+        let p_type = ph.p_type(endian);
+        if p_type == elf::PT_LOAD {
+            let seg = Segment {
+                vaddr: ph.p_vaddr(endian).into(),
+                memsz: ph.p_memsz(endian).into(),
+                offset: ph.p_offset(endian).into(),
+                filesz: ph.p_filesz(endian).into(),
+            };
+            if seg.memsz > 0 && seg.vaddr.checked_add(seg.memsz).is_some() {
+                segments.push(Segment {
+                    filesz: seg.filesz.min(seg.memsz),
+                    ..seg
+                });
+            }
+        } else if p_type == elf::PT_NOTE {
+            let notes = match ph.notes(endian, data) {
+                Ok(Some(notes)) => notes,
+                Ok(None) => continue,
+                Err(e) => {
+                    warnings.push(format!(
+                        "notes unreadable ({e}): no file mappings or threads from them"
+                    ));
+                    continue;
+                }
+            };
+            let mut notes = notes;
+            loop {
+                let note = match notes.next() {
+                    Ok(Some(note)) => note,
+                    Ok(None) => break,
+                    Err(e) => {
+                        warnings.push(format!("note list damaged ({e}); later notes ignored"));
+                        break;
+                    }
+                };
+                if note.name() != b"CORE" {
+                    continue;
+                }
+                let n_type = note.n_type(endian);
+                if n_type == elf::NT_FILE {
+                    match parse_nt_file(note.desc(), layout) {
+                        Ok(mut f) => files.append(&mut f),
+                        Err(e) => warnings.push(format!("NT_FILE note damaged: {e}")),
+                    }
+                } else if n_type == elf::NT_PRSTATUS {
+                    if let Some(t) = parse_prstatus(note.desc(), layout, machine) {
+                        threads.push(t);
+                    } else {
+                        warnings.push("NT_PRSTATUS note too short".to_string());
+                    }
+                }
+            }
+        }
+    }
+    segments.sort_by_key(|s| s.vaddr);
+    files.sort_by_key(|f| f.start);
+    let file_len = data.len() as u64;
+    if let Some(seg) = segments
+        .iter()
+        .find(|s| s.filesz > 0 && s.offset.saturating_add(s.filesz) > file_len)
+    {
+        warnings.push(format!(
+            "the core file is truncated: it is {file_len} bytes but the segment at {:#x} needs bytes up to {}",
+            seg.vaddr,
+            seg.offset.saturating_add(seg.filesz)
+        ));
+    }
+    Ok(Parsed {
+        layout,
+        machine,
+        segments,
+        files,
+        threads,
+        warnings,
+    })
+}
+
+/// Parses `NT_FILE`: count and page size, `count` triples (start, end, page offset), then
+/// `count` NUL-terminated paths.
+fn parse_nt_file(desc: &[u8], layout: DataLayout) -> Result<Vec<MappedFile>, String> {
+    let word = usize::from(layout.pointer_size);
+    let read_word = |i: usize| -> Result<u64, String> {
+        desc.get(i * word..(i + 1) * word)
+            .map(|b| super::decode_unsigned(b, layout.endian))
+            .ok_or_else(|| "shorter than its entry count says".to_string())
+    };
+    let count = read_word(0)?;
+    let page_size = read_word(1)?;
+    if count > MAX_FILE_ENTRIES || count as usize * 3 * word > desc.len() {
+        return Err(format!("entry count {count} does not fit in the note"));
+    }
+    let count = count as usize;
+    let mut names = desc[(2 + 3 * count) * word..].split(|&b| b == 0);
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let start = read_word(2 + 3 * i)?;
+        let end = read_word(3 + 3 * i)?;
+        let page = read_word(4 + 3 * i)?;
+        let name = names
+            .next()
+            .ok_or_else(|| "fewer paths than entries".to_string())?;
+        if end <= start {
+            continue;
+        }
+        out.push(MappedFile {
+            start,
+            end,
+            file_offset: page.saturating_mul(page_size),
+            path: PathBuf::from(String::from_utf8_lossy(name).into_owned()),
+        });
+    }
+    Ok(out)
+}
+
+/// Thread id and registers from `NT_PRSTATUS` (`struct elf_prstatus`).
+fn parse_prstatus(desc: &[u8], layout: DataLayout, machine: u16) -> Option<ThreadInfo> {
+    let word = |offset: usize, size: usize| {
+        desc.get(offset..offset + size)
+            .map(|b| super::decode_unsigned(b, layout.endian))
+    };
+    // pr_pid follows siginfo (12 bytes), cursig and padding (4) and two sigset words.
+    let (pid_offset, regs_offset) = if layout.pointer_size == 8 {
+        (32, 112)
+    } else {
+        (24, 72)
+    };
+    let tid = word(pid_offset, 4)? as u32 as i32;
+    let reg = |index: usize| word(regs_offset + index * usize::from(layout.pointer_size), usize::from(layout.pointer_size));
+    // Register numbering of each architecture's user register set.
+    let (ip, sp) = match machine {
+        m if m == elf::EM_X86_64.0 => (reg(16), reg(19)),
+        m if m == elf::EM_AARCH64.0 => (reg(32), reg(31)),
+        m if m == elf::EM_386.0 => (reg(12), reg(15)),
+        _ => (None, None),
+    };
+    Some(ThreadInfo { tid, ip, sp })
+}
+
+/// Files named by `NT_FILE` for ranges the dump left out, which are not on this machine.
+fn missing_backing_files(files: &[MappedFile], segments: &[Segment]) -> Vec<PathBuf> {
+    let mut missing: Vec<PathBuf> = files
+        .iter()
+        .filter(|f| is_regular_file_path(&f.path))
+        .filter(|f| uncaptured_bytes(f.start, f.end, segments) > 0 && !f.path.exists())
+        .map(|f| f.path.clone())
+        .collect();
+    missing.sort();
+    missing.dedup();
+    missing
+}
+
+/// False for mappings that never were files on disk (shared memory, deleted files,
+/// devices): their absence is normal, and reads of them say so anyway.
+fn is_regular_file_path(path: &Path) -> bool {
+    let text = path.to_string_lossy();
+    !(text.starts_with("/memfd:") || text.starts_with("/dev/") || text.ends_with(" (deleted)"))
+}
+
+/// Bytes of `[start, end)` that no segment's captured part covers (segments sorted).
+fn uncaptured_bytes(start: u64, end: u64, segments: &[Segment]) -> u64 {
+    let mut covered_to = start;
+    let mut gaps = 0;
+    let first = segments.partition_point(|s| s.vaddr.saturating_add(s.filesz) <= start);
+    for s in &segments[first..] {
+        if s.vaddr >= end || covered_to >= end {
+            break;
+        }
+        if s.filesz == 0 {
+            continue;
+        }
+        if s.vaddr > covered_to {
+            gaps += s.vaddr - covered_to;
+        }
+        covered_to = covered_to.max(s.vaddr.saturating_add(s.filesz));
+    }
+    gaps + end.saturating_sub(covered_to)
+}
+
+fn open_backing(path: &Path) -> Backing {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Backing::Missing("is not on this machine".into())
+        }
+        Err(e) => return Backing::Missing(format!("cannot be opened ({e})")),
+    };
+    match sys::map_file(&file) {
+        Ok(map) => {
+            let writable = writable_file_ranges(&map);
+            Backing::Present { map, writable }
+        }
+        Err(e) => Backing::Missing(format!("cannot be mapped ({e})")),
+    }
+}
+
+/// File-offset ranges of an ELF file's writable `PT_LOAD` segments (empty for non-ELF).
+fn writable_file_ranges(data: &[u8]) -> Vec<(u64, u64)> {
+    fn ranges<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Option<Vec<(u64, u64)>> {
+        let header = Elf::parse(data).ok()?;
+        let endian = header.endian().ok()?;
+        let headers = header.program_headers(endian, data).ok()?;
+        Some(
+            headers
+                .iter()
+                .filter(|ph| {
+                    ph.p_type(endian) == elf::PT_LOAD && ph.p_flags(endian).0 & elf::PF_W.0 != 0
+                })
+                .map(|ph| {
+                    let start: u64 = ph.p_offset(endian).into();
+                    let size: u64 = ph.p_filesz(endian).into();
+                    // Pages are mapped whole: the page holding the segment's first byte
+                    // is writable too.
+                    (start & !0xfff, start.saturating_add(size))
+                })
+                .collect(),
+        )
+    }
+    match data.get(4) {
+        Some(&c) if c == elf::ELFCLASS64.0 => ranges::<elf::FileHeader64<Endianness>>(data),
+        Some(&c) if c == elf::ELFCLASS32.0 => ranges::<elf::FileHeader32<Endianness>>(data),
+        _ => None,
+    }
+    .unwrap_or_default()
+}

@@ -1,0 +1,105 @@
+//! Errors of the target layer: reading memory and opening targets.
+
+use std::path::PathBuf;
+
+/// Why bytes could not be read from the target. Every variant names the address involved.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Nothing is mapped at this address in the target.
+    #[error("address {addr:#x} is not mapped in the target ({len} bytes requested)")]
+    Unmapped { addr: u64, len: usize },
+
+    /// The address was mapped in the process, but the dump does not hold its bytes.
+    #[error("memory at {addr:#x} was not captured in the dump ({len} bytes requested): {reason}")]
+    NotCaptured {
+        addr: u64,
+        len: usize,
+        reason: String,
+    },
+
+    /// The live process went away while we were reading it.
+    #[error("process {pid} exited while being read (at address {addr:#x})")]
+    ProcessExited { pid: i32, addr: u64 },
+
+    /// The kernel refused access to the live process.
+    #[error("permission denied reading process {pid} at {addr:#x}: {hint}")]
+    PermissionDenied { pid: i32, addr: u64, hint: String },
+
+    /// A read request larger than the configured cap.
+    #[error("read of {len} bytes at {addr:#x} exceeds the limit of {cap} bytes")]
+    TooLarge { addr: u64, len: usize, cap: usize },
+
+    /// `addr + len` does not fit in the target's address space.
+    #[error("address range {addr:#x} + {len} overflows the address space")]
+    AddressOverflow { addr: u64, len: usize },
+
+    /// A NUL-terminated string did not end within its cap.
+    #[error("string at {addr:#x} has no terminator within {cap} units")]
+    StringTooLong { addr: u64, cap: usize },
+
+    /// The bytes read are not valid text in the expected encoding.
+    #[error("string at {addr:#x} is not valid {encoding}")]
+    InvalidString { addr: u64, encoding: &'static str },
+
+    /// An operating-system error other than the ones above.
+    #[error("I/O error reading {addr:#x}: {source}")]
+    Io {
+        addr: u64,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ReadError {
+    /// The target address the error is about.
+    pub fn address(&self) -> u64 {
+        match self {
+            ReadError::Unmapped { addr, .. }
+            | ReadError::NotCaptured { addr, .. }
+            | ReadError::ProcessExited { addr, .. }
+            | ReadError::PermissionDenied { addr, .. }
+            | ReadError::TooLarge { addr, .. }
+            | ReadError::AddressOverflow { addr, .. }
+            | ReadError::StringTooLong { addr, .. }
+            | ReadError::InvalidString { addr, .. }
+            | ReadError::Io { addr, .. } => *addr,
+        }
+    }
+
+    /// True when the memory simply is not available (unmapped or not captured), as
+    /// opposed to the target itself being unreadable.
+    pub fn is_missing_memory(&self) -> bool {
+        matches!(
+            self,
+            ReadError::Unmapped { .. } | ReadError::NotCaptured { .. }
+        )
+    }
+}
+
+/// Why a target could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// No process with this pid.
+    #[error("no process with pid {pid}")]
+    NoSuchProcess { pid: i32 },
+
+    /// The process exists but may not be read.
+    #[error("permission denied opening process {pid}: {hint}")]
+    PermissionDenied { pid: i32, hint: String },
+
+    /// A file could not be opened or mapped.
+    #[error("cannot open {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The file is not an ELF core dump, or its headers are damaged.
+    #[error("{path} is not a usable ELF core dump: {detail}")]
+    BadCore { path: PathBuf, detail: String },
+
+    /// /proc data of a live process could not be parsed.
+    #[error("cannot read /proc data of process {pid}: {detail}")]
+    Proc { pid: i32, detail: String },
+}

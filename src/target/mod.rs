@@ -1,0 +1,397 @@
+//! The target layer: reading the memory of a live process, of a core dump, or of memory
+//! laid out by a test.
+//!
+//! Every reader implements [`MemorySource`], which only knows how to copy bytes and which
+//! files are mapped. [`Target`] wraps a source with the target's data layout (pointer size
+//! and endianness) and gives typed reads on top. All `unsafe` of the crate lives in
+//! [`sys`], the one audited file of system calls and memory maps.
+
+pub mod builder;
+pub mod cache;
+pub mod core_dump;
+pub mod elf_image;
+mod error;
+pub mod live;
+mod sys;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use error::{OpenError, ReadError};
+
+/// Byte order of the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Endian {
+    Little,
+    Big,
+}
+
+/// Pointer size and byte order of the target: everything typed reads need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DataLayout {
+    /// Size of a pointer in bytes: 4 or 8.
+    pub pointer_size: u8,
+    pub endian: Endian,
+}
+
+impl DataLayout {
+    /// 64-bit little-endian, the layout of linux-x64 and linux-arm64.
+    pub const LE64: DataLayout = DataLayout {
+        pointer_size: 8,
+        endian: Endian::Little,
+    };
+    /// 32-bit little-endian.
+    pub const LE32: DataLayout = DataLayout {
+        pointer_size: 4,
+        endian: Endian::Little,
+    };
+    /// 64-bit big-endian.
+    pub const BE64: DataLayout = DataLayout {
+        pointer_size: 8,
+        endian: Endian::Big,
+    };
+    /// 32-bit big-endian.
+    pub const BE32: DataLayout = DataLayout {
+        pointer_size: 4,
+        endian: Endian::Big,
+    };
+
+    /// The four combinations tests run over.
+    pub const ALL: [DataLayout; 4] = [Self::LE64, Self::LE32, Self::BE64, Self::BE32];
+}
+
+/// A range of the target's address space backed by a file (from `/proc/PID/maps` or a
+/// core's `NT_FILE` note).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappedFile {
+    /// First address of the mapping.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Offset in the file of the byte mapped at `start`.
+    pub file_offset: u64,
+    /// Path of the file, as the target saw it.
+    pub path: PathBuf,
+}
+
+/// One thread of the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadInfo {
+    /// Kernel thread id.
+    pub tid: i32,
+    /// Instruction pointer, when known (cores carry registers; a live process without
+    /// ptrace does not expose them).
+    pub ip: Option<u64>,
+    /// Stack pointer, when known.
+    pub sp: Option<u64>,
+}
+
+/// What kind of target a source reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A live process.
+    Live { pid: i32 },
+    /// An ELF core dump file.
+    CoreDump { path: PathBuf },
+    /// Memory laid out in this process (tests).
+    Synthetic,
+}
+
+/// A source of target memory.
+///
+/// Implementations copy bytes; they never write to the target. Reads either fill the whole
+/// buffer or fail: a short read is an error.
+pub trait MemorySource: Send + Sync {
+    /// Fills `buf` with the bytes at `addr`.
+    fn read_exact(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError>;
+
+    /// Fills several buffers in one go. Sources that can batch (a live process, with one
+    /// `process_vm_readv` of many iovecs) override this; the default reads one by one.
+    /// On failure the error names the first address that could not be read.
+    fn read_many(&self, requests: &mut [(u64, &mut [u8])]) -> Result<(), ReadError> {
+        for (addr, buf) in requests.iter_mut() {
+            self.read_exact(*addr, buf)?;
+        }
+        Ok(())
+    }
+
+    /// The files mapped into the target, sorted by start address.
+    fn mapped_files(&self) -> &[MappedFile];
+
+    /// The target's threads.
+    fn threads(&self) -> Result<Vec<ThreadInfo>, ReadError>;
+
+    /// What is being read.
+    fn kind(&self) -> TargetKind;
+
+    /// The layout the source itself knows (from a core's ELF header, or the live
+    /// process's executable), if any.
+    fn native_layout(&self) -> Option<DataLayout>;
+
+    /// Drops cached bytes, so that later reads see the target's current memory.
+    fn flush(&self) {}
+}
+
+/// Largest single read the typed API allows, so that a wild length read from a damaged
+/// target cannot allocate without bound.
+pub const DEFAULT_MAX_READ: usize = 256 << 20;
+
+/// Target memory with its data layout: typed, endian-aware reads.
+#[derive(Clone)]
+pub struct Target {
+    source: Arc<dyn MemorySource>,
+    layout: DataLayout,
+    max_read: usize,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("kind", &self.source.kind())
+            .field("layout", &self.layout)
+            .finish()
+    }
+}
+
+impl Target {
+    /// Wraps a source with the layout to read it with.
+    pub fn new(source: Arc<dyn MemorySource>, layout: DataLayout) -> Target {
+        Target {
+            source,
+            layout,
+            max_read: DEFAULT_MAX_READ,
+        }
+    }
+
+    /// The same memory read with another layout (for example once a contract descriptor
+    /// has told the real pointer size).
+    pub fn with_layout(&self, layout: DataLayout) -> Target {
+        Target {
+            layout,
+            ..self.clone()
+        }
+    }
+
+    /// Sets the largest read allowed in one call.
+    pub fn with_max_read(mut self, max_read: usize) -> Target {
+        self.max_read = max_read;
+        self
+    }
+
+    /// The layout reads use.
+    pub fn layout(&self) -> DataLayout {
+        self.layout
+    }
+
+    /// Pointer size in bytes.
+    pub fn pointer_size(&self) -> u8 {
+        self.layout.pointer_size
+    }
+
+    /// The underlying source.
+    pub fn source(&self) -> &Arc<dyn MemorySource> {
+        &self.source
+    }
+
+    /// Files mapped into the target.
+    pub fn mapped_files(&self) -> &[MappedFile] {
+        self.source.mapped_files()
+    }
+
+    /// Fills `buf` from `addr`.
+    pub fn read_into(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if addr.checked_add(buf.len() as u64 - 1).is_none() {
+            return Err(ReadError::AddressOverflow {
+                addr,
+                len: buf.len(),
+            });
+        }
+        self.source.read_exact(addr, buf)
+    }
+
+    /// Reads `len` bytes at `addr` into a new vector (at most the read cap).
+    pub fn read_bytes(&self, addr: u64, len: usize) -> Result<Vec<u8>, ReadError> {
+        if len > self.max_read {
+            return Err(ReadError::TooLarge {
+                addr,
+                len,
+                cap: self.max_read,
+            });
+        }
+        let mut buf = vec![0u8; len];
+        self.read_into(addr, &mut buf)?;
+        Ok(buf)
+    }
+
+    fn read_array<const N: usize>(&self, addr: u64) -> Result<[u8; N], ReadError> {
+        let mut buf = [0u8; N];
+        self.read_into(addr, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// Reads a `u8`.
+    pub fn read_u8(&self, addr: u64) -> Result<u8, ReadError> {
+        Ok(self.read_array::<1>(addr)?[0])
+    }
+
+    /// Reads a `u16` in target byte order.
+    pub fn read_u16(&self, addr: u64) -> Result<u16, ReadError> {
+        let b = self.read_array::<2>(addr)?;
+        Ok(match self.layout.endian {
+            Endian::Little => u16::from_le_bytes(b),
+            Endian::Big => u16::from_be_bytes(b),
+        })
+    }
+
+    /// Reads a `u32` in target byte order.
+    pub fn read_u32(&self, addr: u64) -> Result<u32, ReadError> {
+        let b = self.read_array::<4>(addr)?;
+        Ok(match self.layout.endian {
+            Endian::Little => u32::from_le_bytes(b),
+            Endian::Big => u32::from_be_bytes(b),
+        })
+    }
+
+    /// Reads a `u64` in target byte order.
+    pub fn read_u64(&self, addr: u64) -> Result<u64, ReadError> {
+        let b = self.read_array::<8>(addr)?;
+        Ok(match self.layout.endian {
+            Endian::Little => u64::from_le_bytes(b),
+            Endian::Big => u64::from_be_bytes(b),
+        })
+    }
+
+    /// Reads an `i32` in target byte order.
+    pub fn read_i32(&self, addr: u64) -> Result<i32, ReadError> {
+        Ok(self.read_u32(addr)? as i32)
+    }
+
+    /// Reads an `i64` in target byte order.
+    pub fn read_i64(&self, addr: u64) -> Result<i64, ReadError> {
+        Ok(self.read_u64(addr)? as i64)
+    }
+
+    /// Reads a pointer-sized unsigned value (a pointer or `nuint`).
+    pub fn read_pointer(&self, addr: u64) -> Result<u64, ReadError> {
+        match self.layout.pointer_size {
+            4 => Ok(u64::from(self.read_u32(addr)?)),
+            _ => self.read_u64(addr),
+        }
+    }
+
+    /// Reads a pointer-sized signed value (`nint`), sign-extended.
+    pub fn read_nint(&self, addr: u64) -> Result<i64, ReadError> {
+        match self.layout.pointer_size {
+            4 => Ok(i64::from(self.read_i32(addr)?)),
+            _ => self.read_i64(addr),
+        }
+    }
+
+    /// Reads `count` pointers starting at `addr`, in one read.
+    pub fn read_pointers(&self, addr: u64, count: usize) -> Result<Vec<u64>, ReadError> {
+        let size = usize::from(self.layout.pointer_size);
+        let len = count.checked_mul(size).ok_or(ReadError::AddressOverflow {
+            addr,
+            len: usize::MAX,
+        })?;
+        let bytes = self.read_bytes(addr, len)?;
+        Ok(bytes
+            .chunks_exact(size)
+            .map(|c| decode_unsigned(c, self.layout.endian))
+            .collect())
+    }
+
+    /// Reads a NUL-terminated byte string of at most `max_len` bytes (terminator
+    /// excluded). Reads in small chunks so that a string near the end of a mapping works.
+    pub fn read_c_bytes(&self, addr: u64, max_len: usize) -> Result<Vec<u8>, ReadError> {
+        const CHUNK: u64 = 64;
+        let mut out = Vec::new();
+        let mut cur = addr;
+        loop {
+            // Never cross a chunk boundary so a read does not run into an unmapped page.
+            let room = CHUNK - (cur % CHUNK);
+            let want = room.min((max_len + 1 - out.len()) as u64) as usize;
+            let mut buf = [0u8; CHUNK as usize];
+            self.read_into(cur, &mut buf[..want])?;
+            if let Some(nul) = buf[..want].iter().position(|&b| b == 0) {
+                out.extend_from_slice(&buf[..nul]);
+                return Ok(out);
+            }
+            out.extend_from_slice(&buf[..want]);
+            if out.len() > max_len {
+                return Err(ReadError::StringTooLong { addr, cap: max_len });
+            }
+            cur = cur.checked_add(want as u64).ok_or(ReadError::AddressOverflow {
+                addr,
+                len: out.len(),
+            })?;
+        }
+    }
+
+    /// Reads a NUL-terminated UTF-8 string of at most `max_len` bytes.
+    pub fn read_c_string(&self, addr: u64, max_len: usize) -> Result<String, ReadError> {
+        let bytes = self.read_c_bytes(addr, max_len)?;
+        String::from_utf8(bytes).map_err(|_| ReadError::InvalidString {
+            addr,
+            encoding: "UTF-8",
+        })
+    }
+
+    /// Reads a NUL-terminated UTF-16 string (target byte order) of at most `max_chars`
+    /// code units.
+    pub fn read_utf16_c_string(&self, addr: u64, max_chars: usize) -> Result<String, ReadError> {
+        let mut units = Vec::new();
+        let mut cur = addr;
+        loop {
+            let unit = self.read_u16(cur)?;
+            if unit == 0 {
+                break;
+            }
+            if units.len() == max_chars {
+                return Err(ReadError::StringTooLong {
+                    addr,
+                    cap: max_chars,
+                });
+            }
+            units.push(unit);
+            cur = cur.checked_add(2).ok_or(ReadError::AddressOverflow {
+                addr,
+                len: units.len() * 2,
+            })?;
+        }
+        String::from_utf16(&units).map_err(|_| ReadError::InvalidString {
+            addr,
+            encoding: "UTF-16",
+        })
+    }
+
+    /// Reads a UTF-16 string of exactly `chars` code units (target byte order), such as a
+    /// length-prefixed managed string.
+    pub fn read_utf16(&self, addr: u64, chars: usize) -> Result<String, ReadError> {
+        let len = chars.checked_mul(2).ok_or(ReadError::AddressOverflow {
+            addr,
+            len: usize::MAX,
+        })?;
+        let bytes = self.read_bytes(addr, len)?;
+        let units: Vec<u16> = bytes
+            .chunks_exact(2)
+            .map(|c| decode_unsigned(c, self.layout.endian) as u16)
+            .collect();
+        String::from_utf16(&units).map_err(|_| ReadError::InvalidString {
+            addr,
+            encoding: "UTF-16",
+        })
+    }
+}
+
+/// Decodes 1 to 8 bytes as an unsigned integer in the given byte order.
+pub fn decode_unsigned(bytes: &[u8], endian: Endian) -> u64 {
+    let fold = |acc: u64, b: &u8| (acc << 8) | u64::from(*b);
+    match endian {
+        Endian::Big => bytes.iter().fold(0, fold),
+        Endian::Little => bytes.iter().rev().fold(0, fold),
+    }
+}

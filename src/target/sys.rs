@@ -1,0 +1,71 @@
+//! The crate's only `unsafe`: system calls for reading another process, and read-only
+//! memory maps of files. Each block states why it is sound.
+
+use std::fs::File;
+use std::io;
+
+use memmap2::Mmap;
+
+/// Most iovecs the kernel takes in one `process_vm_readv` call (`IOV_MAX` on Linux).
+pub(crate) const MAX_IOVECS: usize = 1024;
+
+/// Copies from the address space of `pid` into the local buffers with one
+/// `process_vm_readv` call: `requests` pairs a remote address with a local buffer of the
+/// length to read. Returns the number of bytes copied, which is less than the total when
+/// the kernel stopped at an unreadable address. At most [`MAX_IOVECS`] requests.
+pub(crate) fn process_vm_read(pid: i32, requests: &mut [(u64, &mut [u8])]) -> io::Result<usize> {
+    debug_assert!(requests.len() <= MAX_IOVECS);
+    let mut local = Vec::with_capacity(requests.len());
+    let mut remote = Vec::with_capacity(requests.len());
+    for (addr, buf) in requests.iter_mut() {
+        local.push(libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        });
+        remote.push(libc::iovec {
+            iov_base: *addr as usize as *mut libc::c_void,
+            iov_len: buf.len(),
+        });
+    }
+    // SAFETY: every local iovec points into a distinct `&mut [u8]` that lives for the whole
+    // call and has exactly `iov_len` writable bytes. Remote iovecs are only addresses in the
+    // other process; the kernel validates them and never touches our memory through them.
+    let n = unsafe {
+        libc::process_vm_readv(
+            pid,
+            local.as_ptr(),
+            local.len() as libc::c_ulong,
+            remote.as_ptr(),
+            remote.len() as libc::c_ulong,
+            0,
+        )
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Maps a whole file read-only.
+pub(crate) fn map_file(file: &File) -> io::Result<Mmap> {
+    // SAFETY: the map is read-only and private to this process. Dumps and module files are
+    // not expected to change while mapped; if another process truncates one anyway, reads
+    // of the lost pages fault (SIGBUS) rather than corrupt memory, the documented limit of
+    // every mmap-based reader.
+    unsafe { Mmap::map(file) }
+}
+
+/// True while a process with this pid exists (it may be a zombie).
+pub(crate) fn process_exists(pid: i32) -> bool {
+    // SAFETY: signal 0 sends nothing; kill only checks that the pid exists and whether we
+    // may signal it. No memory is involved.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// The effective user id of this process.
+pub(crate) fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no arguments, cannot fail and touches no memory of ours.
+    unsafe { libc::geteuid() }
+}
