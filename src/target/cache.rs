@@ -112,14 +112,11 @@ impl<S: MemorySource> MemorySource for PageCache<S> {
             .map(|(p, _)| *p)
             .collect();
         if !missing.is_empty() {
-            let fetched = match self.fetch(&missing) {
-                Ok(f) => f,
-                Err(e) => {
-                    // A page is unreadable; the bytes the caller asked for may still be
-                    // readable if the page is only partly mapped (never on Linux, but a
-                    // dump can end mid-page), so let the source decide.
-                    return self.inner.read_exact(addr, buf).map_err(|_| e);
-                }
+            let Ok(fetched) = self.fetch(&missing) else {
+                // Some page is unreadable. Read the request directly: its error names the
+                // exact first byte that failed rather than the page, and a request that
+                // only touches the readable part of a page still succeeds.
+                return self.inner.read_exact(addr, buf);
             };
             let mut map = self.lock();
             if map.len() + fetched.len() > self.max_pages {

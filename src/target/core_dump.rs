@@ -389,15 +389,17 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, St
     segments.sort_by_key(|s| s.vaddr);
     files.sort_by_key(|f| f.start);
     let file_len = data.len() as u64;
-    if let Some(seg) = segments
+    let needed = headers
         .iter()
-        .find(|s| s.filesz > 0 && s.offset.saturating_add(s.filesz) > file_len)
-    {
-        warnings.push(format!(
-            "the core file is truncated: it is {file_len} bytes but the segment at {:#x} needs bytes up to {}",
-            seg.vaddr,
-            seg.offset.saturating_add(seg.filesz)
-        ));
+        .map(|ph| Into::<u64>::into(ph.p_offset(endian)).saturating_add(ph.p_filesz(endian).into()))
+        .max()
+        .unwrap_or(0);
+    if needed > file_len {
+        // Put it first: it explains the other warnings (unreadable notes, missing memory).
+        warnings.insert(
+            0,
+            format!("the core file is truncated: it is {file_len} bytes but its headers describe {needed}"),
+        );
     }
     Ok(Parsed {
         layout,
