@@ -1,1 +1,3 @@
-fn main() { std::process::exit(cdac::cli::main()) }
+fn main() {
+    std::process::exit(cdac::cli::main())
+}

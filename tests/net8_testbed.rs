@@ -33,7 +33,13 @@ fn check_runtime(rt: &Runtime, what: &str) {
         Some("7c3796010ffdb407df859c3884e92bcad0cf7925"),
         "{what}"
     );
-    assert_eq!(rt.descriptor().contract("ExecutionManager").and_then(|v| v.coreclr_number()), Some(1), "{what}");
+    assert_eq!(
+        rt.descriptor()
+            .contract("ExecutionManager")
+            .and_then(|v| v.coreclr_number()),
+        Some(1),
+        "{what}"
+    );
 }
 
 /// Base of libcoreclr.so from /proc/PID/maps, parsed here independently of the library.
@@ -81,15 +87,25 @@ fn cli_info_json_has_the_documented_keys() {
             .arg("--json")
             .output()
             .expect("run cdac");
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
         assert_eq!(j["runtime_version"], "8.0.4", "{args:?}");
         assert_eq!(j["pointer_size"], 8);
         assert_eq!(j["descriptor_source"]["kind"], "shipped");
         assert_eq!(j["descriptor_source"]["name"], "net8.0-linux-x64");
         assert_eq!(j["contracts"]["ExecutionManager"], 1);
-        assert_eq!(j["runtime_module"]["path"], tb.libcoreclr().display().to_string());
-        assert_eq!(hex(&j["runtime_module"]["base"]), maps_base(tb.pid, &tb.libcoreclr()));
+        assert_eq!(
+            j["runtime_module"]["path"],
+            tb.libcoreclr().display().to_string()
+        );
+        assert_eq!(
+            hex(&j["runtime_module"]["base"]),
+            maps_base(tb.pid, &tb.libcoreclr())
+        );
         assert!(j["types_count"].as_u64().expect("types_count") >= 8);
         assert!(j["globals_count"].as_u64().expect("globals_count") >= 10);
     }
@@ -104,7 +120,10 @@ fn cli_human_output_and_error_line() {
         .expect("run cdac");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("runtime version   8.0.4"), "{text}");
-    assert!(text.contains("descriptor        shipped: net8.0-linux-x64"), "{text}");
+    assert!(
+        text.contains("descriptor        shipped: net8.0-linux-x64"),
+        "{text}"
+    );
 
     // A pid that does not exist: one line on stderr, non-zero exit.
     let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
@@ -114,12 +133,14 @@ fn cli_human_output_and_error_line() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.starts_with("cdac: error: no process with pid 999999999"), "{err}");
+    assert!(
+        err.starts_with("cdac: error: no process with pid 999999999"),
+        "{err}"
+    );
 }
 
 /// What the range-section walk finds for one address.
 struct Found {
-    range_section: u64,
     begin: u64,
     end: u64,
     flags: u32,
@@ -132,8 +153,14 @@ struct Found {
 /// levels of 256 pointers over address bits 56..17, then a fragment list.
 fn find_range_section(t: &Target, rt: &Runtime, addr: u64) -> Option<Found> {
     let d = rt.descriptor();
-    let map = d.global_value("ExecutionManagerCodeRangeMapAddress").expect("global");
-    let mut level = map + d.ty("RangeSectionMap").unwrap().offset("TopLevelData").unwrap();
+    let map = d
+        .global_value("ExecutionManagerCodeRangeMapAddress")
+        .expect("global");
+    let mut level = map
+        + d.ty("RangeSectionMap")
+            .unwrap()
+            .offset("TopLevelData")
+            .unwrap();
     for shift in [49u32, 41, 33, 25] {
         let entry = t.read_pointer(level + ((addr >> shift) & 0xff) * 8).ok()? & !1;
         if entry == 0 {
@@ -145,14 +172,19 @@ fn find_range_section(t: &Target, rt: &Runtime, addr: u64) -> Option<Found> {
     let mut frag = t.read_pointer(level + ((addr >> 17) & 0xff) * 8).ok()? & !1;
     let mut steps = 0;
     while frag != 0 && steps < 1000 {
-        let begin = t.read_pointer(frag + frag_ty.offset("RangeBegin").unwrap()).ok()?;
-        let end = t.read_pointer(frag + frag_ty.offset("RangeEndOpen").unwrap()).ok()?;
+        let begin = t
+            .read_pointer(frag + frag_ty.offset("RangeBegin").unwrap())
+            .ok()?;
+        let end = t
+            .read_pointer(frag + frag_ty.offset("RangeEndOpen").unwrap())
+            .ok()?;
         if begin <= addr && addr < end {
-            let rs = t.read_pointer(frag + frag_ty.offset("RangeSection").unwrap()).ok()?;
+            let rs = t
+                .read_pointer(frag + frag_ty.offset("RangeSection").unwrap())
+                .ok()?;
             let ty = d.ty("RangeSection").unwrap();
             let p = |f: &str| t.read_pointer(rs + ty.offset(f).unwrap()).expect(f);
             return Some(Found {
-                range_section: rs,
                 begin: p("RangeBegin"),
                 end: p("RangeEndOpen"),
                 flags: t.read_u32(rs + ty.offset("Flags").unwrap()).expect("flags"),
@@ -161,7 +193,10 @@ fn find_range_section(t: &Target, rt: &Runtime, addr: u64) -> Option<Found> {
                 heap_list: p("HeapList"),
             });
         }
-        frag = t.read_pointer(frag + frag_ty.offset("Next").unwrap()).ok()? & !1;
+        frag = t
+            .read_pointer(frag + frag_ty.offset("Next").unwrap())
+            .ok()?
+            & !1;
         steps += 1;
     }
     None
@@ -174,34 +209,85 @@ fn verify_layouts(rt: &Runtime, what: &str) {
     let tb = testbed();
     let t = rt.target();
     let d = rt.descriptor();
-    let ee_manager = t.read_pointer(d.global_value("EEJitManagerAddress").unwrap()).unwrap();
-    let r2r_manager = t.read_pointer(d.global_value("ReadyToRunJitManagerAddress").unwrap()).unwrap();
+    let ee_manager = t
+        .read_pointer(d.global_value("EEJitManagerAddress").unwrap())
+        .unwrap();
+    let r2r_manager = t
+        .read_pointer(d.global_value("ReadyToRunJitManagerAddress").unwrap())
+        .unwrap();
     // The managers' vtables are the ones g_dacTable names.
-    assert_eq!(t.read_pointer(ee_manager).unwrap(), d.global_value("EEJitManagerVTable").unwrap(), "{what}");
-    assert_eq!(t.read_pointer(r2r_manager).unwrap(), d.global_value("ReadyToRunJitManagerVTable").unwrap(), "{what}");
+    assert_eq!(
+        t.read_pointer(ee_manager).unwrap(),
+        d.global_value("EEJitManagerVTable").unwrap(),
+        "{what}"
+    );
+    assert_eq!(
+        t.read_pointer(r2r_manager).unwrap(),
+        d.global_value("ReadyToRunJitManagerVTable").unwrap(),
+        "{what}"
+    );
 
-    let map = perf_map(std::path::Path::new(tb.manifest["perf_map"].as_str().unwrap()));
+    // The EEJitManager's list of code heaps, through CodeHeapListNode.Next.
     let heap_ty = d.ty("CodeHeapListNode").unwrap();
+    let mut heaps = Vec::new();
+    let mut node = t
+        .read_pointer(
+            ee_manager
+                + d.ty("EEJitManager")
+                    .unwrap()
+                    .offset("AllCodeHeaps")
+                    .unwrap(),
+        )
+        .unwrap();
+    while node != 0 && heaps.len() < 10_000 {
+        heaps.push(node);
+        node = t
+            .read_pointer(node + heap_ty.offset("Next").unwrap())
+            .unwrap();
+    }
+    assert!(!heaps.is_empty(), "{what}: no code heaps");
+
+    let map = perf_map(std::path::Path::new(
+        tb.manifest["perf_map"].as_str().unwrap(),
+    ));
     let header_ty = d.ty("RealCodeHeader").unwrap();
     let mut checked = 0;
     for m in tb.emitted() {
-        let needle = format!("{}::{}(", m["type"].as_str().unwrap(), m["name"].as_str().unwrap());
+        let needle = format!(
+            "{}::{}(",
+            m["type"].as_str().unwrap(),
+            m["name"].as_str().unwrap()
+        );
         let entries: Vec<_> = map.iter().filter(|(_, _, n)| n.contains(&needle)).collect();
         assert!(!entries.is_empty(), "{what}: {needle} not in the perf map");
         for (start, size, name) in entries {
             for ip in [*start, start + size / 2, start + size - 1] {
-                let f = find_range_section(t, rt, ip).unwrap_or_else(|| panic!("{what}: {name} {ip:#x} not in the range section map"));
+                let f = find_range_section(t, rt, ip).unwrap_or_else(|| {
+                    panic!("{what}: {name} {ip:#x} not in the range section map")
+                });
                 assert!(f.begin <= ip && ip < f.end, "{what}: {name}");
                 assert_eq!(f.flags & 2, 2, "{what}: {name} not in a code heap section");
                 assert_eq!(f.jit_manager, ee_manager, "{what}: {name}");
                 assert_eq!(f.r2r_module, 0, "{what}: {name}");
-                let heap_start = t.read_pointer(f.heap_list + heap_ty.offset("StartAddress").unwrap()).unwrap();
-                let heap_end = t.read_pointer(f.heap_list + heap_ty.offset("EndAddress").unwrap()).unwrap();
-                assert!(heap_start <= ip && ip < heap_end, "{what}: {name} {ip:#x} outside its heap {heap_start:#x}..{heap_end:#x}");
-                let _ = f.range_section;
+                let heap_start = t
+                    .read_pointer(f.heap_list + heap_ty.offset("StartAddress").unwrap())
+                    .unwrap();
+                let heap_end = t
+                    .read_pointer(f.heap_list + heap_ty.offset("EndAddress").unwrap())
+                    .unwrap();
+                assert!(
+                    heap_start <= ip && ip < heap_end,
+                    "{what}: {name} {ip:#x} outside its heap {heap_start:#x}..{heap_end:#x}"
+                );
+                assert!(
+                    heaps.contains(&f.heap_list),
+                    "{what}: {name}'s heap is not in EEJitManager.AllCodeHeaps"
+                );
             }
             let header = t.read_pointer(start - 8).unwrap();
-            let md = t.read_pointer(header + header_ty.offset("MethodDesc").unwrap()).unwrap();
+            let md = t
+                .read_pointer(header + header_ty.offset("MethodDesc").unwrap())
+                .unwrap();
             assert_eq!(md, hex(&m["method_desc"]), "{what}: {name}");
             checked += 1;
         }
@@ -217,11 +303,28 @@ fn verify_layouts(rt: &Runtime, what: &str) {
         .find(|f| f.path.ends_with("System.Private.CoreLib.dll") && f.file_offset > 0)
         .expect("CoreLib mapped");
     let ip = corelib.start + 0x100;
-    let f = find_range_section(t, rt, ip).unwrap_or_else(|| panic!("{what}: CoreLib not in the map"));
+    let f =
+        find_range_section(t, rt, ip).unwrap_or_else(|| panic!("{what}: CoreLib not in the map"));
     assert_eq!(f.jit_manager, r2r_manager, "{what}");
     assert_ne!(f.r2r_module, 0, "{what}");
-    let r2r_info = t.read_pointer(f.r2r_module + d.ty("Module").unwrap().offset("ReadyToRunInfo").unwrap()).unwrap();
-    assert_ne!(r2r_info, 0, "{what}: CoreLib's Module has no ReadyToRunInfo");
+    let r2r_info = t
+        .read_pointer(f.r2r_module + d.ty("Module").unwrap().offset("ReadyToRunInfo").unwrap())
+        .unwrap();
+    assert_ne!(
+        r2r_info, 0,
+        "{what}: CoreLib's Module has no ReadyToRunInfo"
+    );
+    // A real ReadyToRunInfo points at the image's READYTORUN_HEADER, whose signature is
+    // "RTR" (0x00525452), within its first few fields.
+    let reaches_header = (0..32u64).any(|i| {
+        let p = t.read_pointer(r2r_info + i * 8).unwrap_or(0);
+        p >= corelib.start.saturating_sub(corelib.file_offset)
+            && t.read_u32(p).ok() == Some(0x0052_5452)
+    });
+    assert!(
+        reaches_header,
+        "{what}: Module.ReadyToRunInfo does not lead to an RTR header"
+    );
 }
 
 #[test]
@@ -242,7 +345,9 @@ fn shipped_layouts_hold_in_full_and_gcore_dumps() {
 fn small_dumps_say_memory_was_not_captured() {
     // The normal and triage dumps leave out JIT'ed code: reading it must say so.
     let tb = testbed();
-    let map = perf_map(std::path::Path::new(tb.manifest["perf_map"].as_str().unwrap()));
+    let map = perf_map(std::path::Path::new(
+        tb.manifest["perf_map"].as_str().unwrap(),
+    ));
     let (start, _, name) = map
         .iter()
         .find(|(_, _, n)| n.contains("Cdac.Testbed.Big::Large"))

@@ -26,10 +26,22 @@ fn check_synthetic(rt: &Runtime, host: &SyntheticHost, what: &str) {
         },
         "{what}"
     );
-    assert_eq!(d.contract("ExecutionManager"), Some(&ContractVersion::Number(2)), "{what}");
-    assert_eq!(d.contract("PrecodeStubs"), Some(&ContractVersion::Number(3)), "{what}");
+    assert_eq!(
+        d.contract("ExecutionManager"),
+        Some(&ContractVersion::Number(2)),
+        "{what}"
+    );
+    assert_eq!(
+        d.contract("PrecodeStubs"),
+        Some(&ContractVersion::Number(3)),
+        "{what}"
+    );
     // The GC sub-descriptor's contract and globals are merged in.
-    assert_eq!(d.contract("GC"), Some(&ContractVersion::Number(1)), "{what}");
+    assert_eq!(
+        d.contract("GC"),
+        Some(&ContractVersion::Number(1)),
+        "{what}"
+    );
     let subs = d.sub_descriptors();
     assert_eq!(subs.len(), 1, "{what}");
     assert_eq!(subs[0].name, "GC");
@@ -40,22 +52,48 @@ fn check_synthetic(rt: &Runtime, host: &SyntheticHost, what: &str) {
     let globals = host.report["globals"].as_object().expect("globals");
     assert!(globals.len() >= 9);
     for (name, value) in globals {
-        assert_eq!(d.global_value(name).expect(name), common::hex(value), "{what}: {name}");
+        assert_eq!(
+            d.global_value(name).expect(name),
+            common::hex(value),
+            "{what}: {name}"
+        );
     }
     assert_eq!(d.global("GCLowestAddress").unwrap().origin(), "GC");
     assert_eq!(d.global_string("Architecture").unwrap(), "x64");
-    assert_eq!(d.global("SyntheticNegativeOffset").unwrap().value_signed().unwrap(), -16);
+    assert_eq!(
+        d.global("SyntheticNegativeOffset")
+            .unwrap()
+            .value_signed()
+            .unwrap(),
+        -16
+    );
     // Through the resolved globals, real objects: ThreadStore global → pointer variable →
     // ThreadStore, whose ThreadCount is 3 and whose first thread has Id 1.
     let t = rt.target();
-    let store = t.read_pointer(d.global_value("ThreadStore").unwrap()).unwrap();
+    let store = t
+        .read_pointer(d.global_value("ThreadStore").unwrap())
+        .unwrap();
     assert_eq!(store, host.addr("objects", "thread_store"), "{what}");
     let store_ty = d.ty("ThreadStore").unwrap();
-    assert_eq!(t.read_i32(store + store_ty.offset("ThreadCount").unwrap()).unwrap(), 3);
-    let first = t.read_pointer(store + store_ty.offset("FirstThread").unwrap()).unwrap();
-    assert_eq!(t.read_u32(first + d.ty("Thread").unwrap().offset("Id").unwrap()).unwrap(), 1);
-    let domain = t.read_pointer(d.global_value("AppDomain").unwrap()).unwrap();
-    let name = t.read_pointer(domain + d.ty("AppDomain").unwrap().offset("FriendlyName").unwrap()).unwrap();
+    assert_eq!(
+        t.read_i32(store + store_ty.offset("ThreadCount").unwrap())
+            .unwrap(),
+        3
+    );
+    let first = t
+        .read_pointer(store + store_ty.offset("FirstThread").unwrap())
+        .unwrap();
+    assert_eq!(
+        t.read_u32(first + d.ty("Thread").unwrap().offset("Id").unwrap())
+            .unwrap(),
+        1
+    );
+    let domain = t
+        .read_pointer(d.global_value("AppDomain").unwrap())
+        .unwrap();
+    let name = t
+        .read_pointer(domain + d.ty("AppDomain").unwrap().offset("FriendlyName").unwrap())
+        .unwrap();
     assert_eq!(t.read_utf16_c_string(name, 256).unwrap(), "synthetic-host");
     let v = rt.version().expect("version");
     assert_eq!(v.file_version, "10.0.25.52411", "{what}");
@@ -77,12 +115,19 @@ fn gcore_of_synthetic_runtime() {
     let rt = Runtime::open_dump(&core, &OpenOptions::default()).expect("open core");
     check_synthetic(&rt, &host, "gcore");
     let threads = rt.target().source().threads().unwrap();
-    assert!(threads.iter().any(|t| t.tid == host.pid), "main thread in NT_PRSTATUS");
+    assert!(
+        threads.iter().any(|t| t.tid == host.pid),
+        "main thread in NT_PRSTATUS"
+    );
     assert!(threads.iter().all(|t| t.ip.is_some() && t.sp.is_some()));
     // Reading the JSON text crosses from a file-backed page into an anonymous one: two
     // PT_LOAD segments stitched in one read.
-    let d = cdac::descriptor::embedded::read_header(rt.target(), host.top("descriptor"), "main").unwrap();
-    let json = rt.target().read_bytes(d.descriptor, d.descriptor_size as usize).unwrap();
+    let d = cdac::descriptor::embedded::read_header(rt.target(), host.top("descriptor"), "main")
+        .unwrap();
+    let json = rt
+        .target()
+        .read_bytes(d.descriptor, d.descriptor_size as usize)
+        .unwrap();
     assert!(json.starts_with(b"{\"version\":0"));
     assert!(json.ends_with(b"}"));
     std::fs::remove_file(core).ok();
@@ -105,20 +150,38 @@ fn process_that_exits_while_read_gives_process_exited() {
     let _ = host.child.wait();
     // Reaped or not, reads now fail with a "process exited" error at that address.
     let err = target.read_u32(addr).expect_err("process is gone");
-    assert!(matches!(err, ReadError::ProcessExited { pid, addr: a } if pid == host.pid && a == addr), "{err}");
-    assert!(matches!(last, Err(ReadError::ProcessExited { .. })), "{last:?}");
+    assert!(
+        matches!(err, ReadError::ProcessExited { pid, addr: a } if pid == host.pid && a == addr),
+        "{err}"
+    );
+    assert!(
+        matches!(last, Err(ReadError::ProcessExited { .. })),
+        "{last:?}"
+    );
     // And opening it again says there is no such process.
-    assert!(matches!(LiveProcess::open(host.pid), Err(OpenError::NoSuchProcess { .. })));
-    assert!(matches!(Runtime::attach(host.pid, &OpenOptions::default()), Err(RuntimeError::Open(OpenError::NoSuchProcess { .. }))));
+    assert!(matches!(
+        LiveProcess::open(host.pid),
+        Err(OpenError::NoSuchProcess { .. })
+    ));
+    assert!(matches!(
+        Runtime::attach(host.pid, &OpenOptions::default()),
+        Err(RuntimeError::Open(OpenError::NoSuchProcess { .. }))
+    ));
 }
 
 #[test]
 fn live_reads_of_unmapped_memory_name_the_address() {
     let host = SyntheticHost::start(&[]);
     let live = LiveProcess::open(host.pid).expect("open");
-    let t = Target::new(Arc::new(cdac::target::cache::PageCache::new(live)), DataLayout::LE64);
+    let t = Target::new(
+        Arc::new(cdac::target::cache::PageCache::new(live)),
+        DataLayout::LE64,
+    );
     let err = t.read_u64(0x10).expect_err("page zero");
-    assert!(matches!(err, ReadError::Unmapped { addr: 0x10, .. }), "{err}");
+    assert!(
+        matches!(err, ReadError::Unmapped { addr: 0x10, .. }),
+        "{err}"
+    );
     // A read that starts mapped and runs off the end of the last mapping of the library.
     let lib = t
         .mapped_files()
@@ -137,8 +200,15 @@ fn live_reads_of_unmapped_memory_name_the_address() {
     live.set_method(cdac::target::live::ReadMethod::ProcMem);
     let t = Target::new(Arc::new(live), DataLayout::LE64);
     let store = host.addr("objects", "thread_store");
-    assert_eq!(t.read_i32(store).unwrap(), 3, "ThreadCount through /proc/PID/mem");
-    assert!(matches!(t.read_u64(0x10), Err(ReadError::Unmapped { addr: 0x10, .. })));
+    assert_eq!(
+        t.read_i32(store).unwrap(),
+        3,
+        "ThreadCount through /proc/PID/mem"
+    );
+    assert!(matches!(
+        t.read_u64(0x10),
+        Err(ReadError::Unmapped { addr: 0x10, .. })
+    ));
 }
 
 /// Copies the first `len` bytes of `from` to `to`.
@@ -163,7 +233,10 @@ fn truncated_cores_fail_with_typed_errors() {
     for len in [0, 3, 40] {
         let path = dir.join(format!("cut{len}.core"));
         truncated_copy(&core, &path, len);
-        assert!(matches!(CoreDump::open(&path), Err(OpenError::BadCore { .. })), "cut at {len}");
+        assert!(
+            matches!(CoreDump::open(&path), Err(OpenError::BadCore { .. })),
+            "cut at {len}"
+        );
     }
     // Cut at several points: opening works or fails with BadCore; reads either return the
     // right bytes or say the memory is not captured. Never a panic.
@@ -182,7 +255,8 @@ fn truncated_cores_fail_with_typed_errors() {
                 // (A cut in trailing bytes no header describes is undetectable and harmless.)
                 if len <= size / 2 {
                     assert!(
-                        dump.warnings().iter().any(|w| w.contains("truncated")) || dump.segment_count() == 0,
+                        dump.warnings().iter().any(|w| w.contains("truncated"))
+                            || dump.segment_count() == 0,
                         "cut at {len}: no truncation warning in {:?}",
                         dump.warnings()
                     );
@@ -212,27 +286,65 @@ fn core_whose_backing_file_is_missing_says_so() {
 
     let dump = CoreDump::open(&core).expect("open");
     let lib_text = lib.display().to_string();
-    assert!(dump.warnings().iter().any(|w| w.contains(&lib_text)), "{:?}", dump.warnings());
+    assert!(
+        dump.warnings().iter().any(|w| w.contains(&lib_text)),
+        "{:?}",
+        dump.warnings()
+    );
     // A read-only mapping of the library that gcore left out: not captured, naming the file.
     let left_out = dump
         .mapped_files()
         .iter()
         .filter(|f| f.path == lib)
-        .find_map(|f| match dump.read_exact(f.start, &mut [0u8; 8]) {
-            Err(e) => Some(e),
-            Ok(()) => None,
-        })
+        .find_map(|f| dump.read_exact(f.start, &mut [0u8; 8]).err())
         .expect("gcore leaves out some read-only mapping of the library");
     match &left_out {
         ReadError::NotCaptured { reason, .. } => {
-            assert!(reason.contains(&lib_text) && reason.contains("not on this machine"), "{reason}")
+            assert!(
+                reason.contains(&lib_text) && reason.contains("not on this machine"),
+                "{reason}"
+            )
         }
         other => panic!("expected NotCaptured, got {other}"),
     }
     // Opening the runtime still works or fails with a typed error; never a panic.
     match Runtime::open(Arc::new(dump), &OpenOptions::default()) {
-        Ok(rt) => assert!(rt.version().is_none(), "the version string lives only in the missing file"),
+        Ok(rt) => assert!(
+            rt.version().is_none(),
+            "the version string lives only in the missing file"
+        ),
         Err(e) => eprintln!("runtime not opened without its file: {e}"),
     }
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn reading_another_users_process_explains_the_missing_privilege() {
+    // The host runs as root; cdac runs as nobody (uid 65534) without CAP_SYS_PTRACE.
+    let host = SyntheticHost::start(&[]);
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(env!("CARGO_BIN_EXE_cdac"))
+        .args(["info", "--pid", &host.pid.to_string()])
+        .output()
+        .expect("setpriv (util-linux)");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "cdac: error: permission denied opening process {}",
+            host.pid
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("runs as uid 0 and we run as uid 65534"),
+        "{err}"
+    );
 }

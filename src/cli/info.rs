@@ -134,19 +134,53 @@ pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
     }
     let unknown = || "unknown".to_string();
     println!("target            {}", r.target);
-    println!("runtime module    {} at {}", r.runtime_module.path, r.runtime_module.base);
-    println!("build id          {}", r.runtime_module.build_id.clone().unwrap_or_else(unknown));
+    println!(
+        "runtime module    {} at {}",
+        r.runtime_module.path, r.runtime_module.base
+    );
+    println!(
+        "build id          {}",
+        r.runtime_module.build_id.clone().unwrap_or_else(unknown)
+    );
     println!(
         "runtime version   {} (file version {}, commit {})",
         r.runtime_version.clone().unwrap_or_else(unknown),
         r.runtime_file_version.clone().unwrap_or_else(unknown),
         r.runtime_commit.clone().unwrap_or_else(unknown)
     );
-    println!("architecture      {} ({}-bit pointers, {}-endian)", r.architecture, u32::from(r.pointer_size) * 8, r.endianness);
-    let fit = r.descriptor_source.fit.map(|f| format!(", {f}")).unwrap_or_default();
-    println!("descriptor        {}: {}{fit}", r.descriptor_source.kind, r.descriptor_source.name);
-    let contracts: Vec<String> = r.contracts.iter().map(|(k, v)| format!("{k} {}", v.as_str().map_or_else(|| v.to_string(), str::to_string))).collect();
-    println!("contracts         {}", if contracts.is_empty() { "none".to_string() } else { contracts.join(", ") });
+    println!(
+        "architecture      {} ({}-bit pointers, {}-endian)",
+        r.architecture,
+        u32::from(r.pointer_size) * 8,
+        r.endianness
+    );
+    let fit = r
+        .descriptor_source
+        .fit
+        .map(|f| format!(", {f}"))
+        .unwrap_or_default();
+    println!(
+        "descriptor        {}: {}{fit}",
+        r.descriptor_source.kind, r.descriptor_source.name
+    );
+    let contracts: Vec<String> = r
+        .contracts
+        .iter()
+        .map(|(k, v)| {
+            format!(
+                "{k} {}",
+                v.as_str().map_or_else(|| v.to_string(), str::to_string)
+            )
+        })
+        .collect();
+    println!(
+        "contracts         {}",
+        if contracts.is_empty() {
+            "none".to_string()
+        } else {
+            contracts.join(", ")
+        }
+    );
     println!("types             {}", r.types_count);
     println!("globals           {}", r.globals_count);
     for s in &r.sub_descriptors {

@@ -38,7 +38,11 @@ pub struct ContractDescriptorHeader {
 }
 
 /// Reads and validates the structure at `addr`.
-pub fn read_header(target: &Target, addr: u64, name: &str) -> Result<ContractDescriptorHeader, DescriptorError> {
+pub fn read_header(
+    target: &Target,
+    addr: u64,
+    name: &str,
+) -> Result<ContractDescriptorHeader, DescriptorError> {
     let read_err = |what: &'static str| {
         move |source| DescriptorError::Read {
             descriptor: name.to_string(),
@@ -47,7 +51,9 @@ pub fn read_header(target: &Target, addr: u64, name: &str) -> Result<ContractDes
         }
     };
     let mut magic = [0u8; 8];
-    target.read_into(addr, &mut magic).map_err(read_err("header"))?;
+    target
+        .read_into(addr, &mut magic)
+        .map_err(read_err("header"))?;
     let mut magic_be = MAGIC_LE;
     magic_be.reverse();
     let endian = if magic == MAGIC_LE {
@@ -88,7 +94,11 @@ pub fn read_header(target: &Target, addr: u64, name: &str) -> Result<ContractDes
 }
 
 /// Loads the descriptor exported at `addr` and all its sub-descriptors.
-pub fn load(target: &Target, addr: u64, limits: &Limits) -> Result<DataDescriptor, DescriptorError> {
+pub fn load(
+    target: &Target,
+    addr: u64,
+    limits: &Limits,
+) -> Result<DataDescriptor, DescriptorError> {
     let header = read_header(target, addr, "main")?;
     let mut out = DataDescriptor::new(header.layout);
     let mut visited = HashSet::new();
@@ -118,10 +128,18 @@ fn load_into(
         cap,
     };
     if header.descriptor_size > limits.max_descriptor_bytes {
-        return Err(too_large("JSON size", header.descriptor_size.into(), limits.max_descriptor_bytes.into()));
+        return Err(too_large(
+            "JSON size",
+            header.descriptor_size.into(),
+            limits.max_descriptor_bytes.into(),
+        ));
     }
     if header.pointer_data_count > limits.max_pointer_data {
-        return Err(too_large("pointer-data count", header.pointer_data_count.into(), limits.max_pointer_data.into()));
+        return Err(too_large(
+            "pointer-data count",
+            header.pointer_data_count.into(),
+            limits.max_pointer_data.into(),
+        ));
     }
     let t = target.with_layout(header.layout);
     let text = t
@@ -162,7 +180,11 @@ fn load_into(
             continue;
         }
         if depth + 1 > limits.max_sub_descriptor_depth {
-            return Err(too_large("sub-descriptor nesting", u64::from(depth + 1), limits.max_sub_descriptor_depth.into()));
+            return Err(too_large(
+                "sub-descriptor nesting",
+                u64::from(depth + 1),
+                limits.max_sub_descriptor_depth.into(),
+            ));
         }
         let sub_addr = match t.read_pointer(variable) {
             Ok(0) => {
@@ -178,7 +200,9 @@ fn load_into(
         if visited.contains(&sub_addr) {
             return Err(DescriptorError::Invalid {
                 descriptor: name.to_string(),
-                detail: format!("sub-descriptor {sub_name} at {sub_addr:#x} was already loaded (a cycle)"),
+                detail: format!(
+                    "sub-descriptor {sub_name} at {sub_addr:#x} was already loaded (a cycle)"
+                ),
             });
         }
         let sub_header = match read_header(target, sub_addr, sub_name) {
@@ -189,18 +213,28 @@ fn load_into(
             }
             Err(e) => return Err(e),
         };
-        match load_into(target, sub_header, sub_name, depth + 1, limits, out, visited) {
+        match load_into(
+            target,
+            sub_header,
+            sub_name,
+            depth + 1,
+            limits,
+            out,
+            visited,
+        ) {
             Ok(()) => out.record_sub_descriptor(SubDescriptorInfo {
                 name: sub_name.clone(),
                 address: Some(sub_addr),
                 skipped: None,
             }),
             // Memory missing (a small dump) is not fatal; a malformed one is.
-            Err(DescriptorError::Read { source, what, .. }) => out.record_sub_descriptor(SubDescriptorInfo {
-                name: sub_name.clone(),
-                address: Some(sub_addr),
-                skipped: Some(format!("its {what} is unreadable: {source}")),
-            }),
+            Err(DescriptorError::Read { source, what, .. }) => {
+                out.record_sub_descriptor(SubDescriptorInfo {
+                    name: sub_name.clone(),
+                    address: Some(sub_addr),
+                    skipped: Some(format!("its {what} is unreadable: {source}")),
+                })
+            }
             Err(e) => return Err(e),
         }
     }

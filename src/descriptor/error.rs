@@ -91,7 +91,10 @@ pub enum DescriptorError {
 
     /// A numeric global was asked for and the global is a string (or the reverse).
     #[error("global {name} is not {expected}")]
-    GlobalKind { name: String, expected: &'static str },
+    GlobalKind {
+        name: String,
+        expected: &'static str,
+    },
 
     /// No descriptor could be found for the runtime.
     #[error("{0}")]

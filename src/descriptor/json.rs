@@ -194,7 +194,9 @@ pub fn parse(name: &str, text: &[u8]) -> Result<PhysicalDescriptor, DescriptorEr
                     let parsed = parse_global(&value)
                         .map_err(|d| invalid(format!("sub-descriptor {sub}: {d}")))?;
                     if let GlobalSource::Direct(Literal::Text(_)) = parsed.source {
-                        return Err(invalid(format!("sub-descriptor {sub} is a string, not an address")));
+                        return Err(invalid(format!(
+                            "sub-descriptor {sub} is a string, not an address"
+                        )));
                     }
                     out.sub_descriptors.insert(sub, parsed);
                 }
@@ -234,23 +236,36 @@ fn parse_type(
         descriptor: descriptor.to_string(),
         detail: format!("type {type_name}: {detail}"),
     };
-    reject_duplicates(descriptor, &format!("in type {type_name}, field"), &entries.0)?;
+    reject_duplicates(
+        descriptor,
+        &format!("in type {type_name}, field"),
+        &entries.0,
+    )?;
     let mut out = RawType::default();
     for (field, value) in entries.0 {
         if field == "!" {
-            out.size = Some(unsigned_u32(&value).ok_or_else(|| invalid(format!("size {value} is not an unsigned 32-bit number")))?);
+            out.size = Some(unsigned_u32(&value).ok_or_else(|| {
+                invalid(format!("size {value} is not an unsigned 32-bit number"))
+            })?);
             continue;
         }
         let (offset, type_name) = match &value {
             Value::Array(items) => match items.as_slice() {
                 [offset, Value::String(t)] => (offset, Some(t.clone())),
                 [offset] => (offset, None),
-                _ => return Err(invalid(format!("field {field}: {value} is not OFFSET or [OFFSET, \"type\"]"))),
+                _ => {
+                    return Err(invalid(format!(
+                        "field {field}: {value} is not OFFSET or [OFFSET, \"type\"]"
+                    )))
+                }
             },
             other => (other, None),
         };
-        let offset = unsigned_u32(offset)
-            .ok_or_else(|| invalid(format!("field {field}: offset {offset} is not an unsigned 32-bit number")))?;
+        let offset = unsigned_u32(offset).ok_or_else(|| {
+            invalid(format!(
+                "field {field}: offset {offset} is not an unsigned 32-bit number"
+            ))
+        })?;
         out.fields.insert(field, RawField { offset, type_name });
     }
     Ok(out)
@@ -305,7 +320,9 @@ fn parse_global(v: &Value) -> Result<RawGlobal, String> {
                 source: GlobalSource::Indirect(index(i)?),
                 type_name: None,
             }),
-            _ => Err(format!("{v} is not one of VALUE, [INDEX], [VALUE, \"type\"], [[INDEX], \"type\"]")),
+            _ => Err(format!(
+                "{v} is not one of VALUE, [INDEX], [VALUE, \"type\"], [[INDEX], \"type\"]"
+            )),
         },
         other => Ok(RawGlobal {
             source: GlobalSource::Direct(literal(other)?),

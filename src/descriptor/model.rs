@@ -215,9 +215,15 @@ impl DataDescriptor {
         let mut globals = Vec::with_capacity(physical.globals.len());
         for (name, raw) in &physical.globals {
             let (value, text, index) = match &raw.source {
-                GlobalSource::Direct(Literal::Number { value, text }) => (Some(*value), text.clone(), None),
+                GlobalSource::Direct(Literal::Number { value, text }) => {
+                    (Some(*value), text.clone(), None)
+                }
                 GlobalSource::Direct(Literal::Text(t)) => (None, Some(t.clone()), None),
-                GlobalSource::Indirect(i) => (Some(resolve_index(origin, name, *i, pointer_data)?), None, Some(*i)),
+                GlobalSource::Indirect(i) => (
+                    Some(resolve_index(origin, name, *i, pointer_data)?),
+                    None,
+                    Some(*i),
+                ),
             };
             globals.push(Global {
                 name: name.clone(),
@@ -256,7 +262,8 @@ impl DataDescriptor {
         }
         for (name, version) in &physical.contracts {
             self.contracts.insert(name.clone(), version.clone());
-            self.contract_origin.insert(name.clone(), origin.to_string());
+            self.contract_origin
+                .insert(name.clone(), origin.to_string());
         }
         for (k, v) in &physical.extras {
             self.extras.entry(k.clone()).or_insert_with(|| v.clone());
@@ -276,9 +283,11 @@ impl DataDescriptor {
 
     /// The type `name`, or an error naming it.
     pub fn ty(&self, name: &str) -> Result<&TypeLayout, DescriptorError> {
-        self.types.get(name).ok_or_else(|| DescriptorError::MissingType {
-            name: name.to_string(),
-        })
+        self.types
+            .get(name)
+            .ok_or_else(|| DescriptorError::MissingType {
+                name: name.to_string(),
+            })
     }
 
     /// The global `name`, or an error naming it.

@@ -78,11 +78,30 @@ mod tests {
     fn forms() {
         assert_eq!(parse_number_text("42").map(|n| n.value), Some(42));
         assert_eq!(parse_number_text("0x2A").map(|n| n.value), Some(42));
-        assert_eq!(parse_number_text("-0x10").map(|n| n.value as i64), Some(-16));
+        assert_eq!(
+            parse_number_text("-0x10").map(|n| n.value as i64),
+            Some(-16)
+        );
         assert_eq!(parse_number_text("-16").map(|n| n.negative), Some(true));
-        assert_eq!(parse_number_text("0xffffffffffffffff").map(|n| n.value), Some(u64::MAX));
-        assert_eq!(parse_number_text("-0x8000000000000000").map(|n| n.value as i64), Some(i64::MIN));
-        for bad in ["", "-", "0x", "x64", "1.5", "0x1g", "18446744073709551616", "-0x8000000000000001", " 1"] {
+        assert_eq!(
+            parse_number_text("0xffffffffffffffff").map(|n| n.value),
+            Some(u64::MAX)
+        );
+        assert_eq!(
+            parse_number_text("-0x8000000000000000").map(|n| n.value as i64),
+            Some(i64::MIN)
+        );
+        for bad in [
+            "",
+            "-",
+            "0x",
+            "x64",
+            "1.5",
+            "0x1g",
+            "18446744073709551616",
+            "-0x8000000000000001",
+            " 1",
+        ] {
             assert_eq!(parse_number_text(bad), None, "{bad:?}");
         }
     }

@@ -78,18 +78,20 @@ pub enum Fit {
 /// Parses a shipped descriptor (also used for `--descriptor FILE`).
 pub fn parse(source: &str, text: &[u8]) -> Result<ShippedDescriptor, DescriptorError> {
     let physical = json::parse(source, text)?;
-    let meta_value = physical
-        .extras
-        .get("cdac")
-        .cloned()
-        .ok_or_else(|| DescriptorError::Invalid {
+    let meta_value =
+        physical
+            .extras
+            .get("cdac")
+            .cloned()
+            .ok_or_else(|| DescriptorError::Invalid {
+                descriptor: source.to_string(),
+                detail: "no \"cdac\" key saying which runtimes it fits".into(),
+            })?;
+    let meta: ShippedMeta =
+        serde_json::from_value(meta_value).map_err(|e| DescriptorError::Invalid {
             descriptor: source.to_string(),
-            detail: "no \"cdac\" key saying which runtimes it fits".into(),
+            detail: format!("\"cdac\" key: {e}"),
         })?;
-    let meta: ShippedMeta = serde_json::from_value(meta_value).map_err(|e| DescriptorError::Invalid {
-        descriptor: source.to_string(),
-        detail: format!("\"cdac\" key: {e}"),
-    })?;
     Ok(ShippedDescriptor {
         source: source.to_string(),
         meta,
@@ -99,7 +101,10 @@ pub fn parse(source: &str, text: &[u8]) -> Result<ShippedDescriptor, DescriptorE
 
 /// The descriptors built into this binary.
 pub fn builtin() -> Result<Vec<ShippedDescriptor>, DescriptorError> {
-    BUILTIN.iter().map(|(name, text)| parse(name, text.as_bytes())).collect()
+    BUILTIN
+        .iter()
+        .map(|(name, text)| parse(name, text.as_bytes()))
+        .collect()
 }
 
 /// Picks the descriptor for a runtime: one verified on its exact build first, else one
@@ -111,10 +116,12 @@ pub fn select<'a>(
     architecture: &str,
 ) -> Result<(&'a ShippedDescriptor, Fit), DescriptorError> {
     if let Some(id) = build_id {
-        if let Some(d) = candidates
-            .iter()
-            .find(|d| d.meta.verified_build_ids.iter().any(|b| b.eq_ignore_ascii_case(id)))
-        {
+        if let Some(d) = candidates.iter().find(|d| {
+            d.meta
+                .verified_build_ids
+                .iter()
+                .any(|b| b.eq_ignore_ascii_case(id))
+        }) {
             return Ok((d, Fit::VerifiedBuild));
         }
     }
@@ -128,7 +135,12 @@ pub fn select<'a>(
     }
     let have: Vec<String> = candidates
         .iter()
-        .map(|d| format!("{} ({}x {})", d.meta.name, d.meta.version_prefix, d.meta.architecture))
+        .map(|d| {
+            format!(
+                "{} ({}x {})",
+                d.meta.name, d.meta.version_prefix, d.meta.architecture
+            )
+        })
         .collect();
     Err(DescriptorError::NotFound(format!(
         "no shipped descriptor fits runtime version {} on {architecture} (build id {}); cdac ships: {}",

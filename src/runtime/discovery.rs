@@ -46,7 +46,9 @@ pub fn find_runtime_modules(target: &Target) -> Result<Vec<FoundModule>, ImageEr
     for m in &named {
         match inspect(target, m) {
             Ok(Some(f)) => found.push(f),
-            Ok(None) => tracing::warn!(path = %m.path.display(), "libcoreclr.so exports neither {CONTRACT_DESCRIPTOR_SYMBOL} nor {DAC_TABLE_SYMBOL}"),
+            Ok(None) => {
+                tracing::warn!(path = %m.path.display(), "libcoreclr.so exports neither {CONTRACT_DESCRIPTOR_SYMBOL} nor {DAC_TABLE_SYMBOL}")
+            }
             Err(e) => {
                 tracing::warn!(path = %m.path.display(), error = %e, "cannot read runtime module");
                 first_error.get_or_insert(e);
@@ -200,12 +202,26 @@ mod tests {
 
     #[test]
     fn version_strings() {
-        let v = RuntimeVersion::parse("8.0.424.16909 @Commit: 2d7eea252964e69be94cb9c847b371b23e4dd470").unwrap();
+        let v = RuntimeVersion::parse(
+            "8.0.424.16909 @Commit: 2d7eea252964e69be94cb9c847b371b23e4dd470",
+        )
+        .unwrap();
         assert_eq!(v.product_version, "8.0.4");
         assert_eq!(v.file_version, "8.0.424.16909");
-        assert_eq!(v.commit.as_deref(), Some("2d7eea252964e69be94cb9c847b371b23e4dd470"));
-        assert_eq!(RuntimeVersion::parse("9.0.725.31616").unwrap().product_version, "9.0.7");
+        assert_eq!(
+            v.commit.as_deref(),
+            Some("2d7eea252964e69be94cb9c847b371b23e4dd470")
+        );
+        assert_eq!(
+            RuntimeVersion::parse("9.0.725.31616")
+                .unwrap()
+                .product_version,
+            "9.0.7"
+        );
         assert_eq!(RuntimeVersion::parse("garbage"), None);
-        assert_eq!(find_version(b"xx@(#)Version 10.0.25.52411 @Commit: abc\0yy").as_deref(), Some("10.0.25.52411 @Commit: abc"));
+        assert_eq!(
+            find_version(b"xx@(#)Version 10.0.25.52411 @Commit: abc\0yy").as_deref(),
+            Some("10.0.25.52411 @Commit: abc")
+        );
     }
 }

@@ -75,7 +75,10 @@ impl DescriptorSource {
     pub fn name(&self) -> String {
         match self {
             DescriptorSource::Embedded { address } => {
-                format!("{}@{address:#x}", crate::descriptor::CONTRACT_DESCRIPTOR_SYMBOL)
+                format!(
+                    "{}@{address:#x}",
+                    crate::descriptor::CONTRACT_DESCRIPTOR_SYMBOL
+                )
             }
             DescriptorSource::Shipped { name, .. } => name.clone(),
             DescriptorSource::Override { path } => path.display().to_string(),
@@ -112,7 +115,10 @@ pub struct RuntimeModule {
 impl RuntimeModule {
     /// Address of the exported symbol `name`.
     pub fn export(&self, name: &str) -> Option<u64> {
-        self.exports.iter().find(|s| s.name == name).map(|s| s.address)
+        self.exports
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.address)
     }
 }
 
@@ -134,13 +140,19 @@ impl Runtime {
     }
 
     /// Opens an ELF core dump.
-    pub fn open_dump(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Runtime, RuntimeError> {
+    pub fn open_dump(
+        path: impl AsRef<Path>,
+        options: &OpenOptions,
+    ) -> Result<Runtime, RuntimeError> {
         let core = CoreDump::open(path)?;
         Self::open(Arc::new(core), options)
     }
 
     /// Finds the runtime in any memory source and loads its descriptor.
-    pub fn open(source: Arc<dyn MemorySource>, options: &OpenOptions) -> Result<Runtime, RuntimeError> {
+    pub fn open(
+        source: Arc<dyn MemorySource>,
+        options: &OpenOptions,
+    ) -> Result<Runtime, RuntimeError> {
         let layout = source.native_layout().unwrap_or(DataLayout::LE64);
         let target = Target::new(source, layout);
         let mut found = discovery::find_runtime_modules(&target)?;
@@ -177,7 +189,8 @@ impl Runtime {
             architecture: discovery::architecture_name(found.image.machine()),
             exports: found.exports.clone(),
         };
-        let (descriptor, source) = load_descriptor(&target, &module, &found, version.as_ref(), options)?;
+        let (descriptor, source) =
+            load_descriptor(&target, &module, &found, version.as_ref(), options)?;
         let target = target.with_layout(descriptor.layout());
         Ok(Runtime {
             target,
@@ -239,7 +252,10 @@ fn load_descriptor(
             d.merge(&name, &physical, &[])?;
             d
         };
-        return Ok((descriptor, DescriptorSource::Override { path: path.clone() }));
+        return Ok((
+            descriptor,
+            DescriptorSource::Override { path: path.clone() },
+        ));
     }
     if let Some(address) = found.contract_descriptor {
         let descriptor = embedded::load(target, address, &options.limits)?;

@@ -16,6 +16,9 @@ pub const PAGE_SIZE: u64 = 4096;
 /// Default cap: 16,384 pages (64 MiB).
 pub const DEFAULT_MAX_PAGES: usize = 16 * 1024;
 
+/// A cached page: its address and bytes.
+type Page = (u64, Arc<[u8]>);
+
 /// Reads at least this long bypass the cache.
 pub const BYPASS_LEN: usize = 64 * 1024;
 
@@ -60,8 +63,11 @@ impl<S: MemorySource> PageCache<S> {
     /// Fetches the given pages from the source in one batched read. When the batch fails,
     /// pages are fetched one by one so that the readable ones are still cached and the
     /// error names the exact page that failed.
-    fn fetch(&self, missing: &[u64]) -> Result<Vec<(u64, Arc<[u8]>)>, ReadError> {
-        let mut bufs: Vec<Vec<u8>> = missing.iter().map(|_| vec![0u8; PAGE_SIZE as usize]).collect();
+    fn fetch(&self, missing: &[u64]) -> Result<Vec<Page>, ReadError> {
+        let mut bufs: Vec<Vec<u8>> = missing
+            .iter()
+            .map(|_| vec![0u8; PAGE_SIZE as usize])
+            .collect();
         let mut requests: Vec<(u64, &mut [u8])> = missing
             .iter()
             .zip(bufs.iter_mut())

@@ -82,7 +82,9 @@ impl CoreDump {
             path: path.clone(),
             detail,
         };
-        let ident = map.get(..6).ok_or_else(|| bad("file is shorter than an ELF header".into()))?;
+        let ident = map
+            .get(..6)
+            .ok_or_else(|| bad("file is shorter than an ELF header".into()))?;
         if &ident[..4] != b"\x7fELF" {
             return Err(bad("no ELF magic".into()));
         }
@@ -461,7 +463,12 @@ fn parse_prstatus(desc: &[u8], layout: DataLayout, machine: u16) -> Option<Threa
         (24, 72)
     };
     let tid = word(pid_offset, 4)? as u32 as i32;
-    let reg = |index: usize| word(regs_offset + index * usize::from(layout.pointer_size), usize::from(layout.pointer_size));
+    let reg = |index: usize| {
+        word(
+            regs_offset + index * usize::from(layout.pointer_size),
+            usize::from(layout.pointer_size),
+        )
+    };
     // Register numbering of each architecture's user register set.
     let (ip, sp) = match machine {
         m if m == elf::EM_X86_64.0 => (reg(16), reg(19)),

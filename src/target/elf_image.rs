@@ -69,7 +69,10 @@ pub fn modules(files: &[MappedFile]) -> Vec<ModuleMapping> {
     // Extend each module over the later mappings of the same file (text, data, ...), up to
     // the next mapping of that file at offset 0 (a second load of the same file).
     for m in out.iter_mut() {
-        for f in files.iter().filter(|f| f.path == m.path && f.start >= m.base) {
+        for f in files
+            .iter()
+            .filter(|f| f.path == m.path && f.start >= m.base)
+        {
             let reloaded = f.file_offset == 0 && f.start != m.base;
             if reloaded {
                 break;
@@ -116,7 +119,11 @@ struct SegmentInfo {
 impl ElfImage {
     /// Reads the ELF and program headers of the image whose header is mapped at `base`.
     /// `disk_path` is the file to fall back to when memory is missing.
-    pub fn read(target: &Target, base: u64, disk_path: Option<&Path>) -> Result<ElfImage, ImageError> {
+    pub fn read(
+        target: &Target,
+        base: u64,
+        disk_path: Option<&Path>,
+    ) -> Result<ElfImage, ImageError> {
         let read_err = |source| ImageError::Read { base, source };
         let header = match target.read_bytes(base, 64) {
             Ok(h) => h,
@@ -126,8 +133,12 @@ impl ElfImage {
             },
         };
         match header.get(4) {
-            Some(&c) if c == elf::ELFCLASS64.0 => Self::read_as::<elf::FileHeader64<Endianness>>(target, base, &header, disk_path),
-            Some(&c) if c == elf::ELFCLASS32.0 => Self::read_as::<elf::FileHeader32<Endianness>>(target, base, &header, disk_path),
+            Some(&c) if c == elf::ELFCLASS64.0 => {
+                Self::read_as::<elf::FileHeader64<Endianness>>(target, base, &header, disk_path)
+            }
+            Some(&c) if c == elf::ELFCLASS32.0 => {
+                Self::read_as::<elf::FileHeader32<Endianness>>(target, base, &header, disk_path)
+            }
             _ => Err(ImageError::Malformed {
                 base,
                 detail: "no ELF header".into(),
@@ -148,7 +159,9 @@ impl ElfImage {
         let phnum = usize::from(header.e_phnum(endian));
         let phentsize = usize::from(header.e_phentsize(endian));
         if phnum > MAX_PROGRAM_HEADERS || phentsize != std::mem::size_of::<Elf::ProgramHeader>() {
-            return Err(malformed(format!("{phnum} program headers of {phentsize} bytes")));
+            return Err(malformed(format!(
+                "{phnum} program headers of {phentsize} bytes"
+            )));
         }
         let table = target
             .read_bytes(base.wrapping_add(phoff), phnum * phentsize)
@@ -167,7 +180,9 @@ impl ElfImage {
         let first_load = headers
             .iter()
             .filter(|ph| ph.p_type(endian) == elf::PT_LOAD)
-            .map(|ph| Into::<u64>::into(ph.p_vaddr(endian)) - Into::<u64>::into(ph.p_offset(endian)))
+            .map(|ph| {
+                Into::<u64>::into(ph.p_vaddr(endian)) - Into::<u64>::into(ph.p_offset(endian))
+            })
             .min()
             .ok_or_else(|| malformed("no PT_LOAD segment".into()))?;
         Ok(ElfImage {
@@ -214,7 +229,10 @@ impl ElfImage {
     fn vaddr_span(&self) -> (u64, u64) {
         let loads = self.segments.iter().filter(|s| s.p_type == elf::PT_LOAD.0);
         let lo = loads.clone().map(|s| s.vaddr).min().unwrap_or(0);
-        let hi = loads.map(|s| s.vaddr.saturating_add(s.memsz)).max().unwrap_or(0);
+        let hi = loads
+            .map(|s| s.vaddr.saturating_add(s.memsz))
+            .max()
+            .unwrap_or(0);
         (lo, hi)
     }
 
@@ -223,7 +241,11 @@ impl ElfImage {
         let vaddr = addr.wrapping_sub(self.bias);
         self.segments
             .iter()
-            .filter(|s| s.p_type == elf::PT_LOAD.0 && s.vaddr <= vaddr && vaddr < s.vaddr.saturating_add(s.memsz))
+            .filter(|s| {
+                s.p_type == elf::PT_LOAD.0
+                    && s.vaddr <= vaddr
+                    && vaddr < s.vaddr.saturating_add(s.memsz)
+            })
             .map(|s| s.vaddr.saturating_add(s.memsz) - vaddr)
             .next()
             .unwrap_or(0)
@@ -342,9 +364,13 @@ impl ElfImage {
             let data = read(gnu, len)?;
             let table = object::read::elf::GnuHashTable::<Elf>::parse(endian, &data)
                 .map_err(|_| malformed("GNU hash table"))?;
-            table.symbol_table_length(endian).ok_or_else(|| malformed("GNU hash chains"))? as usize
+            table
+                .symbol_table_length(endian)
+                .ok_or_else(|| malformed("GNU hash chains"))? as usize
         } else {
-            return Err(malformed("neither DT_HASH nor DT_GNU_HASH: cannot tell the number of dynamic symbols"));
+            return Err(malformed(
+                "neither DT_HASH nor DT_GNU_HASH: cannot tell the number of dynamic symbols",
+            ));
         };
         if count > MAX_SYMBOLS {
             return Err(malformed("more dynamic symbols than the cap"));
@@ -406,19 +432,29 @@ impl ElfImage {
             Endian::Big => Endianness::Big,
         };
         let count = self.phdr_bytes.len() / std::mem::size_of::<Elf::ProgramHeader>();
-        let Ok((headers, _)) = object::pod::slice_from_bytes::<Elf::ProgramHeader>(&self.phdr_bytes, count) else {
+        let Ok((headers, _)) =
+            object::pod::slice_from_bytes::<Elf::ProgramHeader>(&self.phdr_bytes, count)
+        else {
             return Ok(None);
         };
-        for ph in headers.iter().filter(|ph| ph.p_type(endian) == elf::PT_NOTE) {
+        for ph in headers
+            .iter()
+            .filter(|ph| ph.p_type(endian) == elf::PT_NOTE)
+        {
             let vaddr: u64 = ph.p_vaddr(endian).into();
             let memsz: u64 = ph.p_memsz(endian).into();
             let data = target
-                .read_bytes(vaddr.wrapping_add(self.bias), (memsz as usize).min(MAX_NOTE_BYTES))
+                .read_bytes(
+                    vaddr.wrapping_add(self.bias),
+                    (memsz as usize).min(MAX_NOTE_BYTES),
+                )
                 .map_err(|source| ImageError::Read {
                     base: self.base,
                     source,
                 })?;
-            let Ok(mut notes) = object::read::elf::NoteIterator::<Elf>::new(endian, ph.p_align(endian), &data) else {
+            let Ok(mut notes) =
+                object::read::elf::NoteIterator::<Elf>::new(endian, ph.p_align(endian), &data)
+            else {
                 continue;
             };
             while let Ok(Some(note)) = notes.next() {
@@ -430,7 +466,6 @@ impl ElfImage {
         Ok(None)
     }
 }
-
 
 fn collect_symbols<'a, Elf: FileHeader<Endian = Endianness>>(
     symbols: &'a [Elf::Sym],

@@ -134,7 +134,12 @@ impl LiveProcess {
                         })
                     }
                     Some(libc::EFAULT) => return Err(self.short_read(batch, 0)),
-                    _ => return Err(ReadError::Io { addr: first, source: e }),
+                    _ => {
+                        return Err(ReadError::Io {
+                            addr: first,
+                            source: e,
+                        })
+                    }
                 },
             }
         }
@@ -212,13 +217,11 @@ impl LiveProcess {
                                 pid: self.pid,
                                 addr: at,
                             },
-                            Some(libc::EPERM) | Some(libc::EACCES) => {
-                                ReadError::PermissionDenied {
-                                    pid: self.pid,
-                                    addr: at,
-                                    hint: permission_hint(self.pid),
-                                }
-                            }
+                            Some(libc::EPERM) | Some(libc::EACCES) => ReadError::PermissionDenied {
+                                pid: self.pid,
+                                addr: at,
+                                hint: permission_hint(self.pid),
+                            },
                             _ => ReadError::Io {
                                 addr: at,
                                 source: e,
@@ -361,8 +364,9 @@ pub fn permission_hint(pid: i32) -> String {
         Some(2) if !has_cap => reasons.push(
             "kernel.yama.ptrace_scope is 2 (admin only): CAP_SYS_PTRACE is required".to_string(),
         ),
-        Some(3) => reasons
-            .push("kernel.yama.ptrace_scope is 3: no process may read another's memory".to_string()),
+        Some(3) => reasons.push(
+            "kernel.yama.ptrace_scope is 3: no process may read another's memory".to_string(),
+        ),
         _ => {}
     }
     if reasons.is_empty() {
@@ -388,7 +392,11 @@ fn has_cap_sys_ptrace() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim().to_string();
+            let hex = s
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))?
+                .trim()
+                .to_string();
             u64::from_str_radix(&hex, 16).ok()
         })
         .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0)

@@ -324,10 +324,12 @@ impl Target {
             if out.len() > max_len {
                 return Err(ReadError::StringTooLong { addr, cap: max_len });
             }
-            cur = cur.checked_add(want as u64).ok_or(ReadError::AddressOverflow {
-                addr,
-                len: out.len(),
-            })?;
+            cur = cur
+                .checked_add(want as u64)
+                .ok_or(ReadError::AddressOverflow {
+                    addr,
+                    len: out.len(),
+                })?;
         }
     }
 

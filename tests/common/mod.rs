@@ -21,12 +21,25 @@ pub fn hex(v: &serde_json::Value) -> u64 {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex")
 }
 
-/// A scratch directory under target/ for this test process.
+/// A scratch directory under target/ for this test process. Directories that earlier,
+/// finished test processes left (dumps are large) are removed.
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = repo()
-        .join("target")
-        .join("test-scratch")
-        .join(format!("{name}-{}", std::process::id()));
+    let root = repo().join("target").join("test-scratch");
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        for e in entries.flatten() {
+            let file_name = e.file_name();
+            let stale = file_name
+                .to_str()
+                .and_then(|n| n.rsplit('-').next()?.parse::<u32>().ok())
+                .is_some_and(|pid| {
+                    pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
+                });
+            if stale {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let dir = root.join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");
     dir
 }
@@ -68,7 +81,9 @@ impl SyntheticHost {
             .expect("start synthetic-host");
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("report line");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("report line");
         let report: serde_json::Value = serde_json::from_str(&line).expect("report JSON");
         let pid = report["pid"].as_i64().expect("pid") as i32;
         SyntheticHost { child, pid, report }
@@ -141,6 +156,7 @@ impl Testbed {
                 .arg(self.dir.join("manifest.json"))
                 .arg(&self.dir)
                 .stdout(Stdio::null())
+                .stderr(std::fs::File::create(self.dir.join(format!("{kind}.log"))).expect("log"))
                 .status()
                 .expect("run scripts/testbed-dumps");
             assert!(status.success(), "testbed-dumps --only {kind} failed");
@@ -174,7 +190,10 @@ fn start_testbed() -> Testbed {
         .stdout(Stdio::null())
         .status()
         .expect("run scripts/testbed-setup");
-    assert!(status.success(), "scripts/testbed-setup failed (it needs PyPI)");
+    assert!(
+        status.success(),
+        "scripts/testbed-setup failed (it needs PyPI)"
+    );
     let testbed_dir = std::env::var_os("CDAC_TESTBED_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo().join("target/testbed"));
@@ -195,11 +214,16 @@ fn start_testbed() -> Testbed {
         .expect("start testbed/workload.py");
     let deadline = Instant::now() + Duration::from_secs(240);
     while !manifest_path.exists() {
-        assert!(Instant::now() < deadline, "testbed did not write its manifest; see {}", dir.join("workload.log").display());
+        assert!(
+            Instant::now() < deadline,
+            "testbed did not write its manifest; see {}",
+            dir.join("workload.log").display()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&manifest_path).expect("manifest")).expect("manifest JSON");
+        serde_json::from_slice(&std::fs::read(&manifest_path).expect("manifest"))
+            .expect("manifest JSON");
     let pid = manifest["pid"].as_i64().expect("pid") as i32;
     assert_eq!(pid as u32, child.id(), "manifest pid is the child's");
     Testbed {
