@@ -97,7 +97,6 @@ fn check_synthetic(rt: &Runtime, host: &SyntheticHost, what: &str) {
     assert_eq!(t.read_utf16_c_string(name, 256).unwrap(), "synthetic-host");
     let v = rt.version().expect("version");
     assert_eq!(v.file_version, "10.0.25.52411", "{what}");
-    assert_eq!(rt.module().path.file_name().unwrap(), "libcoreclr.so");
 }
 
 #[test]
@@ -105,6 +104,7 @@ fn live_synthetic_runtime_through_export_discovery() {
     let host = SyntheticHost::start(&[]);
     let rt = Runtime::attach(host.pid, &OpenOptions::default()).expect("attach");
     check_synthetic(&rt, &host, "live");
+    assert_eq!(rt.module().path, common::synthetic_dir().join("libcoreclr.so"));
 }
 
 #[test]
@@ -347,4 +347,80 @@ fn reading_another_users_process_explains_the_missing_privilege() {
         err.contains("runs as uid 0 and we run as uid 65534"),
         "{err}"
     );
+}
+
+#[test]
+fn single_file_host_exporting_the_descriptor_is_found() {
+    // No libcoreclr.so is mapped: the executable itself exports the descriptor.
+    let exe = common::synthetic_dir().join("singlefile-host");
+    let host = SyntheticHost::start_exe(&exe, &[]);
+    let rt = Runtime::attach(host.pid, &OpenOptions::default()).expect("attach");
+    assert_eq!(rt.module().path, exe);
+    assert!(!rt
+        .target()
+        .mapped_files()
+        .iter()
+        .any(|f| f.path.ends_with("libcoreclr.so")));
+    check_synthetic(&rt, &host, "single-file");
+}
+
+#[test]
+fn descriptor_override_file_replaces_discovery() {
+    let host = SyntheticHost::start(&[]);
+    let dir = scratch("override");
+    // A plain descriptor (no pointer data): only direct values.
+    let plain = dir.join("plain.json");
+    std::fs::write(
+        &plain,
+        r#"{"version":0,"types":{"Thread":{"!":48,"Id":4}},"globals":{"Answer":"0x2a"},"contracts":{"Thread":"c9"}}"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cdac"))
+        .args([
+            "info",
+            "--json",
+            "--pid",
+            &host.pid.to_string(),
+            "--descriptor",
+        ])
+        .arg(&plain)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["descriptor_source"]["kind"], "override");
+    assert_eq!(j["descriptor_source"]["name"], plain.display().to_string());
+    assert_eq!(j["contracts"]["Thread"], "c9");
+    assert_eq!(j["types_count"], 1);
+    assert_eq!(j["globals_count"], 1);
+    // A plain descriptor with an indirect global has no pointer data to resolve it.
+    std::fs::write(&plain, r#"{"version":0,"globals":{"X":[[1],"pointer"]}}"#).unwrap();
+    let err = Runtime::attach(
+        host.pid,
+        &OpenOptions {
+            descriptor: Some(plain.clone()),
+            ..OpenOptions::default()
+        },
+    )
+    .expect_err("no pointer data");
+    assert!(err.to_string().contains("pointer-data index 1"), "{err}");
+    // A missing file is a typed error naming it.
+    let missing = dir.join("nope.json");
+    let err = Runtime::attach(
+        host.pid,
+        &OpenOptions {
+            descriptor: Some(missing.clone()),
+            ..OpenOptions::default()
+        },
+    )
+    .expect_err("missing");
+    assert!(
+        err.to_string().contains(&missing.display().to_string()),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }

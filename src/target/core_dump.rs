@@ -428,7 +428,11 @@ fn parse_nt_file(desc: &[u8], layout: DataLayout) -> Result<Vec<MappedFile>, Str
         return Err(format!("entry count {count} does not fit in the note"));
     }
     let count = count as usize;
-    let mut names = desc[(2 + 3 * count) * word..].split(|&b| b == 0);
+    let names_start = (2 + 3 * count) * word;
+    let mut names = desc
+        .get(names_start..)
+        .ok_or_else(|| "no room for the paths after the entries".to_string())?
+        .split(|&b| b == 0);
     let mut out = Vec::with_capacity(count);
     for i in 0..count {
         let start = read_word(2 + 3 * i)?;

@@ -72,7 +72,12 @@ impl SyntheticHost {
     /// Starts the host from `dir` (which holds synthetic-host and libcoreclr.so), with
     /// extra arguments; waits for its report line.
     pub fn start_in(dir: &Path, args: &[&str]) -> SyntheticHost {
-        let mut child = Command::new(dir.join("synthetic-host"))
+        Self::start_exe(&dir.join("synthetic-host"), args)
+    }
+
+    /// Starts a host executable (synthetic-host or singlefile-host).
+    pub fn start_exe(exe: &Path, args: &[&str]) -> SyntheticHost {
+        let mut child = Command::new(exe)
             .args(["--exit-on-stdin-eof", "--max-seconds", "600"])
             .args(args)
             .stdin(Stdio::piped())
