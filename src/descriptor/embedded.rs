@@ -13,7 +13,7 @@ use super::error::DescriptorError;
 use super::json::{self, GlobalSource, Literal};
 use super::model::{resolve_index, DataDescriptor, SubDescriptorInfo};
 use super::Limits;
-use crate::target::{DataLayout, Endian, Target};
+use crate::target::{decode_unsigned, DataLayout, Endian, ReadError, Target};
 
 /// "DNCCDAC\0" as it lies in memory on a little-endian target.
 const MAGIC_LE: [u8; 8] = *b"DNCCDAC\0";
@@ -50,10 +50,12 @@ pub fn read_header(
             source,
         }
     };
-    let mut magic = [0u8; 8];
+    // magic (8), flags (4), descriptor_size (4); then pointer-sized fields.
+    let mut head = [0u8; 16];
     target
-        .read_into(addr, &mut magic)
+        .read_into(addr, &mut head)
         .map_err(read_err("header"))?;
+    let magic: [u8; 8] = head[..8].try_into().unwrap_or_default();
     let mut magic_be = MAGIC_LE;
     magic_be.reverse();
     let endian = if magic == MAGIC_LE {
@@ -63,25 +65,32 @@ pub fn read_header(
     } else {
         return Err(DescriptorError::BadMagic { addr, found: magic });
     };
-    // Read the flags with the byte order we now know; the pointer size follows from them.
-    let probe = target.with_layout(DataLayout {
-        pointer_size: 8,
-        endian,
-    });
-    let flags = probe.read_u32(addr + 8).map_err(read_err("header"))?;
+    let flags = decode_unsigned(&head[8..12], endian) as u32;
     if flags & 1 == 0 {
         return Err(DescriptorError::BadFlags { addr, flags });
     }
-    let pointer_size = if flags & 2 != 0 { 4 } else { 8 };
+    let pointer_size: u8 = if flags & 2 != 0 { 4 } else { 8 };
+    let descriptor_size = decode_unsigned(&head[12..16], endian) as u32;
+    // descriptor (ptr), pointer_data_count (4), pad (4), pointer_data (ptr).
+    let ps = usize::from(pointer_size);
+    let mut rest = vec![0u8; 2 * ps + 8];
+    let rest_addr = addr
+        .checked_add(16)
+        .ok_or(ReadError::AddressOverflow {
+            addr,
+            len: 16 + rest.len(),
+        })
+        .map_err(read_err("header"))?;
+    target
+        .read_into(rest_addr, &mut rest)
+        .map_err(read_err("header"))?;
+    let descriptor = decode_unsigned(&rest[..ps], endian);
+    let pointer_data_count = decode_unsigned(&rest[ps..ps + 4], endian) as u32;
+    let pointer_data = decode_unsigned(&rest[ps + 8..2 * ps + 8], endian);
     let t = target.with_layout(DataLayout {
         pointer_size,
         endian,
     });
-    let ps = u64::from(pointer_size);
-    let descriptor_size = t.read_u32(addr + 12).map_err(read_err("header"))?;
-    let descriptor = t.read_pointer(addr + 16).map_err(read_err("header"))?;
-    let pointer_data_count = t.read_u32(addr + 16 + ps).map_err(read_err("header"))?;
-    let pointer_data = t.read_pointer(addr + 24 + ps).map_err(read_err("header"))?;
     Ok(ContractDescriptorHeader {
         address: addr,
         layout: t.layout(),

@@ -182,6 +182,7 @@ pub struct BuiltMemory {
 
 impl MemorySource for BuiltMemory {
     fn read_exact(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        super::check_range(addr, buf.len())?;
         let mut done = 0usize;
         while done < buf.len() {
             let at = addr + done as u64;

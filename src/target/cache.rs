@@ -98,12 +98,9 @@ impl<S: MemorySource> MemorySource for PageCache<S> {
         if buf.len() >= BYPASS_LEN {
             return self.inner.read_exact(addr, buf);
         }
-        let end = addr
-            .checked_add(buf.len() as u64)
-            .ok_or(ReadError::AddressOverflow {
-                addr,
-                len: buf.len(),
-            })?;
+        super::check_range(addr, buf.len())?;
+        // The last byte of the address space is a valid end: saturate one past it.
+        let end = addr.saturating_add(buf.len() as u64);
         let first_page = addr & !(PAGE_SIZE - 1);
         let pages: Vec<u64> = (first_page..end).step_by(PAGE_SIZE as usize).collect();
 
@@ -143,7 +140,7 @@ impl<S: MemorySource> MemorySource for PageCache<S> {
                 return self.inner.read_exact(addr, buf);
             };
             let from = addr.max(*page);
-            let to = end.min(page + PAGE_SIZE);
+            let to = end.min(page.saturating_add(PAGE_SIZE));
             let n = (to - from) as usize;
             let offset = (from - page) as usize;
             buf[written..written + n].copy_from_slice(&data[offset..offset + n]);

@@ -185,7 +185,7 @@ impl CoreDump {
             return Err(why_absent());
         };
         let n = (out.len() as u64).min(mapping.end - addr) as usize;
-        let offset = mapping.file_offset + (addr - mapping.start);
+        let offset = mapping.file_offset.saturating_add(addr - mapping.start);
         let backing = self.backing(&mapping.path);
         let not_captured = |reason: String| ReadError::NotCaptured {
             addr,
@@ -223,6 +223,7 @@ impl CoreDump {
 
 impl MemorySource for CoreDump {
     fn read_exact(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        super::check_range(addr, buf.len())?;
         let len = buf.len();
         let mut done = 0usize;
         while done < len {
@@ -232,9 +233,10 @@ impl MemorySource for CoreDump {
                 Some(seg) if at - seg.vaddr < seg.filesz => {
                     let within = at - seg.vaddr;
                     let n = (out.len() as u64).min(seg.filesz - within) as usize;
-                    let from = seg.offset + within;
-                    let bytes = usize::try_from(from)
-                        .ok()
+                    let bytes = seg
+                        .offset
+                        .checked_add(within)
+                        .and_then(|from| usize::try_from(from).ok())
                         .and_then(|f| self.map.get(f..f.checked_add(n)?));
                     match bytes {
                         Some(bytes) => {

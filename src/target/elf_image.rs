@@ -181,7 +181,7 @@ impl ElfImage {
             .iter()
             .filter(|ph| ph.p_type(endian) == elf::PT_LOAD)
             .map(|ph| {
-                Into::<u64>::into(ph.p_vaddr(endian)) - Into::<u64>::into(ph.p_offset(endian))
+                Into::<u64>::into(ph.p_vaddr(endian)).wrapping_sub(ph.p_offset(endian).into())
             })
             .min()
             .ok_or_else(|| malformed("no PT_LOAD segment".into()))?;

@@ -241,6 +241,9 @@ impl MemorySource for LiveProcess {
     }
 
     fn read_many(&self, requests: &mut [(u64, &mut [u8])]) -> Result<(), ReadError> {
+        for (addr, buf) in requests.iter() {
+            super::check_range(*addr, buf.len())?;
+        }
         match self.method() {
             ReadMethod::VmReadv => self.read_vm(requests),
             ReadMethod::ProcMem => self.read_proc_mem(requests),

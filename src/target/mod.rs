@@ -203,12 +203,7 @@ impl Target {
         if buf.is_empty() {
             return Ok(());
         }
-        if addr.checked_add(buf.len() as u64 - 1).is_none() {
-            return Err(ReadError::AddressOverflow {
-                addr,
-                len: buf.len(),
-            });
-        }
+        check_range(addr, buf.len())?;
         self.source.read_exact(addr, buf)
     }
 
@@ -387,6 +382,15 @@ impl Target {
             encoding: "UTF-16",
         })
     }
+}
+
+/// Checks that `[addr, addr + len)` fits in a 64-bit address space. Every source calls it
+/// first, so that address arithmetic inside sources cannot overflow.
+pub fn check_range(addr: u64, len: usize) -> Result<(), ReadError> {
+    if len > 0 && addr.checked_add(len as u64 - 1).is_none() {
+        return Err(ReadError::AddressOverflow { addr, len });
+    }
+    Ok(())
 }
 
 /// Decodes 1 to 8 bytes as an unsigned integer in the given byte order.
