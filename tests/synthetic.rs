@@ -104,7 +104,10 @@ fn live_synthetic_runtime_through_export_discovery() {
     let host = SyntheticHost::start(&[]);
     let rt = Runtime::attach(host.pid, &OpenOptions::default()).expect("attach");
     check_synthetic(&rt, &host, "live");
-    assert_eq!(rt.module().path, common::synthetic_dir().join("libcoreclr.so"));
+    assert_eq!(
+        rt.module().path,
+        common::synthetic_dir().join("libcoreclr.so")
+    );
 }
 
 #[test]
