@@ -108,6 +108,17 @@ fn cli_info_json_has_the_documented_keys() {
         );
         assert!(j["types_count"].as_u64().expect("types_count") >= 8);
         assert!(j["globals_count"].as_u64().expect("globals_count") >= 10);
+        // The process's own thread is listed; dumps carry each thread's registers.
+        let threads = j["threads"].as_array().expect("threads");
+        assert!(threads.iter().any(|t| t["tid"] == tb.pid), "{args:?}");
+        if args[0] == "--dump" {
+            assert!(
+                threads
+                    .iter()
+                    .all(|t| t["ip"].is_string() && t["sp"].is_string()),
+                "{args:?}"
+            );
+        }
     }
 }
 

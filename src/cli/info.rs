@@ -38,6 +38,17 @@ pub struct InfoReport {
     pub globals_count: usize,
     pub sub_descriptors: Vec<SubDescriptorReport>,
     pub target: String,
+    /// The target's threads (a core's NT_PRSTATUS notes, a live process's tasks).
+    pub threads: Vec<ThreadReport>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ThreadReport {
+    pub tid: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ip: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sp: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -121,6 +132,18 @@ pub fn report(rt: &Runtime) -> InfoReport {
             TargetKind::CoreDump { path } => format!("core dump {}", path.display()),
             TargetKind::Synthetic => "synthetic memory".to_string(),
         },
+        threads: rt
+            .target()
+            .source()
+            .threads()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| ThreadReport {
+                tid: t.tid,
+                ip: t.ip.map(hex),
+                sp: t.sp.map(hex),
+            })
+            .collect(),
     }
 }
 
@@ -183,6 +206,7 @@ pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
     );
     println!("types             {}", r.types_count);
     println!("globals           {}", r.globals_count);
+    println!("threads           {}", r.threads.len());
     for s in &r.sub_descriptors {
         match (&s.address, &s.skipped) {
             (Some(a), None) => println!("sub-descriptor    {} at {a}", s.name),
