@@ -165,7 +165,9 @@ fn load_into(
             what: "pointer data",
             source,
         })?;
-    let physical = json::parse(name, &text)?;
+    // Some runtimes count the C string's terminator in descriptor_size.
+    let text = text.strip_suffix(&[0]).unwrap_or(&text);
+    let physical = json::parse(name, text)?;
     out.merge(name, &physical, &pointer_data)?;
 
     for (sub_name, raw) in &physical.sub_descriptors {

@@ -67,7 +67,14 @@ impl ContractVersion {
     pub fn coreclr_number(&self) -> Option<u64> {
         match self {
             ContractVersion::Number(n) => Some(*n),
-            ContractVersion::Tag(t) => t.strip_prefix('c')?.parse().ok(),
+            ContractVersion::Tag(t) => {
+                let digits = t.strip_prefix('c')?;
+                // Plain decimal only: no sign, no leading zero ("c01" is not "c1").
+                let canonical = !digits.is_empty()
+                    && digits.bytes().all(|b| b.is_ascii_digit())
+                    && (digits == "0" || !digits.starts_with('0'));
+                canonical.then(|| digits.parse().ok()).flatten()
+            }
         }
     }
 }

@@ -126,10 +126,10 @@ pub fn select<'a>(
         }
     }
     if let Some(v) = product_version {
-        if let Some(d) = candidates
-            .iter()
-            .find(|d| v.starts_with(&d.meta.version_prefix) && d.meta.architecture == architecture)
-        {
+        if let Some(d) = candidates.iter().find(|d| {
+            v.starts_with(&d.meta.version_prefix)
+                && d.meta.architecture.eq_ignore_ascii_case(architecture)
+        }) {
             return Ok((d, Fit::SameVersionLine));
         }
     }
