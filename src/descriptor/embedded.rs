@@ -151,20 +151,19 @@ fn load_into(
         ));
     }
     let t = target.with_layout(header.layout);
+    let read_err = |what| {
+        move |source| DescriptorError::Read {
+            descriptor: name.to_string(),
+            what,
+            source,
+        }
+    };
     let text = t
         .read_bytes(header.descriptor, header.descriptor_size as usize)
-        .map_err(|source| DescriptorError::Read {
-            descriptor: name.to_string(),
-            what: "JSON text",
-            source,
-        })?;
+        .map_err(read_err("JSON text"))?;
     let pointer_data = t
         .read_pointers(header.pointer_data, header.pointer_data_count as usize)
-        .map_err(|source| DescriptorError::Read {
-            descriptor: name.to_string(),
-            what: "pointer data",
-            source,
-        })?;
+        .map_err(read_err("pointer data"))?;
     // Some runtimes count the C string's terminator in descriptor_size.
     let text = text.strip_suffix(&[0]).unwrap_or(&text);
     let physical = json::parse(name, text)?;

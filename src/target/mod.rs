@@ -235,28 +235,19 @@ impl Target {
     /// Reads a `u16` in target byte order.
     pub fn read_u16(&self, addr: u64) -> Result<u16, ReadError> {
         let b = self.read_array::<2>(addr)?;
-        Ok(match self.layout.endian {
-            Endian::Little => u16::from_le_bytes(b),
-            Endian::Big => u16::from_be_bytes(b),
-        })
+        Ok(decode_unsigned(&b, self.layout.endian) as u16)
     }
 
     /// Reads a `u32` in target byte order.
     pub fn read_u32(&self, addr: u64) -> Result<u32, ReadError> {
         let b = self.read_array::<4>(addr)?;
-        Ok(match self.layout.endian {
-            Endian::Little => u32::from_le_bytes(b),
-            Endian::Big => u32::from_be_bytes(b),
-        })
+        Ok(decode_unsigned(&b, self.layout.endian) as u32)
     }
 
     /// Reads a `u64` in target byte order.
     pub fn read_u64(&self, addr: u64) -> Result<u64, ReadError> {
         let b = self.read_array::<8>(addr)?;
-        Ok(match self.layout.endian {
-            Endian::Little => u64::from_le_bytes(b),
-            Endian::Big => u64::from_be_bytes(b),
-        })
+        Ok(decode_unsigned(&b, self.layout.endian) as u64)
     }
 
     /// Reads an `i32` in target byte order.
