@@ -247,7 +247,7 @@ impl Target {
     /// Reads a `u64` in target byte order.
     pub fn read_u64(&self, addr: u64) -> Result<u64, ReadError> {
         let b = self.read_array::<8>(addr)?;
-        Ok(decode_unsigned(&b, self.layout.endian) as u64)
+        Ok(decode_unsigned(&b, self.layout.endian))
     }
 
     /// Reads an `i32` in target byte order.
