@@ -131,6 +131,9 @@ fn core_regions(path: &Path) -> Result<Vec<Region>, String> {
             .map_err(|e| format!("cannot read section header 0: {e}"))?;
         phnum = u64::from(u32_at(&shdr, 44));
     }
+    if phnum > 1 << 20 {
+        return Err(format!("{phnum} program headers: a damaged header?"));
+    }
     if phentsize < 56 {
         return Err(format!("program header entries of {phentsize} bytes"));
     }
@@ -183,7 +186,10 @@ fn pick_addresses(regions: &[Region], source: &dyn MemorySource, count: usize) -
             picked.push(addr);
         }
     }
-    assert!(!picked.is_empty(), "no readable address found in the target");
+    assert!(
+        !picked.is_empty(),
+        "no readable address found in the target"
+    );
     picked
 }
 
@@ -270,7 +276,9 @@ fn bench_u64_cold(
 
 fn warn_failures(id: &str, failures: u64) {
     if failures > 0 {
-        eprintln!("warning: {id}: {failures} reads failed during measurement (the target changed?)");
+        eprintln!(
+            "warning: {id}: {failures} reads failed during measurement (the target changed?)"
+        );
     }
 }
 
@@ -352,7 +360,10 @@ fn bench_live(c: &mut Criterion, pid: i32) {
     for &addr in &addrs {
         let _ = cached_target.read_u64(addr);
     }
-    eprintln!("live: page cache warmed with {} pages", cached.cached_pages());
+    eprintln!(
+        "live: page cache warmed with {} pages",
+        cached.cached_pages()
+    );
 
     {
         let mut group = c.benchmark_group("live_u64");
@@ -373,7 +384,11 @@ fn bench_live(c: &mut Criterion, pid: i32) {
         if let Some(&(size, label, Some(addr))) = starts.last() {
             group.throughput(Throughput::Bytes(size as u64));
             group.bench_function(BenchmarkId::new("read_bytes_vm_readv", label), |b| {
-                b.iter(|| direct_target.read_bytes(black_box(addr), size).map(|v| v.len()))
+                b.iter(|| {
+                    direct_target
+                        .read_bytes(black_box(addr), size)
+                        .map(|v| v.len())
+                })
             });
         }
         group.finish();
@@ -391,7 +406,8 @@ fn bench_live(c: &mut Criterion, pid: i32) {
 fn bench_dump(c: &mut Criterion, path: &Path) {
     let regions = core_regions(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let captured: u64 = regions.iter().map(Region::len).sum();
-    let open = || CoreDump::open(path).unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+    let open =
+        || CoreDump::open(path).unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
 
     let direct = Arc::new(open());
     let cached = Arc::new(PageCache::new(open()));
@@ -414,7 +430,10 @@ fn bench_dump(c: &mut Criterion, path: &Path) {
     for &addr in &addrs {
         let _ = cached_target.read_u64(addr);
     }
-    eprintln!("dump: page cache warmed with {} pages", cached.cached_pages());
+    eprintln!(
+        "dump: page cache warmed with {} pages",
+        cached.cached_pages()
+    );
 
     {
         let mut group = c.benchmark_group("dump_u64");
@@ -458,7 +477,9 @@ fn main() {
 
     match std::env::var_os("CDAC_BENCH_DUMP") {
         Some(path) if !path.is_empty() => bench_dump(&mut c, Path::new(&path)),
-        _ => eprintln!("note: CDAC_BENCH_DUMP is unset; skipping the dump_u64 and dump_large groups"),
+        _ => {
+            eprintln!("note: CDAC_BENCH_DUMP is unset; skipping the dump_u64 and dump_large groups")
+        }
     }
 
     c.final_summary();

@@ -6,7 +6,8 @@
 //! source: copying them page by page would only cost time.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Mutex;
 
 use super::{DataLayout, MappedFile, MemorySource, ReadError, TargetKind, ThreadInfo};
 
@@ -16,16 +17,34 @@ pub const PAGE_SIZE: u64 = 4096;
 /// Default cap: 16,384 pages (64 MiB).
 pub const DEFAULT_MAX_PAGES: usize = 16 * 1024;
 
-/// A cached page: its address and bytes.
-type Page = (u64, Arc<[u8]>);
-
 /// Reads at least this long bypass the cache.
 pub const BYPASS_LEN: usize = 64 * 1024;
+
+/// Hashes page addresses: their low 12 bits are zero and the rest is already well spread,
+/// so one multiply does what SipHash would, at a fraction of the cost of a cache hit.
+#[derive(Default)]
+struct PageHasher(u64);
+
+impl Hasher for PageHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, page: u64) {
+        self.0 = (page >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type PageMap = HashMap<u64, Box<[u8]>, BuildHasherDefault<PageHasher>>;
 
 /// A page cache over another source.
 pub struct PageCache<S> {
     inner: S,
-    pages: Mutex<HashMap<u64, Arc<[u8]>>>,
+    pages: Mutex<PageMap>,
     max_pages: usize,
 }
 
@@ -39,7 +58,7 @@ impl<S: MemorySource> PageCache<S> {
     pub fn with_capacity(inner: S, max_pages: usize) -> PageCache<S> {
         PageCache {
             inner,
-            pages: Mutex::new(HashMap::new()),
+            pages: Mutex::new(PageMap::default()),
             max_pages: max_pages.max(1),
         }
     }
@@ -54,39 +73,40 @@ impl<S: MemorySource> PageCache<S> {
         self.lock().len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<[u8]>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PageMap> {
         // A panic while holding the lock cannot leave a page half-written (pages are
         // inserted whole), so a poisoned map is still consistent.
         self.pages.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Fetches the given pages from the source in one batched read. When the batch fails,
-    /// pages are fetched one by one so that the readable ones are still cached and the
-    /// error names the exact page that failed.
-    fn fetch(&self, missing: &[u64]) -> Result<Vec<Page>, ReadError> {
-        let mut bufs: Vec<Vec<u8>> = missing
+    /// pages are fetched one by one so that the error names the exact page that failed.
+    fn fetch(&self, missing: &[u64]) -> Result<Vec<Box<[u8]>>, ReadError> {
+        let mut bufs: Vec<Box<[u8]>> = missing
             .iter()
-            .map(|_| vec![0u8; PAGE_SIZE as usize])
+            .map(|_| vec![0u8; PAGE_SIZE as usize].into_boxed_slice())
             .collect();
         let mut requests: Vec<(u64, &mut [u8])> = missing
             .iter()
             .zip(bufs.iter_mut())
-            .map(|(p, b)| (*p, b.as_mut_slice()))
+            .map(|(p, b)| (*p, &mut b[..]))
             .collect();
-        if self.inner.read_many(&mut requests).is_ok() {
-            return Ok(missing
-                .iter()
-                .zip(bufs)
-                .map(|(p, b)| (*p, Arc::from(b)))
-                .collect());
+        if self.inner.read_many(&mut requests).is_err() {
+            for (page, buf) in missing.iter().zip(bufs.iter_mut()) {
+                self.inner.read_exact(*page, buf)?;
+            }
         }
-        let mut out = Vec::with_capacity(missing.len());
-        for &page in missing {
-            let mut buf = vec![0u8; PAGE_SIZE as usize];
-            self.inner.read_exact(page, &mut buf)?;
-            out.push((page, Arc::from(buf)));
-        }
-        Ok(out)
+        Ok(bufs)
+    }
+
+    /// Copies the part of `page` that `[addr, end)` covers into `buf`.
+    fn copy_out(page: u64, data: &[u8], addr: u64, end: u64, buf: &mut [u8]) {
+        let from = addr.max(page);
+        let to = end.min(page.saturating_add(PAGE_SIZE));
+        let n = (to - from) as usize;
+        let offset = (from - page) as usize;
+        let at = (from - addr) as usize;
+        buf[at..at + n].copy_from_slice(&data[offset..offset + n]);
     }
 }
 
@@ -99,52 +119,45 @@ impl<S: MemorySource> MemorySource for PageCache<S> {
             return self.inner.read_exact(addr, buf);
         }
         super::check_range(addr, buf.len())?;
-        // The last byte of the address space is a valid end: saturate one past it.
-        let end = addr.saturating_add(buf.len() as u64);
-        let first_page = addr & !(PAGE_SIZE - 1);
-        let pages: Vec<u64> = (first_page..end).step_by(PAGE_SIZE as usize).collect();
-
-        let mut held: Vec<Option<Arc<[u8]>>> = {
-            let map = self.lock();
-            pages.iter().map(|p| map.get(p).cloned()).collect()
+        let Some(end) = addr.checked_add(buf.len() as u64) else {
+            // A read ending at the very top of the address space: too rare to cache.
+            return self.inner.read_exact(addr, buf);
         };
-        let missing: Vec<u64> = pages
-            .iter()
-            .zip(&held)
-            .filter(|(_, h)| h.is_none())
-            .map(|(p, _)| *p)
-            .collect();
-        if !missing.is_empty() {
-            let Ok(fetched) = self.fetch(&missing) else {
-                // Some page is unreadable. Read the request directly: its error names the
-                // exact first byte that failed rather than the page, and a request that
-                // only touches the readable part of a page still succeeds.
-                return self.inner.read_exact(addr, buf);
-            };
-            let mut map = self.lock();
-            if map.len() + fetched.len() > self.max_pages {
-                // Bounded memory beats a perfect policy: start over when full.
-                map.clear();
-            }
-            for (page, data) in fetched {
-                if let Some(slot) = pages.iter().position(|p| *p == page) {
-                    held[slot] = Some(data.clone());
+        let first_page = addr & !(PAGE_SIZE - 1);
+
+        // Copy what is cached, under one lock, and note the pages that are not.
+        let mut missing: Vec<u64> = Vec::new();
+        {
+            let map = self.lock();
+            let mut page = first_page;
+            while page < end {
+                match map.get(&page) {
+                    Some(data) => Self::copy_out(page, data, addr, end, buf),
+                    None => missing.push(page),
                 }
-                map.insert(page, data);
+                page = match page.checked_add(PAGE_SIZE) {
+                    Some(next) => next,
+                    None => break,
+                };
             }
         }
-
-        let mut written = 0usize;
-        for (page, data) in pages.iter().zip(held) {
-            let Some(data) = data else {
-                return self.inner.read_exact(addr, buf);
-            };
-            let from = addr.max(*page);
-            let to = end.min(page.saturating_add(PAGE_SIZE));
-            let n = (to - from) as usize;
-            let offset = (from - page) as usize;
-            buf[written..written + n].copy_from_slice(&data[offset..offset + n]);
-            written += n;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let Ok(fetched) = self.fetch(&missing) else {
+            // Some page is unreadable. Read the request directly: its error names the exact
+            // first byte that failed rather than the page, and a request that only touches
+            // the readable part of a page still succeeds.
+            return self.inner.read_exact(addr, buf);
+        };
+        let mut map = self.lock();
+        if map.len() + fetched.len() > self.max_pages {
+            // Bounded memory beats a perfect policy: start over when full.
+            map.clear();
+        }
+        for (page, data) in missing.into_iter().zip(fetched) {
+            Self::copy_out(page, &data, addr, end, buf);
+            map.insert(page, data);
         }
         Ok(())
     }
@@ -168,5 +181,63 @@ impl<S: MemorySource> MemorySource for PageCache<S> {
     fn flush(&self) {
         self.lock().clear();
         self.inner.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::builder::MemoryBuilder;
+    use crate::target::DataLayout;
+
+    /// Two mapped regions with a gap, both spanning several pages, filled with a pattern.
+    fn memory() -> crate::target::builder::BuiltMemory {
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        for (base, len) in [(0x10_0000u64, 5 * 4096 + 100), (0x20_0000, 3 * 4096)] {
+            let bytes: Vec<u8> = (0..len)
+                .map(|i| ((base as usize + i) * 7 % 251) as u8)
+                .collect();
+            b.region(base, len).bytes(0, &bytes);
+        }
+        b.build()
+    }
+
+    #[test]
+    fn cached_reads_equal_direct_reads() {
+        let direct = memory();
+        let cache = PageCache::with_capacity(memory(), 4);
+        let mut x = 0x1234_5678_9abc_def1u64;
+        for _ in 0..5000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let base = if x & 1 == 0 { 0x10_0000 } else { 0x20_0000 };
+            let addr = base + (x >> 8) % (6 * 4096);
+            let len = ((x >> 40) % 9000) as usize;
+            let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+            let want = direct.read_exact(addr, &mut a);
+            let got = cache.read_exact(addr, &mut b);
+            match (want, got) {
+                (Ok(()), Ok(())) => assert_eq!(a, b, "{addr:#x}+{len}"),
+                (Err(w), Err(g)) => assert_eq!(w.address(), g.address(), "{addr:#x}+{len}"),
+                (w, g) => panic!("{addr:#x}+{len}: direct {w:?}, cached {g:?}"),
+            }
+            assert!(cache.cached_pages() <= 4);
+        }
+    }
+
+    #[test]
+    fn error_names_the_first_unreadable_byte() {
+        let cache = PageCache::new(memory());
+        let end = 0x10_0000 + 5 * 4096 + 100;
+        let err = cache
+            .read_exact(end - 4, &mut [0u8; 16])
+            .expect_err("runs off");
+        assert!(
+            matches!(err, ReadError::Unmapped { addr, .. } if addr == end),
+            "{err}"
+        );
+        let mut top = [0u8; 2];
+        assert!(cache.read_exact(u64::MAX - 1, &mut top).is_err());
     }
 }
