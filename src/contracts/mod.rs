@@ -1,1 +1,80 @@
-//! Versioned contract implementations over the runtime data descriptor. The first ones land with the ExecutionManager issue; `contracts/` at the top level holds their specs.
+//! Versioned contract implementations over the runtime's data descriptor.
+//!
+//! A contract is an algorithm plus the data it reads; the runtime names the version of
+//! each contract it satisfies, and [`version_of`] maps that name to one of the versions
+//! implemented here, or to a typed "unsupported contract version" error. The specs, in
+//! our own words, are in `contracts/` at the top of the repository.
+
+pub mod execution_manager;
+pub mod gc_info;
+pub mod unwind_info;
+
+use crate::descriptor::{ContractVersion, DataDescriptor, DescriptorError};
+use crate::target::ReadError;
+
+/// Why a contract operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ContractError {
+    /// The runtime does not advertise the contract at all.
+    #[error("the runtime does not advertise the {contract} contract")]
+    Missing { contract: &'static str },
+
+    /// The runtime advertises a version cdac does not implement.
+    #[error("unsupported contract version: {contract} {version} (cdac implements {supported})")]
+    UnsupportedVersion {
+        contract: &'static str,
+        version: String,
+        supported: &'static str,
+    },
+
+    /// A type, field or global the contract needs is missing from the descriptor.
+    #[error(transparent)]
+    Descriptor(#[from] DescriptorError),
+
+    /// Target memory could not be read.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+
+    /// A runtime structure holds values that cannot be right (a damaged dump, or a
+    /// structure read while the runtime was changing it).
+    #[error("corrupt {what} at {addr:#x}: {detail}")]
+    Corrupt {
+        what: &'static str,
+        addr: u64,
+        detail: String,
+    },
+
+    /// A walk over target data went past a limit (a cycle, or a list longer than any
+    /// real runtime builds).
+    #[error("{what} at {addr:#x} exceeds the limit of {limit} {unit}")]
+    LimitExceeded {
+        what: &'static str,
+        addr: u64,
+        limit: u64,
+        unit: &'static str,
+    },
+}
+
+/// The CoreCLR version number of `contract` as the runtime advertises it, checked against
+/// the versions this build implements.
+pub fn version_of(
+    descriptor: &DataDescriptor,
+    contract: &'static str,
+    implemented: &[u64],
+    supported: &'static str,
+) -> Result<u64, ContractError> {
+    let advertised = descriptor
+        .contract(contract)
+        .ok_or(ContractError::Missing { contract })?;
+    match advertised.coreclr_number() {
+        Some(n) if implemented.contains(&n) => Ok(n),
+        _ => Err(ContractError::UnsupportedVersion {
+            contract,
+            version: match advertised {
+                ContractVersion::Number(n) => n.to_string(),
+                ContractVersion::Tag(t) => t.clone(),
+            },
+            supported,
+        }),
+    }
+}

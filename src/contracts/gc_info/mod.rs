@@ -1,0 +1,27 @@
+//! The GCInfo contract: decoding the GC information the JIT and crossgen write for each
+//! method (the `GcInfoEncoder` format of every architecture but x86).
+//!
+//! For now this reads the header, which is enough for the code length of a method:
+//! - [`bit_reader`]: the bit stream in target memory (pointer-sized words in target byte
+//!   order, least significant bit first) and its variable-length numbers;
+//! - [`platform`]: the per-architecture encoding bases and normalizations
+//!   ([`GcInfoArch`]);
+//! - [`header`]: the slim and fat headers of GCInfo versions 1 to 4
+//!   ([`decode_header`], [`code_length`]).
+//!
+//! Which version to decode with: JIT-ed code uses the runtime's `GCInfoVersion` global
+//! (2 in .NET 8, 3 in .NET 9, 4 from .NET 10); ReadyToRun code uses the version derived
+//! from the image's R2R major version ([`r2r_gc_info_version`]). The layout differs
+//! between versions (versions 2 and 3 carry return-kind bits before the code length), so
+//! decoding with the wrong version gives wrong lengths. The spec is
+//! `contracts/GCInfo.md`.
+
+pub mod bit_reader;
+pub mod header;
+pub mod platform;
+
+pub use header::{
+    check_version, code_length, decode_header, r2r_gc_info_version, GcInfoHeader, HEADER_MAX_BYTES,
+    MAX_VERSION,
+};
+pub use platform::{Encoding, GcInfoArch};
