@@ -1549,8 +1549,20 @@ fn nested_sub_sub_descriptor() {
     }
 }
 
+/// The reason a sub-descriptor was skipped, or a panic naming what was loaded instead.
+fn skipped(d: &DataDescriptor, name: &str) -> String {
+    let info = d
+        .sub_descriptors()
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("{name} not recorded: {:?}", d.sub_descriptors()));
+    info.skipped
+        .clone()
+        .unwrap_or_else(|| panic!("{name} was loaded, not skipped"))
+}
+
 #[test]
-fn sub_descriptor_cycles_are_errors() {
+fn sub_descriptor_cycles_are_skipped() {
     for layout in DataLayout::ALL {
         // main -> main.
         let mut mem = MemoryBuilder::new(layout);
@@ -1561,11 +1573,13 @@ fn sub_descriptor_cycles_are_errors() {
         );
         mem.region(LATE_VAR, 8)
             .bytes(0, &encode_pointer(layout, main));
-        let err = load(&mem.into_target(), main).expect_err("self cycle");
+        let d = load(&mem.into_target(), main).expect("a cycle is skipped, not fatal");
+        let why = skipped(&d, "Self");
         assert!(
-            matches!(&err, DescriptorError::Invalid { descriptor, detail } if descriptor == "main" && detail.contains("Self") && detail.contains("cycle")),
-            "{layout:?}: {err:?}"
+            why.contains("cycle") && why.contains("main"),
+            "{layout:?}: {why}"
         );
+        assert_eq!(d.global_value("G").unwrap(), 1, "{layout:?}");
 
         // main -> A -> main.
         let mut mem = MemoryBuilder::new(layout);
@@ -1582,11 +1596,14 @@ fn sub_descriptor_cycles_are_errors() {
         );
         mem.region(LATE_VAR_2, 8)
             .bytes(0, &encode_pointer(layout, main));
-        let err = load(&mem.into_target(), main).expect_err("two-node cycle");
+        let d = load(&mem.into_target(), main).expect("a cycle is skipped, not fatal");
+        let why = skipped(&d, "Back");
         assert!(
-            matches!(&err, DescriptorError::Invalid { descriptor, detail } if descriptor == "A" && detail.contains("Back") && detail.contains("cycle")),
-            "{layout:?}: {err:?}"
+            why.contains("cycle") && why.contains("descriptor A"),
+            "{layout:?}: {why}"
         );
+        // A itself loaded; its back edge did not.
+        assert_eq!(d.global_value("AG").unwrap(), 2, "{layout:?}");
     }
 }
 
@@ -1617,15 +1634,15 @@ fn sub_descriptor_nesting_is_capped() {
         max_sub_descriptor_depth: 1,
         ..Limits::default()
     };
-    let err = embedded::load(&target, main, &shallow).expect_err("depth 2 over a cap of 1");
-    assert!(
-        matches!(&err, DescriptorError::TooLarge { descriptor, what: "sub-descriptor nesting", value: 2, cap: 1 } if descriptor == "A"),
-        "{err:?}"
-    );
+    let d = embedded::load(&target, main, &shallow).expect("depth over the cap is skipped");
+    let why = skipped(&d, "B");
+    assert!(why.contains("nesting is 2, over the limit of 1"), "{why}");
+    assert_eq!(d.global_value("A").unwrap(), 1);
+    assert!(d.global("B").is_err());
 }
 
 #[test]
-fn sub_descriptor_with_another_pointer_size_is_a_layout_mismatch() {
+fn sub_descriptor_with_another_pointer_size_is_skipped_as_a_layout_mismatch() {
     for layout in DataLayout::ALL {
         let other = DataLayout {
             pointer_size: if layout.pointer_size == 8 { 4 } else { 8 },
@@ -1639,16 +1656,18 @@ fn sub_descriptor_with_another_pointer_size_is_a_layout_mismatch() {
             r#"{"subDescriptors":{"GC":[[1],"pointer"]}}"#,
             &[0, var],
         );
-        let err = load(&mem.into_target(), main).expect_err("mismatch");
+        let d = load(&mem.into_target(), main).expect("a mismatched sub-descriptor is skipped");
+        let why = skipped(&d, "GC");
         assert!(
-            matches!(&err, DescriptorError::LayoutMismatch { descriptor } if descriptor == "GC"),
-            "{layout:?}: {err:?}"
+            why.contains("descriptor GC has a different pointer size or byte order"),
+            "{layout:?}: {why}"
         );
+        assert!(d.global("S").is_err(), "{layout:?}");
     }
 }
 
 #[test]
-fn sub_descriptor_with_another_byte_order_is_a_layout_mismatch() {
+fn sub_descriptor_with_another_byte_order_is_skipped_as_a_layout_mismatch() {
     for layout in DataLayout::ALL {
         let other = DataLayout {
             endian: if layout.endian == Endian::Little {
@@ -1666,16 +1685,18 @@ fn sub_descriptor_with_another_byte_order_is_a_layout_mismatch() {
             r#"{"subDescriptors":{"GC":[[1],"pointer"]}}"#,
             &[0, var],
         );
-        let err = load(&mem.into_target(), main).expect_err("mismatch");
+        let d = load(&mem.into_target(), main).expect("a mismatched sub-descriptor is skipped");
+        let why = skipped(&d, "GC");
         assert!(
-            matches!(&err, DescriptorError::LayoutMismatch { descriptor } if descriptor == "GC"),
-            "{layout:?}: {err:?}"
+            why.contains("descriptor GC has a different pointer size or byte order"),
+            "{layout:?}: {why}"
         );
+        assert!(d.global("S").is_err(), "{layout:?}");
     }
 }
 
 #[test]
-fn malformed_sub_descriptors_are_errors() {
+fn malformed_sub_descriptors_are_skipped_with_the_reason() {
     for layout in DataLayout::ALL {
         // The slot index is out of range.
         let err = load_single(
@@ -1683,20 +1704,22 @@ fn malformed_sub_descriptors_are_errors() {
             r#"{"subDescriptors":{"GC":[[5],"pointer"]}}"#,
             &[0, 1],
         )
-        .expect_err("index");
+        .expect("skipped");
+        let why = skipped(&err, "GC");
         assert!(
-            matches!(&err, DescriptorError::PointerDataIndex { descriptor, name, index: 5, count: 2 } if descriptor == "main" && name == "GC"),
-            "{layout:?}: {err:?}"
+            why.contains("GC uses pointer-data index 5, but there are only 2 slots"),
+            "{layout:?}: {why}"
         );
-        // Bad magic behind the pointer: a damaged sub-descriptor is reported, not skipped.
+        // Bad magic behind the pointer: the damaged sub-descriptor is skipped with the reason.
         let mut mem = MemoryBuilder::new(layout);
         let junk = put_bytes(&mut mem, &[0x11; 48]);
         let var = put_pointer_var(&mut mem, layout, junk);
         let main = put_descriptor(&mut mem, r#"{"subDescriptors":{"GC":[1]}}"#, &[0, var]);
-        let err = load(&mem.into_target(), main).expect_err("bad magic");
+        let d = load(&mem.into_target(), main).expect("skipped");
+        let why = skipped(&d, "GC");
         assert!(
-            matches!(err, DescriptorError::BadMagic { addr, found } if addr == junk && found == [0x11; 8]),
-            "{layout:?}: {err:?}"
+            why.contains(&format!("no contract descriptor at {junk:#x}")),
+            "{layout:?}: {why}"
         );
     }
     let err =
@@ -2253,4 +2276,53 @@ fn shipped_selection_ignores_architecture_case() {
     let (d, fit) = shipped::select(&all, None, Some("8.0.11"), "X64").expect("X64 is x64");
     assert_eq!(d.meta.name, "net8.0-linux-x64");
     assert_eq!(fit, Fit::SameVersionLine);
+}
+
+#[test]
+fn sub_descriptor_count_is_budgeted() {
+    let layout = DataLayout::LE64;
+    let mut mem = MemoryBuilder::new(layout);
+    let mut slots = vec![0u64];
+    let mut entries = Vec::new();
+    for i in 0..70 {
+        let sub = put_descriptor(&mut mem, &format!(r#"{{"globals":{{"S{i}":{i}}}}}"#), &[0]);
+        slots.push(put_pointer_var(&mut mem, layout, sub));
+        entries.push(format!(r#""Sub{i:02}":[[{}],"pointer"]"#, i + 1));
+    }
+    let main = put_descriptor(
+        &mut mem,
+        &format!(r#"{{"subDescriptors":{{{}}}}}"#, entries.join(",")),
+        &slots,
+    );
+    let d = load(&mem.into_target(), main).expect("over-budget subs are skipped");
+    let loaded = d
+        .sub_descriptors()
+        .iter()
+        .filter(|s| s.skipped.is_none())
+        .count();
+    assert_eq!(loaded, Limits::default().max_sub_descriptors as usize);
+    let over: Vec<_> = d
+        .sub_descriptors()
+        .iter()
+        .filter_map(|s| s.skipped.clone())
+        .collect();
+    assert_eq!(over.len(), 70 - loaded);
+    assert!(
+        over.iter().all(|w| w.contains("number of sub-descriptors")),
+        "{over:?}"
+    );
+}
+
+#[test]
+fn direct_value_sub_descriptors_are_skipped() {
+    for layout in DataLayout::ALL {
+        let d = load_single(
+            layout,
+            r#"{"globals":{"G":1},"subDescriptors":{"GC":"0x1000"}}"#,
+            &[0],
+        )
+        .expect("loads");
+        assert!(skipped(&d, "GC").contains("not an indirect"), "{layout:?}");
+        assert_eq!(d.global_value("G").unwrap(), 1);
+    }
 }

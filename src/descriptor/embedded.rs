@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 
 use super::error::DescriptorError;
-use super::json::{self, GlobalSource, Literal};
+use super::json::{self, GlobalSource};
 use super::model::{resolve_index, DataDescriptor, SubDescriptorInfo};
 use super::Limits;
 use crate::target::{decode_unsigned, DataLayout, Endian, ReadError, Target};
@@ -103,6 +103,11 @@ pub fn read_header(
 }
 
 /// Loads the descriptor exported at `addr` and all its sub-descriptors.
+///
+/// A sub-descriptor that cannot be used (unreadable, damaged, of another layout, past a
+/// limit) is recorded in [`DataDescriptor::sub_descriptors`] with the reason and skipped:
+/// the runtime's own data stays usable. A name that two descriptors both define is an
+/// error, since either definition could be the wrong one.
 pub fn load(
     target: &Target,
     addr: u64,
@@ -110,143 +115,195 @@ pub fn load(
 ) -> Result<DataDescriptor, DescriptorError> {
     let header = read_header(target, addr, "main")?;
     let mut out = DataDescriptor::new(header.layout);
-    let mut visited = HashSet::new();
-    load_into(target, header, "main", 0, limits, &mut out, &mut visited)?;
+    let mut walk = Walk {
+        target,
+        limits,
+        visited: HashSet::new(),
+        subs_left: limits.max_sub_descriptors,
+        bytes_left: limits.max_total_descriptor_bytes,
+    };
+    walk.load_into(header, "main", 0, &mut out)?;
     Ok(out)
 }
 
-fn load_into(
-    target: &Target,
-    header: ContractDescriptorHeader,
-    name: &str,
-    depth: u32,
-    limits: &Limits,
-    out: &mut DataDescriptor,
-    visited: &mut HashSet<u64>,
-) -> Result<(), DescriptorError> {
-    visited.insert(header.address);
-    if header.layout != out.layout() {
-        return Err(DescriptorError::LayoutMismatch {
-            descriptor: name.to_string(),
-        });
-    }
-    let too_large = |what, value: u64, cap: u64| DescriptorError::TooLarge {
-        descriptor: name.to_string(),
-        what,
-        value,
-        cap,
-    };
-    if header.descriptor_size > limits.max_descriptor_bytes {
-        return Err(too_large(
-            "JSON size",
-            header.descriptor_size.into(),
-            limits.max_descriptor_bytes.into(),
-        ));
-    }
-    if header.pointer_data_count > limits.max_pointer_data {
-        return Err(too_large(
-            "pointer-data count",
-            header.pointer_data_count.into(),
-            limits.max_pointer_data.into(),
-        ));
-    }
-    let t = target.with_layout(header.layout);
-    let read_err = |what| {
-        move |source| DescriptorError::Read {
+/// State of one load: what was visited and what the budgets still allow.
+struct Walk<'a> {
+    target: &'a Target,
+    limits: &'a Limits,
+    visited: HashSet<u64>,
+    subs_left: u32,
+    bytes_left: u64,
+}
+
+impl Walk<'_> {
+    fn load_into(
+        &mut self,
+        header: ContractDescriptorHeader,
+        name: &str,
+        depth: u32,
+        out: &mut DataDescriptor,
+    ) -> Result<(), DescriptorError> {
+        self.visited.insert(header.address);
+        if header.layout != out.layout() {
+            return Err(DescriptorError::LayoutMismatch {
+                descriptor: name.to_string(),
+            });
+        }
+        let too_large = |what, value: u64, cap: u64| DescriptorError::TooLarge {
             descriptor: name.to_string(),
             what,
-            source,
-        }
-    };
-    let text = t
-        .read_bytes(header.descriptor, header.descriptor_size as usize)
-        .map_err(read_err("JSON text"))?;
-    let pointer_data = t
-        .read_pointers(header.pointer_data, header.pointer_data_count as usize)
-        .map_err(read_err("pointer data"))?;
-    // Some runtimes count the C string's terminator in descriptor_size.
-    let text = text.strip_suffix(&[0]).unwrap_or(&text);
-    let physical = json::parse(name, text)?;
-    out.merge(name, &physical, &pointer_data)?;
-
-    for (sub_name, raw) in &physical.sub_descriptors {
-        // The slot holds the address of a pointer variable; the variable holds the address
-        // of the sub-descriptor (null until that component initializes).
-        let variable = match &raw.source {
-            GlobalSource::Indirect(i) => resolve_index(name, sub_name, *i, &pointer_data)?,
-            GlobalSource::Direct(Literal::Number { value, .. }) => *value,
-            GlobalSource::Direct(Literal::Text(_)) => continue,
+            value,
+            cap,
         };
-        let mut skip = |reason: String| {
-            tracing::info!(sub_descriptor = %sub_name, "sub-descriptor not loaded: {reason}");
-            out.record_sub_descriptor(SubDescriptorInfo {
-                name: sub_name.clone(),
-                address: None,
-                skipped: Some(reason),
-            });
+        let limits = self.limits;
+        if header.descriptor_size > limits.max_descriptor_bytes {
+            return Err(too_large(
+                "JSON size",
+                header.descriptor_size.into(),
+                limits.max_descriptor_bytes.into(),
+            ));
+        }
+        if u64::from(header.descriptor_size) > self.bytes_left {
+            return Err(too_large(
+                "JSON size, added to the descriptors already read,",
+                header.descriptor_size.into(),
+                limits.max_total_descriptor_bytes,
+            ));
+        }
+        self.bytes_left -= u64::from(header.descriptor_size);
+        if header.pointer_data_count > limits.max_pointer_data {
+            return Err(too_large(
+                "pointer-data count",
+                header.pointer_data_count.into(),
+                limits.max_pointer_data.into(),
+            ));
+        }
+        let t = self.target.with_layout(header.layout);
+        let read_err = |what| {
+            move |source| DescriptorError::Read {
+                descriptor: name.to_string(),
+                what,
+                source,
+            }
+        };
+        let text = t
+            .read_bytes(header.descriptor, header.descriptor_size as usize)
+            .map_err(read_err("JSON text"))?;
+        let pointer_data = t
+            .read_pointers(header.pointer_data, header.pointer_data_count as usize)
+            .map_err(read_err("pointer data"))?;
+        // Some runtimes count the C string's terminator in descriptor_size.
+        let text = text.strip_suffix(&[0]).unwrap_or(&text);
+        let physical = json::parse(name, text)?;
+        out.merge(name, &physical, &pointer_data)?;
+
+        for (sub_name, raw) in &physical.sub_descriptors {
+            let (address, outcome) =
+                self.load_sub(&t, name, sub_name, raw, &pointer_data, depth, out);
+            match outcome {
+                Ok(()) => out.record_sub_descriptor(SubDescriptorInfo {
+                    name: sub_name.clone(),
+                    address,
+                    skipped: None,
+                }),
+                Err(e @ DescriptorError::Duplicate { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::info!(sub_descriptor = %sub_name, "sub-descriptor not loaded: {e}");
+                    out.record_sub_descriptor(SubDescriptorInfo {
+                        name: sub_name.clone(),
+                        address,
+                        skipped: Some(e.to_string()),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Finds and loads one sub-descriptor; returns its address when the pointer chain
+    /// reached one, and the outcome.
+    #[allow(clippy::too_many_arguments)]
+    fn load_sub(
+        &mut self,
+        t: &Target,
+        parent: &str,
+        sub_name: &str,
+        raw: &json::RawGlobal,
+        pointer_data: &[u64],
+        depth: u32,
+        out: &mut DataDescriptor,
+    ) -> (Option<u64>, Result<(), DescriptorError>) {
+        let invalid = |detail: String| DescriptorError::Invalid {
+            descriptor: parent.to_string(),
+            detail: format!("sub-descriptor {sub_name}: {detail}"),
+        };
+        // The runtime writes sub-descriptors as [[k],"pointer"]: the slot holds the
+        // address of a pointer variable, which holds the sub-descriptor's address (null
+        // until that component initializes).
+        let GlobalSource::Indirect(index) = raw.source else {
+            return (None, Err(invalid("not an indirect [[index]] value".into())));
+        };
+        let variable = match resolve_index(parent, sub_name, index, pointer_data) {
+            Ok(v) => v,
+            Err(e) => return (None, Err(e)),
         };
         if variable == 0 {
-            skip("its pointer-data slot is null".into());
-            continue;
+            return (None, Err(invalid("its pointer-data slot is null".into())));
         }
-        if depth + 1 > limits.max_sub_descriptor_depth {
-            return Err(too_large(
-                "sub-descriptor nesting",
-                u64::from(depth + 1),
-                limits.max_sub_descriptor_depth.into(),
-            ));
+        if self.subs_left == 0 {
+            return (
+                None,
+                Err(DescriptorError::TooLarge {
+                    descriptor: parent.to_string(),
+                    what: "number of sub-descriptors",
+                    value: u64::from(self.limits.max_sub_descriptors) + 1,
+                    cap: self.limits.max_sub_descriptors.into(),
+                }),
+            );
+        }
+        self.subs_left -= 1;
+        if depth + 1 > self.limits.max_sub_descriptor_depth {
+            return (
+                None,
+                Err(DescriptorError::TooLarge {
+                    descriptor: parent.to_string(),
+                    what: "sub-descriptor nesting",
+                    value: u64::from(depth + 1),
+                    cap: self.limits.max_sub_descriptor_depth.into(),
+                }),
+            );
         }
         let sub_addr = match t.read_pointer(variable) {
             Ok(0) => {
-                skip("the runtime has not published it yet (null pointer)".into());
-                continue;
+                return (
+                    None,
+                    Err(invalid(
+                        "the runtime has not published it yet (null pointer)".into(),
+                    )),
+                )
             }
             Ok(a) => a,
-            Err(e) => {
-                skip(format!("its pointer is unreadable: {e}"));
-                continue;
+            Err(source) => {
+                return (
+                    None,
+                    Err(DescriptorError::Read {
+                        descriptor: parent.to_string(),
+                        what: "sub-descriptor pointer",
+                        source,
+                    }),
+                )
             }
         };
-        if visited.contains(&sub_addr) {
-            return Err(DescriptorError::Invalid {
-                descriptor: name.to_string(),
-                detail: format!(
-                    "sub-descriptor {sub_name} at {sub_addr:#x} was already loaded (a cycle)"
-                ),
-            });
+        if self.visited.contains(&sub_addr) {
+            return (
+                Some(sub_addr),
+                Err(invalid(format!(
+                    "the descriptor at {sub_addr:#x} was already loaded (a cycle, or two names for one descriptor)"
+                ))),
+            );
         }
-        let sub_header = match read_header(target, sub_addr, sub_name) {
-            Ok(h) => h,
-            Err(DescriptorError::Read { source, .. }) => {
-                skip(format!("unreadable: {source}"));
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        match load_into(
-            target,
-            sub_header,
-            sub_name,
-            depth + 1,
-            limits,
-            out,
-            visited,
-        ) {
-            Ok(()) => out.record_sub_descriptor(SubDescriptorInfo {
-                name: sub_name.clone(),
-                address: Some(sub_addr),
-                skipped: None,
-            }),
-            // Memory missing (a small dump) is not fatal; a malformed one is.
-            Err(DescriptorError::Read { source, what, .. }) => {
-                out.record_sub_descriptor(SubDescriptorInfo {
-                    name: sub_name.clone(),
-                    address: Some(sub_addr),
-                    skipped: Some(format!("its {what} is unreadable: {source}")),
-                })
-            }
-            Err(e) => return Err(e),
-        }
+        let outcome = read_header(self.target, sub_addr, sub_name)
+            .and_then(|header| self.load_into(header, sub_name, depth + 1, out));
+        (Some(sub_addr), outcome)
     }
-    Ok(())
 }

@@ -35,6 +35,10 @@ pub struct Limits {
     pub max_pointer_data: u32,
     /// Deepest chain of sub-descriptors.
     pub max_sub_descriptor_depth: u32,
+    /// Most sub-descriptors loaded in all.
+    pub max_sub_descriptors: u32,
+    /// Most JSON bytes read over the whole tree of descriptors.
+    pub max_total_descriptor_bytes: u64,
 }
 
 impl Default for Limits {
@@ -44,6 +48,9 @@ impl Default for Limits {
             max_descriptor_bytes: 16 << 20,
             max_pointer_data: 1 << 16,
             max_sub_descriptor_depth: 8,
+            // The .NET 10 runtime has one (the GC's).
+            max_sub_descriptors: 64,
+            max_total_descriptor_bytes: 64 << 20,
         }
     }
 }

@@ -156,21 +156,20 @@ fn scan_target(target: &Target, start: u64, end: u64) -> Option<String> {
     let mut at = start;
     while at < end {
         let len = (end - at).min(CHUNK + 256);
-        let Ok(bytes) = target.read_bytes(at, len as usize) else {
-            // Part of the module is not readable (a small dump): try the next chunk.
-            at += CHUNK;
-            continue;
-        };
-        if let Some(text) = find_version(&bytes) {
-            return Some(text);
+        if let Ok(bytes) = target.read_bytes(at, len as usize) {
+            if let Some(text) = find_version(&bytes) {
+                return Some(text);
+            }
         }
-        at += CHUNK;
+        // An unreadable chunk (a small dump) is skipped; the top of the address space ends
+        // the scan.
+        at = at.checked_add(CHUNK)?;
     }
     None
 }
 
 fn scan_file(path: &Path) -> Option<String> {
-    let data = std::fs::read(path).ok()?;
+    let data = crate::target::map_regular_file(path).ok()?;
     find_version(&data)
 }
 

@@ -287,7 +287,7 @@ fn load_descriptor(
 
 fn disk_build_id(path: &Path) -> Option<Vec<u8>> {
     use object::Object;
-    let data = std::fs::read(path).ok()?;
+    let data = crate::target::map_regular_file(path).ok()?;
     let file = object::File::parse(&*data).ok()?;
     file.build_id().ok().flatten().map(<[u8]>::to_vec)
 }

@@ -6,7 +6,6 @@
 //! this machine; `NT_PRSTATUS` notes give the threads.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -70,11 +69,7 @@ impl CoreDump {
     /// Opens and indexes a core dump.
     pub fn open(path: impl AsRef<Path>) -> Result<CoreDump, OpenError> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|source| OpenError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let map = sys::map_file(&file).map_err(|source| OpenError::Io {
+        let map = sys::map_regular_file(&path).map_err(|source| OpenError::Io {
             path: path.clone(),
             source,
         })?;
@@ -144,7 +139,9 @@ impl CoreDump {
 
     /// Total bytes of memory the dump holds.
     pub fn captured_bytes(&self) -> u64 {
-        self.segments.iter().map(|s| s.filesz).sum()
+        self.segments
+            .iter()
+            .fold(0u64, |sum, s| sum.saturating_add(s.filesz))
     }
 
     fn segment_at(&self, addr: u64) -> Option<&Segment> {
@@ -486,16 +483,20 @@ fn parse_prstatus(desc: &[u8], layout: DataLayout, machine: u16) -> Option<Threa
 }
 
 /// Files named by `NT_FILE` for ranges the dump left out, which are not on this machine.
+/// Each distinct path is looked at once.
 fn missing_backing_files(files: &[MappedFile], segments: &[Segment]) -> Vec<PathBuf> {
-    let mut missing: Vec<PathBuf> = files
-        .iter()
-        .filter(|f| is_regular_file_path(&f.path))
-        .filter(|f| uncaptured_bytes(f.start, f.end, segments) > 0 && !f.path.exists())
-        .map(|f| f.path.clone())
-        .collect();
-    missing.sort();
-    missing.dedup();
-    missing
+    let mut on_disk: HashMap<&Path, bool> = HashMap::new();
+    let mut missing: std::collections::BTreeSet<&Path> = Default::default();
+    for f in files.iter().filter(|f| is_regular_file_path(&f.path)) {
+        let path = f.path.as_path();
+        if missing.contains(path) || *on_disk.entry(path).or_insert_with(|| path.exists()) {
+            continue;
+        }
+        if has_uncaptured_bytes(f.start, f.end, segments) {
+            missing.insert(path);
+        }
+    }
+    missing.into_iter().map(Path::to_path_buf).collect()
 }
 
 /// False for mappings that never were files on disk (shared memory, deleted files,
@@ -505,40 +506,36 @@ fn is_regular_file_path(path: &Path) -> bool {
     !(text.starts_with("/memfd:") || text.starts_with("/dev/") || text.ends_with(" (deleted)"))
 }
 
-/// Bytes of `[start, end)` that no segment's captured part covers (segments sorted).
-fn uncaptured_bytes(start: u64, end: u64, segments: &[Segment]) -> u64 {
+/// True when some byte of `[start, end)` is not in any segment's captured part (segments
+/// sorted by address). Stops at the first gap.
+fn has_uncaptured_bytes(start: u64, end: u64, segments: &[Segment]) -> bool {
     let mut covered_to = start;
-    let mut gaps = 0;
     let first = segments.partition_point(|s| s.vaddr.saturating_add(s.filesz) <= start);
     for s in &segments[first..] {
-        if s.vaddr >= end || covered_to >= end {
-            break;
+        if covered_to >= end {
+            return false;
         }
         if s.filesz == 0 {
             continue;
         }
         if s.vaddr > covered_to {
-            gaps += s.vaddr - covered_to;
+            return true;
         }
         covered_to = covered_to.max(s.vaddr.saturating_add(s.filesz));
     }
-    gaps + end.saturating_sub(covered_to)
+    covered_to < end
 }
 
 fn open_backing(path: &Path) -> Backing {
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Backing::Missing("is not on this machine".into())
-        }
-        Err(e) => return Backing::Missing(format!("cannot be opened ({e})")),
-    };
-    match sys::map_file(&file) {
+    match sys::map_regular_file(path) {
         Ok(map) => {
             let writable = writable_file_ranges(&map);
             Backing::Present { map, writable }
         }
-        Err(e) => Backing::Missing(format!("cannot be mapped ({e})")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Backing::Missing("is not on this machine".into())
+        }
+        Err(e) => Backing::Missing(format!("cannot be used ({e})")),
     }
 }
 

@@ -53,32 +53,34 @@ impl ModuleMapping {
     }
 }
 
-/// Groups mapped ranges by file. A module's base is the mapping of file offset 0.
+/// Groups mapped ranges by file. A module's base is the mapping of file offset 0; it
+/// extends over the later mappings of the same file up to the next mapping of offset 0 (a
+/// second load of the file). Linear in the number of mappings (after sorting).
 pub fn modules(files: &[MappedFile]) -> Vec<ModuleMapping> {
-    let mut out: Vec<ModuleMapping> = Vec::new();
-    for f in files.iter().filter(|f| f.file_offset == 0) {
-        if out.iter().any(|m| m.path == f.path && m.base == f.start) {
-            continue;
-        }
-        out.push(ModuleMapping {
-            path: f.path.clone(),
-            base: f.start,
-            end: f.end,
-        });
+    let mut by_path: std::collections::HashMap<&Path, Vec<&MappedFile>> = Default::default();
+    for f in files {
+        by_path.entry(f.path.as_path()).or_default().push(f);
     }
-    // Extend each module over the later mappings of the same file (text, data, ...), up to
-    // the next mapping of that file at offset 0 (a second load of the same file).
-    for m in out.iter_mut() {
-        for f in files
-            .iter()
-            .filter(|f| f.path == m.path && f.start >= m.base)
-        {
-            let reloaded = f.file_offset == 0 && f.start != m.base;
-            if reloaded {
-                break;
+    let mut out: Vec<ModuleMapping> = Vec::new();
+    for (path, mut maps) in by_path {
+        maps.sort_by_key(|m| m.start);
+        let mut current: Option<ModuleMapping> = None;
+        for m in maps {
+            if m.file_offset == 0 {
+                if current.as_ref().is_some_and(|c| c.base == m.start) {
+                    continue;
+                }
+                out.extend(current.take());
+                current = Some(ModuleMapping {
+                    path: path.to_path_buf(),
+                    base: m.start,
+                    end: m.end,
+                });
+            } else if let Some(c) = current.as_mut() {
+                c.end = c.end.max(m.end);
             }
-            m.end = m.end.max(f.end);
         }
+        out.extend(current);
     }
     out.sort_by_key(|m| m.base);
     out
@@ -127,7 +129,7 @@ impl ElfImage {
         let read_err = |source| ImageError::Read { base, source };
         let header = match target.read_bytes(base, 64) {
             Ok(h) => h,
-            Err(e) => match disk_path.and_then(|p| std::fs::read(p).ok()) {
+            Err(e) => match disk_path.and_then(|p| super::map_regular_file(p).ok()) {
                 Some(file) if file.len() >= 64 => file[..64].to_vec(),
                 _ => return Err(read_err(e)),
             },
@@ -390,7 +392,7 @@ impl ElfImage {
             path: path.to_path_buf(),
             detail,
         };
-        let data = std::fs::read(path).map_err(|e| file_err(e.to_string()))?;
+        let data = super::map_regular_file(path).map_err(|e| file_err(e.to_string()))?;
         fn from_file<Elf: FileHeader<Endian = Endianness>>(
             data: &[u8],
             bias: u64,

@@ -114,7 +114,10 @@ impl LiveProcess {
     }
 
     fn read_vm(&self, requests: &mut [(u64, &mut [u8])]) -> Result<(), ReadError> {
-        for batch in requests.chunks_mut(sys::MAX_IOVECS) {
+        let mut from = 0;
+        while from < requests.len() {
+            let to = (from + sys::MAX_IOVECS).min(requests.len());
+            let batch = &mut requests[from..to];
             let total: usize = batch.iter().map(|(_, b)| b.len()).sum();
             let first = batch.first().map_or(0, |(a, _)| *a);
             match sys::process_vm_read(self.pid, batch) {
@@ -122,10 +125,11 @@ impl LiveProcess {
                 Ok(n) => return Err(self.short_read(batch, n)),
                 Err(e) => match e.raw_os_error() {
                     Some(libc::EPERM) | Some(libc::EACCES) | Some(libc::ENOSYS) => {
-                        // Some sandboxes forbid process_vm_readv but allow /proc/PID/mem.
-                        tracing::debug!(pid = self.pid, error = %e, "process_vm_readv refused, trying /proc/PID/mem");
+                        // Some sandboxes forbid process_vm_readv but allow /proc/PID/mem:
+                        // switch for good, and finish this request there.
+                        tracing::debug!(pid = self.pid, error = %e, "process_vm_readv refused, using /proc/PID/mem");
                         self.set_method(ReadMethod::ProcMem);
-                        return self.read_proc_mem(batch);
+                        return self.read_proc_mem(&mut requests[from..]);
                     }
                     Some(libc::ESRCH) => {
                         return Err(ReadError::ProcessExited {
@@ -142,6 +146,7 @@ impl LiveProcess {
                     }
                 },
             }
+            from = to;
         }
         Ok(())
     }
@@ -255,10 +260,14 @@ impl MemorySource for LiveProcess {
     }
 
     fn threads(&self) -> Result<Vec<ThreadInfo>, ReadError> {
-        let entries = std::fs::read_dir(format!("/proc/{}/task", self.pid)).map_err(|_| {
-            ReadError::ProcessExited {
-                pid: self.pid,
-                addr: 0,
+        let entries = std::fs::read_dir(format!("/proc/{}/task", self.pid)).map_err(|e| {
+            if process_gone(self.pid) {
+                ReadError::ProcessExited {
+                    pid: self.pid,
+                    addr: 0,
+                }
+            } else {
+                ReadError::Io { addr: 0, source: e }
             }
         })?;
         let mut threads: Vec<ThreadInfo> = entries

@@ -132,6 +132,12 @@ pub trait MemorySource: Send + Sync {
     fn flush(&self) {}
 }
 
+/// Maps a regular file read-only (never a FIFO or a device), for callers that need bytes
+/// of module files on disk.
+pub fn map_regular_file(path: &std::path::Path) -> std::io::Result<memmap2::Mmap> {
+    sys::map_regular_file(path)
+}
+
 /// Largest single read the typed API allows, so that a wild length read from a damaged
 /// target cannot allocate without bound.
 pub const DEFAULT_MAX_READ: usize = 256 << 20;
@@ -299,7 +305,8 @@ impl Target {
         loop {
             // Never cross a chunk boundary so a read does not run into an unmapped page.
             let room = CHUNK - (cur % CHUNK);
-            let want = room.min((max_len + 1 - out.len()) as u64) as usize;
+            let want =
+                room.min(max_len.saturating_add(1).saturating_sub(out.len()) as u64) as usize;
             let mut buf = [0u8; CHUNK as usize];
             self.read_into(cur, &mut buf[..want])?;
             if let Some(nul) = buf[..want].iter().position(|&b| b == 0) {

@@ -47,6 +47,24 @@ pub(crate) fn process_vm_read(pid: i32, requests: &mut [(u64, &mut [u8])]) -> io
     }
 }
 
+/// Opens `path` for reading without blocking (a FIFO named by a damaged dump must not hang
+/// us) and maps it read-only, refusing anything but a regular file: devices such as
+/// `/dev/zero` never end, and opening some has side effects.
+pub(crate) fn map_regular_file(path: &std::path::Path) -> io::Result<Mmap> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    map_file(&file)
+}
+
 /// Maps a whole file read-only.
 pub(crate) fn map_file(file: &File) -> io::Result<Mmap> {
     // SAFETY: the map is read-only and private to this process. Dumps and module files are
