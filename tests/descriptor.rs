@@ -1862,7 +1862,7 @@ fn shipped_instantiate_resolves_against_the_exported_table() {
     let mut mem = MemoryBuilder::new(layout);
     let table = put_pointers(&mut mem, layout, &slots);
     let target = mem.into_target();
-    let resolve = |name: &str| (name == "g_dacTable").then_some(table);
+    let resolve = |name: &str| (name == "g_dacTable").then_some((table, 156 * 8));
 
     let d =
         shipped::instantiate(net8, &target, &resolve, &Limits::default()).expect("instantiates");
@@ -1927,8 +1927,26 @@ fn shipped_instantiate_errors() {
         "{err:?}"
     );
 
-    let err = shipped::instantiate(net8, &target, &|_: &str| Some(table), &Limits::default())
-        .expect_err("short table");
+    // The export's size says the table is too small for the descriptor: another build.
+    let err = shipped::instantiate(
+        net8,
+        &target,
+        &|_: &str| Some((table, 80)),
+        &Limits::default(),
+    )
+    .expect_err("symbol too small");
+    assert!(
+        matches!(&err, DescriptorError::Invalid { detail, .. } if detail.contains("156 slots of g_dacTable need 1248 bytes")),
+        "{err:?}"
+    );
+    // Size unknown (0): the read itself finds the table short.
+    let err = shipped::instantiate(
+        net8,
+        &target,
+        &|_: &str| Some((table, 0)),
+        &Limits::default(),
+    )
+    .expect_err("short table");
     assert!(
         matches!(&err, DescriptorError::Read { descriptor, what: "pointer data", .. } if descriptor == "net8.0-linux-x64.json"),
         "{err:?}"
@@ -1938,8 +1956,8 @@ fn shipped_instantiate_errors() {
         max_pointer_data: 100,
         ..Limits::default()
     };
-    let err =
-        shipped::instantiate(net8, &target, &|_: &str| Some(table), &small).expect_err("over cap");
+    let err = shipped::instantiate(net8, &target, &|_: &str| Some((table, 0)), &small)
+        .expect_err("over cap");
     assert!(
         matches!(
             err,

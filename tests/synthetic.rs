@@ -122,7 +122,24 @@ fn gcore_of_synthetic_runtime() {
         threads.iter().any(|t| t.tid == host.pid),
         "main thread in NT_PRSTATUS"
     );
-    assert!(threads.iter().all(|t| t.ip.is_some() && t.sp.is_some()));
+    // Registers are plausible: every ip lies in a mapped file (the host or libc is
+    // waiting in a system call), every sp in readable memory of the dump.
+    for t in &threads {
+        let (ip, sp) = (t.ip.expect("ip"), t.sp.expect("sp"));
+        assert!(
+            rt.target()
+                .mapped_files()
+                .iter()
+                .any(|f| f.start <= ip && ip < f.end),
+            "thread {} ip {ip:#x} is in no mapped file",
+            t.tid
+        );
+        assert!(
+            rt.target().read_u64(sp).is_ok(),
+            "thread {} sp {sp:#x} unreadable",
+            t.tid
+        );
+    }
     // Reading the JSON text crosses from a file-backed page into an anonymous one: two
     // PT_LOAD segments stitched in one read.
     let d = cdac::descriptor::embedded::read_header(rt.target(), host.top("descriptor"), "main")
@@ -400,8 +417,23 @@ fn descriptor_override_file_replaces_discovery() {
     assert_eq!(j["contracts"]["Thread"], "c9");
     assert_eq!(j["types_count"], 1);
     assert_eq!(j["globals_count"], 1);
-    // A plain descriptor with an indirect global has no pointer data to resolve it.
+    // A plain descriptor's indirect globals index the runtime's own pointer data (slot 1
+    // of the synthetic runtime holds the AppDomain variable's address)...
     std::fs::write(&plain, r#"{"version":0,"globals":{"X":[[1],"pointer"]}}"#).unwrap();
+    let rt = Runtime::attach(
+        host.pid,
+        &OpenOptions {
+            descriptor: Some(plain.clone()),
+            ..OpenOptions::default()
+        },
+    )
+    .expect("override");
+    assert_eq!(
+        rt.descriptor().global_value("X").unwrap(),
+        host.addr("globals", "AppDomain")
+    );
+    // ...and an index past it is a typed error.
+    std::fs::write(&plain, r#"{"version":0,"globals":{"X":[[99],"pointer"]}}"#).unwrap();
     let err = Runtime::attach(
         host.pid,
         &OpenOptions {
@@ -409,8 +441,8 @@ fn descriptor_override_file_replaces_discovery() {
             ..OpenOptions::default()
         },
     )
-    .expect_err("no pointer data");
-    assert!(err.to_string().contains("pointer-data index 1"), "{err}");
+    .expect_err("index out of range");
+    assert!(err.to_string().contains("pointer-data index 99"), "{err}");
     // A missing file is a typed error naming it.
     let missing = dir.join("nope.json");
     let err = Runtime::attach(
@@ -425,5 +457,47 @@ fn descriptor_override_file_replaces_discovery() {
         err.to_string().contains(&missing.display().to_string()),
         "{err}"
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn core_whose_backing_file_changed_does_not_use_it() {
+    // Dump a host run from a private copy, then put a different build at the library's path.
+    let dir = scratch("changed-file");
+    for f in ["synthetic-host", "libcoreclr.so"] {
+        std::fs::copy(common::synthetic_dir().join(f), dir.join(f)).unwrap();
+    }
+    let host = SyntheticHost::start_in(&dir, &[]);
+    let core = dir.join("host.core");
+    host.gcore(&core);
+    drop(host);
+    let lib = dir.join("libcoreclr.so");
+    let mut other = std::fs::read(&lib).unwrap();
+    // Same size, different build id: flip bytes of the GNU build-id note in the first page.
+    let note = other
+        .windows(4)
+        .position(|w| w == b"GNU\0")
+        .expect("build-id note");
+    for b in &mut other[note + 4..note + 12] {
+        *b ^= 0xff;
+    }
+    std::fs::write(&lib, &other).unwrap();
+
+    let dump = CoreDump::open(&core).expect("open");
+    let refused = dump
+        .mapped_files()
+        .iter()
+        .filter(|f| f.path == lib)
+        .find_map(|f| dump.read_exact(f.start + 0x1000, &mut [0u8; 8]).err())
+        .expect("some part of the library is left out of the core");
+    match &refused {
+        ReadError::NotCaptured { reason, .. } => {
+            assert!(
+                reason.contains("differs from the file the dumped process had mapped"),
+                "{reason}"
+            )
+        }
+        other => panic!("expected NotCaptured, got {other}"),
+    }
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -207,6 +207,12 @@ pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
     println!("types             {}", r.types_count);
     println!("globals           {}", r.globals_count);
     println!("threads           {}", r.threads.len());
+    for t in &r.threads {
+        match (&t.ip, &t.sp) {
+            (Some(ip), Some(sp)) => println!("  tid {:<8} ip {ip:<18} sp {sp}", t.tid),
+            _ => println!("  tid {}", t.tid),
+        }
+    }
     for s in &r.sub_descriptors {
         match (&s.address, &s.skipped) {
             (Some(a), None) => println!("sub-descriptor    {} at {a}", s.name),

@@ -102,6 +102,32 @@ pub fn read_header(
     })
 }
 
+/// The pointer data of the descriptor exported at `addr` (for a descriptor given by the
+/// user that indexes the runtime's own pointer data).
+pub fn pointer_data(
+    target: &Target,
+    addr: u64,
+    limits: &Limits,
+) -> Result<Vec<u64>, DescriptorError> {
+    let header = read_header(target, addr, "main")?;
+    if header.pointer_data_count > limits.max_pointer_data {
+        return Err(DescriptorError::TooLarge {
+            descriptor: "main".into(),
+            what: "pointer-data count",
+            value: header.pointer_data_count.into(),
+            cap: limits.max_pointer_data.into(),
+        });
+    }
+    target
+        .with_layout(header.layout)
+        .read_pointers(header.pointer_data, header.pointer_data_count as usize)
+        .map_err(|source| DescriptorError::Read {
+            descriptor: "main".into(),
+            what: "pointer data",
+            source,
+        })
+}
+
 /// Loads the descriptor exported at `addr` and all its sub-descriptors.
 ///
 /// A sub-descriptor that cannot be used (unreadable, damaged, of another layout, past a

@@ -79,6 +79,13 @@ impl ContractVersion {
     }
 }
 
+impl ContractVersion {
+    /// True when this is CoreCLR version `n`, written either way (`2` or `"c2"`).
+    pub fn is_coreclr(&self, n: u64) -> bool {
+        self.coreclr_number() == Some(n)
+    }
+}
+
 impl fmt::Display for ContractVersion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

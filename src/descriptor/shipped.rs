@@ -11,7 +11,7 @@
 //!   "versionPrefix": "8.0.",
 //!   "architecture": "x64",
 //!   "verifiedBuildIds": ["7c3796010ffdb407df859c3884e92bcad0cf7925"],
-//!   "pointerData": { "symbol": "g_dacTable", "count": 98 }
+//!   "pointerData": { "symbol": "g_dacTable", "count": 156 }
 //! }
 //! ```
 
@@ -77,7 +77,14 @@ pub enum Fit {
 
 /// Parses a shipped descriptor (also used for `--descriptor FILE`).
 pub fn parse(source: &str, text: &[u8]) -> Result<ShippedDescriptor, DescriptorError> {
-    let physical = json::parse(source, text)?;
+    from_physical(source, json::parse(source, text)?)
+}
+
+/// A shipped descriptor from already-parsed JSON (its `cdac` key says what it fits).
+pub fn from_physical(
+    source: &str,
+    physical: PhysicalDescriptor,
+) -> Result<ShippedDescriptor, DescriptorError> {
     let meta_value =
         physical
             .extras
@@ -155,7 +162,7 @@ pub fn select<'a>(
 pub fn instantiate(
     shipped: &ShippedDescriptor,
     target: &Target,
-    resolve_symbol: &dyn Fn(&str) -> Option<u64>,
+    resolve_symbol: &dyn Fn(&str) -> Option<(u64, u64)>,
     limits: &Limits,
 ) -> Result<DataDescriptor, DescriptorError> {
     let pointer_data = match &shipped.meta.pointer_data {
@@ -169,12 +176,22 @@ pub fn instantiate(
                     cap: limits.max_pointer_data.into(),
                 });
             }
-            let addr = resolve_symbol(&src.symbol).ok_or_else(|| {
+            let (addr, size) = resolve_symbol(&src.symbol).ok_or_else(|| {
                 DescriptorError::NotFound(format!(
                     "descriptor {} reads its pointer data from the export {}, which the runtime module does not have",
                     shipped.source, src.symbol
                 ))
             })?;
+            let needed = u64::from(src.count) * u64::from(target.pointer_size());
+            if size != 0 && size < needed {
+                return Err(DescriptorError::Invalid {
+                    descriptor: shipped.source.clone(),
+                    detail: format!(
+                        "{} slots of {} need {needed} bytes, but the runtime's {} is {size} bytes: a different runtime build",
+                        src.count, src.symbol, src.symbol
+                    ),
+                });
+            }
             target
                 .read_pointers(addr, src.count as usize)
                 .map_err(|source| DescriptorError::Read {

@@ -173,13 +173,24 @@ fn scan_file(path: &Path) -> Option<String> {
     find_version(&data)
 }
 
+/// The text after the first `@(#)Version ` marker that parses as a version.
 fn find_version(bytes: &[u8]) -> Option<String> {
-    let pos = bytes
+    let mut rest = bytes;
+    while let Some(pos) = rest
         .windows(VERSION_MARKER.len())
-        .position(|w| w == VERSION_MARKER)?;
-    let rest = &bytes[pos + VERSION_MARKER.len()..];
-    let end = rest.iter().position(|&b| b == 0)?.min(256);
-    std::str::from_utf8(&rest[..end]).ok().map(str::to_string)
+        .position(|w| w == VERSION_MARKER)
+    {
+        rest = &rest[pos + VERSION_MARKER.len()..];
+        let Some(end) = rest.iter().take(256).position(|&b| b == 0) else {
+            continue;
+        };
+        if let Ok(text) = std::str::from_utf8(&rest[..end]) {
+            if RuntimeVersion::parse(text).is_some() {
+                return Some(text.to_string());
+            }
+        }
+    }
+    None
 }
 
 /// The architecture name used by descriptors ("x64", "arm64", …) for an ELF machine.

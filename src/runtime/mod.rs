@@ -234,23 +234,44 @@ fn load_descriptor(
     version: Option<&RuntimeVersion>,
     options: &OpenOptions,
 ) -> Result<(DataDescriptor, DescriptorSource), RuntimeError> {
-    let resolve = |name: &str| module.export(name);
+    let resolve = |name: &str| {
+        module
+            .exports
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| (s.address, s.size))
+    };
     if let Some(path) = &options.descriptor {
-        let text = std::fs::read(path).map_err(|e| DescriptorError::File {
+        let file_err = |detail: String| DescriptorError::File {
             path: path.display().to_string(),
-            detail: e.to_string(),
-        })?;
+            detail,
+        };
+        let text = crate::target::map_regular_file(path).map_err(|e| file_err(e.to_string()))?;
+        if text.len() as u64 > u64::from(options.limits.max_descriptor_bytes) {
+            return Err(file_err(format!(
+                "{} bytes, over the limit of {}",
+                text.len(),
+                options.limits.max_descriptor_bytes
+            ))
+            .into());
+        }
         let name = path.display().to_string();
         let physical = crate::descriptor::json::parse(&name, &text)?;
         let descriptor = if physical.extras.contains_key("cdac") {
-            let parsed = shipped::parse(&name, &text)?;
+            let parsed = shipped::from_physical(&name, physical)?;
             shipped::instantiate(&parsed, target, &resolve, &options.limits)?
         } else {
-            // A plain descriptor has no pointer data of its own: indirect globals in it
-            // are reported as out of range.
-            let mut d = DataDescriptor::new(target.layout());
-            d.merge(&name, &physical, &[])?;
-            d
+            {
+                // A plain descriptor (a corrected copy of the runtime's own, say): its
+                // indirect globals index the runtime's own pointer data, when it has one.
+                let pointer_data = match found.contract_descriptor {
+                    Some(address) => embedded::pointer_data(target, address, &options.limits)?,
+                    None => Vec::new(),
+                };
+                let mut d = DataDescriptor::new(target.layout());
+                d.merge(&name, &physical, &pointer_data)?;
+                d
+            }
         };
         return Ok((
             descriptor,

@@ -157,7 +157,10 @@ impl<S: MemorySource> MemorySource for PageCache<S> {
         }
         for (page, data) in missing.into_iter().zip(fetched) {
             Self::copy_out(page, &data, addr, end, buf);
-            map.insert(page, data);
+            // One request may span more pages than the cache holds: keep only what fits.
+            if map.len() < self.max_pages {
+                map.insert(page, data);
+            }
         }
         Ok(())
     }

@@ -166,8 +166,65 @@ impl CoreDump {
         let mut cache = self.backing.lock().unwrap_or_else(|p| p.into_inner());
         cache
             .entry(path.to_path_buf())
-            .or_insert_with(|| Arc::new(open_backing(path)))
+            .or_insert_with(|| Arc::new(self.check_backing(path, open_backing(path))))
             .clone()
+    }
+
+    /// Refuses a file on disk that differs from the one the process had mapped: where the
+    /// dump holds the file's first page (ELF header, program headers, build-id note), the
+    /// file must start with the same bytes. Another build at the same path would otherwise
+    /// be mixed silently into the dump's memory.
+    fn check_backing(&self, path: &Path, backing: Backing) -> Backing {
+        let Backing::Present { map, .. } = &backing else {
+            return backing;
+        };
+        let first_page = self
+            .files
+            .iter()
+            .find(|f| f.path == path && f.file_offset == 0)
+            .map(|f| f.start);
+        let Some(start) = first_page else {
+            return backing;
+        };
+        let mut captured = [0u8; 4096];
+        let n = self.read_captured(start, &mut captured);
+        if n > 0 && map.get(..n) != Some(&captured[..n]) {
+            tracing::warn!(file = %path.display(), "the file on disk differs from the one in the dump; not using it");
+            return Backing::Missing(
+                "differs from the file the dumped process had mapped (another build?)".into(),
+            );
+        }
+        backing
+    }
+
+    /// Copies the bytes the dump itself holds from `addr` on (never from files on disk);
+    /// returns how many, stopping at the first byte not captured.
+    fn read_captured(&self, addr: u64, buf: &mut [u8]) -> usize {
+        let mut done = 0;
+        while done < buf.len() {
+            let Some(at) = addr.checked_add(done as u64) else {
+                break;
+            };
+            let Some(seg) = self.segment_at(at) else {
+                break;
+            };
+            let within = at - seg.vaddr;
+            if within >= seg.filesz {
+                break;
+            }
+            let n = ((buf.len() - done) as u64).min(seg.filesz - within) as usize;
+            let bytes = seg
+                .offset
+                .checked_add(within)
+                .and_then(|from| usize::try_from(from).ok())
+                .and_then(|f| self.map.get(f..f.checked_add(n)?));
+            let Some(bytes) = bytes else {
+                break;
+            };
+            buf[done..done + n].copy_from_slice(bytes);
+            done += n;
+        }
+        done
     }
 
     /// Reads up to `want` bytes at `addr` from the file that backs it. Returns how many
@@ -428,18 +485,21 @@ fn parse_nt_file(desc: &[u8], layout: DataLayout) -> Result<Vec<MappedFile>, Str
     }
     let count = count as usize;
     let names_start = (2 + 3 * count) * word;
+    // Each path is NUL-terminated; a path without its terminator is a truncated note.
     let mut names = desc
         .get(names_start..)
-        .ok_or_else(|| "no room for the paths after the entries".to_string())?
-        .split(|&b| b == 0);
+        .ok_or_else(|| "no room for the paths after the entries".to_string())?;
     let mut out = Vec::with_capacity(count);
     for i in 0..count {
         let start = read_word(2 + 3 * i)?;
         let end = read_word(3 + 3 * i)?;
         let page = read_word(4 + 3 * i)?;
-        let name = names
-            .next()
+        let nul = names
+            .iter()
+            .position(|&b| b == 0)
             .ok_or_else(|| "fewer paths than entries".to_string())?;
+        let name = &names[..nul];
+        names = &names[nul + 1..];
         if end <= start {
             continue;
         }
@@ -567,4 +627,105 @@ fn writable_file_ranges(data: &[u8]) -> Vec<(u64, u64)> {
         _ => None,
     }
     .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Encodes words of the given size and byte order (independently of the parser).
+    fn words(layout: DataLayout, values: &[u64]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for &v in values {
+            match (layout.pointer_size, layout.endian) {
+                (8, Endian::Little) => out.extend_from_slice(&v.to_le_bytes()),
+                (8, Endian::Big) => out.extend_from_slice(&v.to_be_bytes()),
+                (_, Endian::Little) => out.extend_from_slice(&(v as u32).to_le_bytes()),
+                (_, Endian::Big) => out.extend_from_slice(&(v as u32).to_be_bytes()),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn nt_file_in_every_layout() {
+        for layout in DataLayout::ALL {
+            let mut desc = words(layout, &[2, 4096, 0x1000, 0x3000, 0, 0x5000, 0x6000, 3]);
+            desc.extend_from_slice(b"/lib/a.so\0/lib/b.so\0");
+            let files = parse_nt_file(&desc, layout).unwrap();
+            assert_eq!(
+                files,
+                vec![
+                    MappedFile {
+                        start: 0x1000,
+                        end: 0x3000,
+                        file_offset: 0,
+                        path: "/lib/a.so".into()
+                    },
+                    MappedFile {
+                        start: 0x5000,
+                        end: 0x6000,
+                        file_offset: 3 * 4096,
+                        path: "/lib/b.so".into()
+                    },
+                ],
+                "{layout:?}"
+            );
+            // A count the note cannot hold, and a note that ends before its paths.
+            assert!(parse_nt_file(&words(layout, &[1000, 4096]), layout).is_err());
+            assert!(parse_nt_file(&words(layout, &[1, 4096, 1, 2, 0]), layout).is_err());
+        }
+    }
+
+    #[test]
+    fn prstatus_registers_per_machine() {
+        // x86_64: pid at 32, rip = register 16, rsp = register 19 of the set at 112.
+        let mut d = vec![0u8; 336];
+        d[32..36].copy_from_slice(&4242u32.to_le_bytes());
+        d[112 + 16 * 8..112 + 17 * 8].copy_from_slice(&0x401000u64.to_le_bytes());
+        d[112 + 19 * 8..112 + 20 * 8].copy_from_slice(&0x7ffe0000u64.to_le_bytes());
+        let t = parse_prstatus(&d, DataLayout::LE64, elf::EM_X86_64.0).unwrap();
+        assert_eq!(
+            (t.tid, t.ip, t.sp),
+            (4242, Some(0x401000), Some(0x7ffe0000))
+        );
+        // aarch64: sp = register 31, pc = register 32.
+        let mut d = vec![0u8; 392];
+        d[32..36].copy_from_slice(&7u32.to_le_bytes());
+        d[112 + 31 * 8..112 + 32 * 8].copy_from_slice(&0xfff0u64.to_le_bytes());
+        d[112 + 32 * 8..112 + 33 * 8].copy_from_slice(&0x4000u64.to_le_bytes());
+        let t = parse_prstatus(&d, DataLayout::LE64, elf::EM_AARCH64.0).unwrap();
+        assert_eq!((t.tid, t.ip, t.sp), (7, Some(0x4000), Some(0xfff0)));
+        // i386, big-endian words to check byte order: pid at 24, eip = 12, esp = 15 at 72.
+        let mut d = vec![0u8; 144];
+        d[24..28].copy_from_slice(&99u32.to_be_bytes());
+        d[72 + 12 * 4..72 + 13 * 4].copy_from_slice(&0x8048000u32.to_be_bytes());
+        d[72 + 15 * 4..72 + 16 * 4].copy_from_slice(&0xbffff000u32.to_be_bytes());
+        let t = parse_prstatus(&d, DataLayout::BE32, elf::EM_386.0).unwrap();
+        assert_eq!((t.tid, t.ip, t.sp), (99, Some(0x8048000), Some(0xbffff000)));
+        // Another machine: the thread is listed without registers; a short note is refused.
+        let t = parse_prstatus(&vec![0u8; 336], DataLayout::LE64, 0xffff).unwrap();
+        assert_eq!((t.ip, t.sp), (None, None));
+        assert!(parse_prstatus(&[0u8; 20], DataLayout::LE64, elf::EM_X86_64.0).is_none());
+    }
+
+    #[test]
+    fn uncaptured_ranges() {
+        let seg = |vaddr, filesz| Segment {
+            vaddr,
+            memsz: filesz,
+            offset: 0,
+            filesz,
+        };
+        let segs = [
+            seg(0x1000, 0x1000),
+            seg(0x2000, 0x1000),
+            seg(0x4000, 0x1000),
+        ];
+        assert!(!has_uncaptured_bytes(0x1000, 0x3000, &segs));
+        assert!(has_uncaptured_bytes(0x1000, 0x3001, &segs));
+        assert!(has_uncaptured_bytes(0x3000, 0x4000, &segs));
+        assert!(!has_uncaptured_bytes(0x4800, 0x5000, &segs));
+        assert!(has_uncaptured_bytes(0, u64::MAX, &segs));
+    }
 }

@@ -199,6 +199,13 @@ impl Target {
         &self.source
     }
 
+    /// Drops cached bytes, so that later reads of a live process see its current memory.
+    /// (Reads of a running process are a moving snapshot: call this between commands that
+    /// must see fresh data.)
+    pub fn flush(&self) {
+        self.source.flush();
+    }
+
     /// Files mapped into the target.
     pub fn mapped_files(&self) -> &[MappedFile] {
         self.source.mapped_files()
