@@ -31,6 +31,11 @@ impl Rng {
 /// (without relocations: the dynamic section keeps file addresses). `None` when the
 /// segments cannot be laid out (out of the file, overlapping, or huge).
 fn load(file: &[u8]) -> Option<MemoryBuilder> {
+    load_at(file, BASE)
+}
+
+/// [`load`] at another base address.
+fn load_at(file: &[u8], base: u64) -> Option<MemoryBuilder> {
     let parsed = object::File::parse(file).ok()?;
     let mut placed: Vec<(u64, u64, &[u8])> = Vec::new();
     for seg in parsed.segments() {
@@ -40,7 +45,7 @@ fn load(file: &[u8]) -> Option<MemoryBuilder> {
         if len > 64 << 20 {
             return None;
         }
-        placed.push((BASE.checked_add(seg.address())?, len, bytes));
+        placed.push((base.checked_add(seg.address())?, len, bytes));
     }
     placed.sort_by_key(|p| p.0);
     if placed.windows(2).any(|w| w[0].0 + w[0].1 > w[1].0) {
@@ -50,7 +55,7 @@ fn load(file: &[u8]) -> Option<MemoryBuilder> {
     for (addr, len, bytes) in placed {
         b.region(addr, len as usize).bytes(0, bytes);
     }
-    b.map_file(BASE, BASE + 0x10000, "/fake/libcoreclr.so");
+    b.map_file(base, base.saturating_add(0x10000), "/fake/libcoreclr.so");
     Some(b)
 }
 
@@ -151,4 +156,34 @@ fn damaged_core_headers_give_errors_not_panics() {
     }
     assert!(opened > 0);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn small_and_top_of_address_space_load_biases() {
+    let path = common::synthetic_dir().join("libcoreclr.so");
+    let file = std::fs::read(&path).unwrap();
+    let parsed = object::File::parse(&*file).unwrap();
+    let offset = parsed
+        .dynamic_symbols()
+        .find(|s| s.name() == Ok("DotNetRuntimeContractDescriptor"))
+        .unwrap()
+        .address();
+    // A bias smaller than the image, where file and run-time addresses overlap, and one
+    // near the top of the address space.
+    for base in [0x1000u64, 0xffff_ffff_fff0_0000] {
+        let target = load_at(&file, base).expect("loadable").into_target();
+        let image = ElfImage::read(&target, base, None).expect("image");
+        assert_eq!(
+            image
+                .find_symbol(&target, "DotNetRuntimeContractDescriptor")
+                .unwrap(),
+            Some(base + offset),
+            "base {base:#x}"
+        );
+        // The whole discovery path runs without overflow.
+        let _ = Runtime::open(
+            Arc::new(load_at(&file, base).unwrap().build()),
+            &OpenOptions::default(),
+        );
+    }
 }

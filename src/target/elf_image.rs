@@ -253,17 +253,24 @@ impl ElfImage {
             .unwrap_or(0)
     }
 
-    /// Turns an address found in the dynamic section into a target address: the dynamic
-    /// linker rewrites some entries to absolute addresses in memory, the file holds
-    /// virtual addresses.
-    fn runtime_address(&self, value: u64) -> u64 {
+    /// Whether the dynamic section holds run-time addresses (glibc rewrites its pointer
+    /// entries in place when it loads a library) or the file's virtual addresses (the file
+    /// itself, other loaders). Decided once per image from `DT_STRTAB`: a string table
+    /// starts with a NUL byte, so the reading that lands on one inside the image wins; when
+    /// both do, an address inside the loaded image is taken as already relocated.
+    fn dynamic_is_relocated(&self, target: &Target, strtab: u64) -> bool {
+        if self.bias == 0 {
+            return false;
+        }
         let (lo, hi) = self.vaddr_span();
-        let rebased_lo = lo.wrapping_add(self.bias);
-        let rebased_hi = hi.wrapping_add(self.bias);
-        if self.bias != 0 && value >= rebased_lo && value < rebased_hi {
-            value
-        } else {
-            value.wrapping_add(self.bias)
+        let in_image = |a: u64| a >= lo.wrapping_add(self.bias) && a < hi.wrapping_add(self.bias);
+        let nul_at = |a: u64| in_image(a) && target.read_u8(a).ok() == Some(0);
+        let as_is = nul_at(strtab);
+        let rebased = nul_at(strtab.wrapping_add(self.bias));
+        match (as_is, rebased) {
+            (true, false) => true,
+            (false, true) => false,
+            _ => in_image(strtab),
         }
     }
 
@@ -324,28 +331,39 @@ impl ElfImage {
         let bytes = read(dynamic.vaddr.wrapping_add(self.bias), count * entry_size)?;
         let (entries, _) = object::pod::slice_from_bytes::<Elf::Dyn>(&bytes, count)
             .map_err(|()| malformed("dynamic section"))?;
-        let mut symtab = None;
-        let mut strtab = None;
-        let mut strsz = None;
-        let mut hash = None;
-        let mut gnu_hash = None;
+        let (mut symtab, mut strtab, mut strsz, mut hash, mut gnu_hash) =
+            (None, None, None, None, None);
         for entry in entries {
             let tag = entry.tag(endian);
             let value = entry.val(endian);
             if tag == elf::DT_NULL {
                 break;
             } else if tag == elf::DT_SYMTAB {
-                symtab = Some(self.runtime_address(value));
+                symtab = Some(value);
             } else if tag == elf::DT_STRTAB {
-                strtab = Some(self.runtime_address(value));
+                strtab = Some(value);
             } else if tag == elf::DT_STRSZ {
                 strsz = Some(value);
             } else if tag == elf::DT_HASH {
-                hash = Some(self.runtime_address(value));
+                hash = Some(value);
             } else if tag == elf::DT_GNU_HASH {
-                gnu_hash = Some(self.runtime_address(value));
+                gnu_hash = Some(value);
             }
         }
+        let relocated = strtab.is_some_and(|s| self.dynamic_is_relocated(target, s));
+        let runtime = |v: u64| {
+            if relocated {
+                v
+            } else {
+                v.wrapping_add(self.bias)
+            }
+        };
+        let (symtab, strtab, hash, gnu_hash) = (
+            symtab.map(runtime),
+            strtab.map(runtime),
+            hash.map(runtime),
+            gnu_hash.map(runtime),
+        );
         let symtab = symtab.ok_or_else(|| malformed("no DT_SYMTAB"))?;
         let strtab = strtab.ok_or_else(|| malformed("no DT_STRTAB"))?;
         let strsz = strsz.ok_or_else(|| malformed("no DT_STRSZ"))? as usize;
