@@ -1,6 +1,7 @@
 //! The `cdac` command line: argument parsing and output. Every command is a thin user of
 //! the library API.
 
+mod code;
 mod info;
 
 use std::path::PathBuf;
@@ -21,6 +22,12 @@ struct Cli {
 enum Command {
     /// Show the runtime module, its version and its data descriptor.
     Info(info::InfoArgs),
+    /// Which managed method owns each code address.
+    Ip2md(code::Ip2mdArgs),
+    /// The exception clauses of the method at an address.
+    Eh(code::AddressArgs),
+    /// How the method at an address unwinds (its RUNTIME_FUNCTION and unwind codes).
+    Unwind(code::AddressArgs),
 }
 
 /// Which target to read, shared by every command.
@@ -72,6 +79,9 @@ pub fn main() -> i32 {
     };
     let result = match &cli.command {
         Command::Info(args) => info::run(args),
+        Command::Ip2md(args) => code::run_ip2md(args),
+        Command::Eh(args) => code::run_eh(args),
+        Command::Unwind(args) => code::run_unwind(args),
     };
     match result {
         Ok(()) => 0,

@@ -7,6 +7,7 @@
 
 pub mod execution_manager;
 pub mod gc_info;
+pub mod unwind_codes;
 pub mod unwind_info;
 
 use crate::descriptor::{ContractVersion, DataDescriptor, DescriptorError};

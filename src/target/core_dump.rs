@@ -318,10 +318,13 @@ impl MemorySource for CoreDump {
                     })?
                 }
                 None => {
+                    // Partial dumps (createdump's normal and triage kinds) leave regions out
+                    // entirely, so "in no segment" cannot tell unmapped from left out.
                     let n = (out.len() as u64).min(self.gap_len(at)) as usize;
-                    self.read_backing(at, &mut out[..n], &|| ReadError::Unmapped {
+                    self.read_backing(at, &mut out[..n], &|| ReadError::NotCaptured {
                         addr: at,
                         len: len - done,
+                        reason: "no part of the dump holds this address (left out of the dump, or not mapped in the process)".into(),
                     })?
                 }
             };

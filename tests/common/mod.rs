@@ -156,6 +156,10 @@ impl Testbed {
         let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
         let path = self.dir.join(format!("{kind}.core"));
         if !path.exists() {
+            // The perf map as it was before the dump: later entries may not be in it.
+            if let Some(map) = self.manifest["perf_map"].as_str() {
+                let _ = std::fs::copy(map, self.dir.join(format!("{kind}.perfmap")));
+            }
             let status = Command::new(repo().join("scripts/testbed-dumps"))
                 .args(["--only", kind])
                 .arg(self.dir.join("manifest.json"))
@@ -167,6 +171,18 @@ impl Testbed {
             assert!(status.success(), "testbed-dumps --only {kind} failed");
         }
         path
+    }
+
+    /// The runtime's perf map as it was just before the dump of this kind was taken (the
+    /// current one for `None`, the live process).
+    pub fn perf_map_for(&self, dump: Option<&str>) -> PathBuf {
+        match dump {
+            Some(kind) => {
+                self.dump(kind);
+                self.dir.join(format!("{kind}.perfmap"))
+            }
+            None => PathBuf::from(self.manifest["perf_map"].as_str().expect("perf_map")),
+        }
     }
 
     /// The emitted methods of the manifest.

@@ -164,7 +164,12 @@ pub fn read_r2r_clauses(
             };
             clause(
                 r("Flags")?,
-                [r("TryStartPC")?, r("TryEndPC")?, r("HandlerStartPC")?, r("HandlerEndPC")?],
+                [
+                    r("TryStartPC")?,
+                    r("TryEndPC")?,
+                    r("HandlerStartPC")?,
+                    r("HandlerEndPC")?,
+                ],
                 r("ClassToken")?,
                 None,
             )
@@ -189,6 +194,10 @@ fn clause(
         handler_end,
         filter_offset: (kind == ClauseKind::Filter).then_some(union),
         class_token: (kind == ClauseKind::Typed && type_handle.is_none()).then_some(union),
-        type_handle: if kind == ClauseKind::Typed { type_handle } else { None },
+        type_handle: if kind == ClauseKind::Typed {
+            type_handle
+        } else {
+            None
+        },
     })
 }

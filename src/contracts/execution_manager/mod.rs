@@ -1,4 +1,336 @@
-//! The ExecutionManager contract: which managed method owns a code address.
+//! The ExecutionManager contract: which managed method owns a code address, where it
+//! starts, how big it is, and where its unwind, GC, debug and exception-handling
+//! information lives.
+//!
+//! Version 1 and version 2 differ only in the code heaps' nibble map (linear scan, and
+//! constant-time lookup). [`execution_manager`] returns the implementation of the version
+//! the runtime advertises; the spec in our words is `contracts/ExecutionManager.md`.
 
+pub mod exception_clauses;
+pub mod hash_map;
 pub mod nibble_map;
 pub mod range_section_map;
+pub mod search;
+
+mod ee_jit_manager;
+mod r2r_jit_manager;
+
+use serde::Serialize;
+
+use self::exception_clauses::ExceptionClause;
+use self::nibble_map::NibbleMapVersion;
+use self::range_section_map::RangeSection;
+use super::gc_info::GcInfoArch;
+use super::unwind_info::UnwindArch;
+use super::{version_of, ContractError};
+use crate::descriptor::DataDescriptor;
+use crate::target::Target;
+
+/// How a method's code was produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JitType {
+    /// Not known.
+    Unknown,
+    /// Compiled by the JIT at run time.
+    Jit,
+    /// Precompiled (ReadyToRun).
+    R2r,
+    /// Run by the interpreter.
+    Interpreter,
+}
+
+impl JitType {
+    /// The name used in output: "jit", "r2r", "interpreter", "unknown".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JitType::Unknown => "unknown",
+            JitType::Jit => "jit",
+            JitType::R2r => "r2r",
+            JitType::Interpreter => "interpreter",
+        }
+    }
+}
+
+/// What one code address belongs to: the answer to `GetCodeBlockHandle` and the data the
+/// other operations start from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeBlock {
+    /// The address that was looked up.
+    pub ip: u64,
+    /// Start of the method's (hot) code.
+    pub start: u64,
+    /// The method's MethodDesc.
+    pub method_desc: u64,
+    /// Offset of `ip` in the method, counting the hot part before a cold one.
+    pub relative_offset: u64,
+    /// The JIT manager object that owns the code.
+    pub jit_manager: u64,
+    /// How the code was produced.
+    pub jit_type: JitType,
+    /// The range section holding `ip`.
+    pub section: RangeSection,
+    pub(crate) origin: Origin,
+}
+
+/// Where a code block's details live, per JIT manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// JIT'ed code: its `RealCodeHeader`.
+    Jit { real_code_header: u64 },
+    /// ReadyToRun code.
+    ReadyToRun {
+        /// The image's `ReadyToRunInfo`.
+        r2r_info: u64,
+        /// Runtime-function index of the entry holding `ip` (a funclet or cold part, or
+        /// the method's own).
+        function_index: u64,
+        /// Runtime-function index of the method's main (hot) entry.
+        method_index: u64,
+        /// Runtime-function index of the method's cold part, when it is split.
+        cold_index: Option<u64>,
+    },
+}
+
+/// The parts of a method's code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RegionInfo {
+    /// Bytes of hot code from the start.
+    pub hot_size: u64,
+    /// Start of the cold part, when the method is split.
+    pub cold_start: Option<u64>,
+    /// Bytes of cold code (0 when not split).
+    pub cold_size: u64,
+}
+
+/// Where a method's GC info is, and which encoding version it uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GcInfoRef {
+    /// Address of the GC info.
+    pub address: u64,
+    /// GCInfo encoding version.
+    pub version: u32,
+}
+
+/// Where a method's debug info is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DebugInfoRef {
+    /// Address of the debug info (0 when there is none).
+    pub address: u64,
+    /// Whether the blob starts with a flag byte.
+    pub has_flag_byte: bool,
+}
+
+/// What `GetEEJitManagerInfo` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct EeJitManagerInfo {
+    /// The EEJitManager object.
+    pub address: u64,
+    /// Code type it manages (0: managed IL compiled by the JIT).
+    pub code_type: u32,
+    /// Head of its list of code heaps.
+    pub heap_list: u64,
+}
+
+/// The ExecutionManager contract's operations.
+pub trait ExecutionManager {
+    /// The contract version implemented.
+    fn version(&self) -> u64;
+
+    /// The method code that `ip` is in, or `None` when `ip` is not in managed code (stubs,
+    /// thunks, unmanaged code). `GetCodeBlockHandle`, with `GetMethodDesc`,
+    /// `GetStartAddress`, `GetRelativeOffset` and `GetJITType` answered by the fields.
+    fn code_block(&self, ip: u64) -> Result<Option<CodeBlock>, ContractError>;
+
+    /// Hot size, and cold start and size for split methods (`GetMethodRegionInfo`).
+    fn method_region_info(&self, block: &CodeBlock) -> Result<RegionInfo, ContractError>;
+
+    /// Address of the RUNTIME_FUNCTION covering the block's ip (`GetUnwindInfo`).
+    fn unwind_info(&self, block: &CodeBlock) -> Result<Option<u64>, ContractError>;
+
+    /// The base the RUNTIME_FUNCTION's addresses are relative to
+    /// (`GetUnwindInfoBaseAddress`).
+    fn unwind_info_base_address(&self, block: &CodeBlock) -> u64 {
+        block.section.range_begin
+    }
+
+    /// Where the GC info is and its version (`GetGCInfo`).
+    fn gc_info(&self, block: &CodeBlock) -> Result<GcInfoRef, ContractError>;
+
+    /// Where the debug info is (`GetDebugInfo`).
+    fn debug_info(&self, block: &CodeBlock) -> Result<DebugInfoRef, ContractError>;
+
+    /// Start of the funclet (or main body) holding the ip (`GetFuncletStartAddress`).
+    fn funclet_start(&self, block: &CodeBlock) -> Result<u64, ContractError>;
+
+    /// True when the ip is in a funclet, not the main body (`IsFunclet`).
+    fn is_funclet(&self, block: &CodeBlock) -> Result<bool, ContractError> {
+        Ok(self.funclet_start(block)? != block.start)
+    }
+
+    /// The method's exception clauses (`GetExceptionClauses`).
+    fn exception_clauses(&self, block: &CodeBlock) -> Result<Vec<ExceptionClause>, ContractError>;
+
+    /// The EEJitManager and its code heaps (`GetEEJitManagerInfo`).
+    fn ee_jit_manager_info(&self) -> Result<EeJitManagerInfo, ContractError>;
+}
+
+/// The ExecutionManager of the version the runtime advertises (1 or 2).
+pub fn execution_manager<'a>(
+    target: &'a Target,
+    descriptor: &'a DataDescriptor,
+) -> Result<Box<dyn ExecutionManager + 'a>, ContractError> {
+    let version = version_of(descriptor, "ExecutionManager", &[1, 2], "1 and 2")?;
+    let nibble = NibbleMapVersion::for_contract_version(version).ok_or(
+        ContractError::UnsupportedVersion {
+            contract: "ExecutionManager",
+            version: version.to_string(),
+            supported: "1 and 2",
+        },
+    )?;
+    Ok(Box::new(Core::new(target, descriptor, version, nibble)?))
+}
+
+/// The implementation shared by both versions; `nibble` is what differs.
+pub(crate) struct Core<'a> {
+    pub(crate) target: &'a Target,
+    pub(crate) descriptor: &'a DataDescriptor,
+    version: u64,
+    pub(crate) nibble: NibbleMapVersion,
+    pub(crate) unwind_arch: UnwindArch,
+    pub(crate) gc_arch: GcInfoArch,
+}
+
+impl<'a> Core<'a> {
+    fn new(
+        target: &'a Target,
+        descriptor: &'a DataDescriptor,
+        version: u64,
+        nibble: NibbleMapVersion,
+    ) -> Result<Core<'a>, ContractError> {
+        let arch = descriptor.global_string("Architecture")?;
+        Ok(Core {
+            target,
+            descriptor,
+            version,
+            nibble,
+            unwind_arch: UnwindArch::from_name(arch)?,
+            gc_arch: GcInfoArch::from_name(arch)?,
+        })
+    }
+
+    /// Reads a pointer at `base + field offset` of `ty`.
+    pub(crate) fn ptr(&self, base: u64, ty: &str, field: &str) -> Result<u64, ContractError> {
+        let off = self.descriptor.ty(ty)?.offset(field)?;
+        Ok(self.target.read_pointer(base.wrapping_add(off))?)
+    }
+
+    /// Reads a u32 at `base + field offset` of `ty`.
+    pub(crate) fn u32(&self, base: u64, ty: &str, field: &str) -> Result<u32, ContractError> {
+        let off = self.descriptor.ty(ty)?.offset(field)?;
+        Ok(self.target.read_u32(base.wrapping_add(off))?)
+    }
+}
+
+impl ExecutionManager for Core<'_> {
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn code_block(&self, ip: u64) -> Result<Option<CodeBlock>, ContractError> {
+        let Some(section) =
+            range_section_map::find_range_section(self.target, self.descriptor, ip)?
+        else {
+            return Ok(None);
+        };
+        // A ReadyToRun module marks an image section; else a code heap (JIT) section.
+        if section.r2r_module != 0 {
+            r2r_jit_manager::code_block(self, section, ip)
+        } else if section.is_code_heap() {
+            ee_jit_manager::code_block(self, section, ip)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn method_region_info(&self, block: &CodeBlock) -> Result<RegionInfo, ContractError> {
+        match block.origin {
+            Origin::Jit { .. } => {
+                let gc = self.gc_info(block)?;
+                let hot =
+                    super::gc_info::code_length(self.target, gc.address, gc.version, self.gc_arch)?;
+                Ok(RegionInfo {
+                    hot_size: u64::from(hot),
+                    cold_start: None,
+                    cold_size: 0,
+                })
+            }
+            Origin::ReadyToRun { .. } => r2r_jit_manager::region_info(self, block),
+        }
+    }
+
+    fn unwind_info(&self, block: &CodeBlock) -> Result<Option<u64>, ContractError> {
+        match block.origin {
+            Origin::Jit { real_code_header } => {
+                ee_jit_manager::unwind_info(self, block, real_code_header)
+            }
+            Origin::ReadyToRun {
+                r2r_info,
+                function_index,
+                ..
+            } => Ok(Some(r2r_jit_manager::runtime_function(
+                self,
+                r2r_info,
+                function_index,
+            )?)),
+        }
+    }
+
+    fn gc_info(&self, block: &CodeBlock) -> Result<GcInfoRef, ContractError> {
+        match block.origin {
+            Origin::Jit { real_code_header } => Ok(GcInfoRef {
+                address: self.ptr(real_code_header, "RealCodeHeader", "GCInfo")?,
+                version: u32::try_from(self.descriptor.global_value("GCInfoVersion")?)
+                    .unwrap_or(u32::MAX),
+            }),
+            Origin::ReadyToRun { .. } => r2r_jit_manager::gc_info(self, block),
+        }
+    }
+
+    fn debug_info(&self, block: &CodeBlock) -> Result<DebugInfoRef, ContractError> {
+        match block.origin {
+            Origin::Jit { real_code_header } => {
+                ee_jit_manager::debug_info(self, block, real_code_header)
+            }
+            Origin::ReadyToRun { .. } => r2r_jit_manager::debug_info(self, block),
+        }
+    }
+
+    fn funclet_start(&self, block: &CodeBlock) -> Result<u64, ContractError> {
+        let Some(rf) = self.unwind_info(block)? else {
+            return Ok(block.start);
+        };
+        let begin = self.u32(rf, "RuntimeFunction", "BeginAddress")?;
+        Ok(block.section.range_begin.wrapping_add(u64::from(begin)))
+    }
+
+    fn exception_clauses(&self, block: &CodeBlock) -> Result<Vec<ExceptionClause>, ContractError> {
+        match block.origin {
+            Origin::Jit { real_code_header } => {
+                let eh = self.ptr(real_code_header, "RealCodeHeader", "EHInfo")?;
+                exception_clauses::read_jit_clauses(self.target, self.descriptor, eh)
+            }
+            Origin::ReadyToRun { .. } => r2r_jit_manager::exception_clauses(self, block),
+        }
+    }
+
+    fn ee_jit_manager_info(&self) -> Result<EeJitManagerInfo, ContractError> {
+        let variable = self.descriptor.global_value("EEJitManagerAddress")?;
+        let address = self.target.read_pointer(variable)?;
+        Ok(EeJitManagerInfo {
+            address,
+            code_type: 0,
+            heap_list: self.ptr(address, "EEJitManager", "AllCodeHeaps")?,
+        })
+    }
+}

@@ -1,0 +1,120 @@
+//! The EE (JIT) manager: code in the runtime's code heaps, found through the heap's
+//! nibble map and described by the `RealCodeHeader` that the pointer-sized slot just
+//! before each method's first instruction points to.
+
+use super::nibble_map::NibbleMap;
+use super::range_section_map::RangeSection;
+use super::{search, CodeBlock, Core, DebugInfoRef, JitType, Origin};
+use crate::contracts::ContractError;
+
+/// Most unwind entries (main body plus funclets) one method may have.
+const MAX_UNWIND_INFOS: u32 = 1 << 16;
+
+/// The JIT'ed method that `ip` is in.
+pub(super) fn code_block(
+    core: &Core<'_>,
+    section: RangeSection,
+    ip: u64,
+) -> Result<Option<CodeBlock>, ContractError> {
+    if section.is_range_list() || section.heap_list == 0 {
+        return Ok(None);
+    }
+    let map = NibbleMap::from_heap_list_node(
+        core.target,
+        core.descriptor,
+        core.nibble,
+        section.heap_list,
+    )?;
+    let Some(start) = map.find_method_start(core.target, ip)? else {
+        return Ok(None);
+    };
+    let ps = u64::from(core.target.pointer_size());
+    let slot = start.checked_sub(ps).ok_or(ContractError::Corrupt {
+        what: "code header slot",
+        addr: start,
+        detail: "method start below the pointer size".into(),
+    })?;
+    // The slot holds the RealCodeHeader's address, or, for stub blocks placed in code
+    // heaps, a small stub kind.
+    let header = core.target.read_pointer(slot)?;
+    if header <= core.descriptor.global_value("StubCodeBlockLast")? {
+        return Ok(None);
+    }
+    let method_desc = core.ptr(header, "RealCodeHeader", "MethodDesc")?;
+    Ok(Some(CodeBlock {
+        ip,
+        start,
+        method_desc,
+        relative_offset: ip - start,
+        jit_manager: section.jit_manager,
+        jit_type: JitType::Jit,
+        section,
+        origin: Origin::Jit {
+            real_code_header: header,
+        },
+    }))
+}
+
+/// The RUNTIME_FUNCTION among the header's unwind infos that covers the block's ip.
+pub(super) fn unwind_info(
+    core: &Core<'_>,
+    block: &CodeBlock,
+    header: u64,
+) -> Result<Option<u64>, ContractError> {
+    let count = core.u32(header, "RealCodeHeader", "NumUnwindInfos")?;
+    if count > MAX_UNWIND_INFOS {
+        return Err(ContractError::LimitExceeded {
+            what: "unwind infos of a method",
+            addr: header,
+            limit: MAX_UNWIND_INFOS.into(),
+            unit: "entries",
+        });
+    }
+    let first = header.wrapping_add(
+        core.descriptor
+            .ty("RealCodeHeader")?
+            .offset("UnwindInfos")?,
+    );
+    let rf = core.descriptor.ty("RuntimeFunction")?;
+    let stride = u64::from(rf.size()?);
+    let begin_off = rf.offset("BeginAddress")?;
+    // Unwind addresses of JIT'ed code are relative to the code heap's range section.
+    let rel = block.ip.wrapping_sub(block.section.range_begin);
+    let found = search::find_covering(u64::from(count), rel, &mut |i| {
+        Ok(u64::from(
+            core.target
+                .read_u32(first.wrapping_add(i * stride + begin_off))?,
+        ))
+    })?;
+    Ok(found.map(|i| first.wrapping_add(i * stride)))
+}
+
+/// The debug info pointer, and whether its blob starts with a flag byte: with on-stack
+/// replacement compiled in, or rich debug info stored, the runtime writes one.
+pub(super) fn debug_info(
+    core: &Core<'_>,
+    block: &CodeBlock,
+    header: u64,
+) -> Result<DebugInfoRef, ContractError> {
+    let address = core.ptr(header, "RealCodeHeader", "DebugInfo")?;
+    let osr = core
+        .descriptor
+        .global("FeatureOnStackReplacement")
+        .ok()
+        .and_then(|g| g.value().ok())
+        .is_some_and(|v| v != 0);
+    let manager = core.descriptor.ty("EEJitManager")?;
+    let rich = if manager.has_field("StoreRichDebugInfo") {
+        core.target.read_u8(
+            block
+                .jit_manager
+                .wrapping_add(manager.offset("StoreRichDebugInfo")?),
+        )? != 0
+    } else {
+        false
+    };
+    Ok(DebugInfoRef {
+        address,
+        has_flag_byte: osr || rich,
+    })
+}

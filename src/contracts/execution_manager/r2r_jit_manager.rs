@@ -1,0 +1,453 @@
+//! The ReadyToRun manager: precompiled code in a loaded image, found through the image's
+//! sorted RUNTIME_FUNCTION table, its hot/cold map, and the entry point → MethodDesc map
+//! that the runtime fills as methods are first used.
+
+use super::exception_clauses::{self, ExceptionClause};
+use super::range_section_map::RangeSection;
+use super::{
+    hash_map, search, CodeBlock, Core, DebugInfoRef, GcInfoRef, JitType, Origin, RegionInfo,
+};
+use crate::contracts::gc_info;
+use crate::contracts::unwind_info;
+use crate::contracts::ContractError;
+
+/// Most runtime functions accepted in one image (CoreLib has about 37,500).
+const MAX_RUNTIME_FUNCTIONS: u32 = 1 << 24;
+
+/// Most entries walked back from a funclet to its method's entry point.
+const MAX_FUNCLET_WALK: u64 = 4096;
+
+/// The R2R section types used here.
+const SECTION_EXCEPTION_INFO: u32 = 104;
+
+/// What a lookup needs of an image's `ReadyToRunInfo`.
+struct Image<'c, 'a> {
+    core: &'c Core<'a>,
+    info: u64,
+    base: u64,
+    functions: u64,
+    count: u64,
+    stride: u64,
+}
+
+impl<'c, 'a> Image<'c, 'a> {
+    fn read(core: &'c Core<'a>, info: u64, base: u64) -> Result<Self, ContractError> {
+        let count = core.u32(info, "ReadyToRunInfo", "NumRuntimeFunctions")?;
+        if count > MAX_RUNTIME_FUNCTIONS {
+            return Err(ContractError::LimitExceeded {
+                what: "ReadyToRun runtime functions",
+                addr: info,
+                limit: MAX_RUNTIME_FUNCTIONS.into(),
+                unit: "entries",
+            });
+        }
+        let functions = if count > 0 {
+            core.ptr(info, "ReadyToRunInfo", "RuntimeFunctions")?
+        } else {
+            0
+        };
+        Ok(Image {
+            core,
+            info,
+            base,
+            functions,
+            count: count.into(),
+            stride: core.descriptor.ty("RuntimeFunction")?.size()?.into(),
+        })
+    }
+
+    fn function(&self, i: u64) -> u64 {
+        self.functions.wrapping_add(i * self.stride)
+    }
+
+    fn begin(&self, i: u64) -> Result<u64, ContractError> {
+        Ok(self
+            .core
+            .u32(self.function(i), "RuntimeFunction", "BeginAddress")?
+            .into())
+    }
+
+    /// Length of runtime function `i`'s code.
+    fn length(&self, i: u64) -> Result<u64, ContractError> {
+        unwind_info::function_length(
+            self.core.target,
+            self.base,
+            self.function(i),
+            self.core.unwind_arch,
+        )
+    }
+
+    /// The hot/cold map: u32 pairs (cold index, hot index), sorted.
+    fn hot_cold(&self) -> Result<(u64, u64), ContractError> {
+        let n = self
+            .core
+            .u32(self.info, "ReadyToRunInfo", "NumHotColdMap")?;
+        if n == 0 {
+            return Ok((0, 0));
+        }
+        if n % 2 != 0 {
+            return Err(ContractError::Corrupt {
+                what: "ReadyToRun hot/cold map",
+                addr: self.info,
+                detail: format!("{n} entries, not pairs"),
+            });
+        }
+        if n > 2 * MAX_RUNTIME_FUNCTIONS {
+            return Err(ContractError::LimitExceeded {
+                what: "ReadyToRun hot/cold map",
+                addr: self.info,
+                limit: (2 * MAX_RUNTIME_FUNCTIONS).into(),
+                unit: "entries",
+            });
+        }
+        Ok((
+            self.core.ptr(self.info, "ReadyToRunInfo", "HotColdMap")?,
+            u64::from(n / 2),
+        ))
+    }
+
+    fn map_entry(&self, map: u64, i: u64) -> Result<u64, ContractError> {
+        Ok(self.core.target.read_u32(map.wrapping_add(i * 4))?.into())
+    }
+
+    /// For runtime function `i`: the hot method entry it belongs to and, when the method
+    /// is split, the index of its cold part.
+    fn hot_and_cold(&self, i: u64) -> Result<(u64, Option<u64>), ContractError> {
+        let (map, pairs) = self.hot_cold()?;
+        if pairs == 0 {
+            return Ok((i, None));
+        }
+        let first_cold = self.map_entry(map, 0)?;
+        if i >= first_cold {
+            // Cold: the pair whose cold range holds i (cold funclets follow their part).
+            let k = search::find_covering(pairs, i, &mut |k| self.map_entry(map, 2 * k))?;
+            return match k {
+                Some(k) => Ok((
+                    self.map_entry(map, 2 * k + 1)?,
+                    Some(self.map_entry(map, 2 * k)?),
+                )),
+                None => Err(ContractError::Corrupt {
+                    what: "ReadyToRun hot/cold map",
+                    addr: map,
+                    detail: format!("cold runtime function {i} precedes every pair"),
+                }),
+            };
+        }
+        let k = search::find_covering(pairs, i, &mut |k| self.map_entry(map, 2 * k + 1))?;
+        match k {
+            Some(k) if self.map_entry(map, 2 * k + 1)? == i => {
+                Ok((i, Some(self.map_entry(map, 2 * k)?)))
+            }
+            _ => Ok((i, None)),
+        }
+    }
+
+    /// Runtime-function index range of the cold part starting at `cold`.
+    fn cold_range(&self, cold: u64) -> Result<(u64, u64), ContractError> {
+        let (map, pairs) = self.hot_cold()?;
+        let k =
+            search::find_covering(pairs, cold, &mut |k| self.map_entry(map, 2 * k))?.unwrap_or(0);
+        let last = if k + 1 < pairs {
+            self.map_entry(map, 2 * (k + 1))?.saturating_sub(1)
+        } else {
+            self.count.saturating_sub(1)
+        };
+        Ok((cold, last.max(cold)))
+    }
+
+    /// The MethodDesc the entry-point map holds for `entry`, if the runtime has used it.
+    fn method_desc_at(&self, entry: u64) -> Result<Option<u64>, ContractError> {
+        // The map lives in the composite image's info (the image's own, when not composite).
+        let composite = self
+            .core
+            .ptr(self.info, "ReadyToRunInfo", "CompositeInfo")?;
+        let owner = if composite != 0 { composite } else { self.info };
+        let map = owner.wrapping_add(
+            self.core
+                .descriptor
+                .ty("ReadyToRunInfo")?
+                .offset("EntryPointToMethodDescMap")?,
+        );
+        hash_map::lookup_pointer(self.core.target, self.core.descriptor, map, entry)
+    }
+}
+
+fn image(core: &Core<'_>, section: &RangeSection) -> Result<Option<u64>, ContractError> {
+    let info = core.ptr(section.r2r_module, "Module", "ReadyToRunInfo")?;
+    Ok((info != 0).then_some(info))
+}
+
+/// The precompiled method that `ip` is in.
+pub(super) fn code_block(
+    core: &Core<'_>,
+    section: RangeSection,
+    ip: u64,
+) -> Result<Option<CodeBlock>, ContractError> {
+    let Some(info) = image(core, &section)? else {
+        return Ok(None);
+    };
+    let img = Image::read(core, info, section.range_begin)?;
+    let rel = ip.wrapping_sub(img.base);
+    // Delay-load method-call thunks lie in the image but belong to no method.
+    let thunks = core.ptr(info, "ReadyToRunInfo", "DelayLoadMethodCallThunks")?;
+    if thunks != 0 {
+        let va = u64::from(core.u32(thunks, "ImageDataDirectory", "VirtualAddress")?);
+        let size = u64::from(core.u32(thunks, "ImageDataDirectory", "Size")?);
+        if va <= rel && rel < va.saturating_add(size) {
+            return Ok(None);
+        }
+    }
+    let Some(index) = search::find_covering(img.count, rel, &mut |i| img.begin(i))? else {
+        return Ok(None);
+    };
+    // Between functions (padding, data) is no method's code.
+    if rel >= img.begin(index)?.saturating_add(img.length(index)?) {
+        return Ok(None);
+    }
+    let (hot, cold_index) = img.hot_and_cold(index)?;
+    // Funclets follow their method and have no entry point: walk back to the entry the
+    // runtime registered. The runtime registers entry points lazily, as methods are first
+    // used, so an entry found further back must also cover the address (a method's GC-info
+    // code length spans its funclets): otherwise the address is in a method that never ran,
+    // whose MethodDesc is not known yet.
+    let hot_rel = img.begin(hot)?;
+    let mut method_index = hot;
+    let method_desc = loop {
+        let begin = img.begin(method_index)?;
+        if method_index != hot {
+            let length = code_length_of(core, &img, method_index)?;
+            if begin.saturating_add(length) <= hot_rel {
+                return Ok(None);
+            }
+        }
+        if let Some(md) = img.method_desc_at(img.base.wrapping_add(begin))? {
+            break md;
+        }
+        if method_index == 0 || hot - method_index >= MAX_FUNCLET_WALK {
+            return Ok(None);
+        }
+        method_index -= 1;
+    };
+    let start = img.base.wrapping_add(img.begin(method_index)?);
+    let mut block = CodeBlock {
+        ip,
+        start,
+        method_desc,
+        relative_offset: ip.wrapping_sub(start),
+        jit_manager: section.jit_manager,
+        jit_type: JitType::R2r,
+        section,
+        origin: Origin::ReadyToRun {
+            r2r_info: info,
+            function_index: index,
+            method_index,
+            cold_index,
+        },
+    };
+    // In the cold part, offsets continue after the hot code.
+    if let Some(cold) = cold_index {
+        let cold_start = img.base.wrapping_add(img.begin(cold)?);
+        if index >= cold && ip >= cold_start {
+            let region = region_info(core, &block)?;
+            block.relative_offset = region.hot_size + (ip - cold_start);
+        }
+    }
+    Ok(Some(block))
+}
+
+/// Code length of the method whose main RUNTIME_FUNCTION is `index`, from its GC info.
+fn code_length_of(core: &Core<'_>, img: &Image<'_, '_>, index: u64) -> Result<u64, ContractError> {
+    let unwind = img.base.wrapping_add(
+        core.u32(img.function(index), "RuntimeFunction", "UnwindData")?
+            .into(),
+    );
+    let size = unwind_info::unwind_data_size(core.target, unwind, core.unwind_arch)?;
+    let version = r2r_gc_version(core, img.info)?;
+    Ok(gc_info::code_length(
+        core.target,
+        unwind.wrapping_add(size),
+        version,
+        core.gc_arch,
+    )?
+    .into())
+}
+
+/// GCInfo version of an image's code, from its ReadyToRun major version.
+fn r2r_gc_version(core: &Core<'_>, info: u64) -> Result<u32, ContractError> {
+    let header = core.ptr(info, "ReadyToRunInfo", "ReadyToRunHeader")?;
+    let major_off = core
+        .descriptor
+        .ty("ReadyToRunHeader")?
+        .offset("MajorVersion")?;
+    Ok(gc_info::r2r_gc_info_version(
+        core.target.read_u16(header.wrapping_add(major_off))?,
+    ))
+}
+
+fn parts(block: &CodeBlock) -> (u64, u64, u64, Option<u64>) {
+    match block.origin {
+        Origin::ReadyToRun {
+            r2r_info,
+            function_index,
+            method_index,
+            cold_index,
+        } => (r2r_info, function_index, method_index, cold_index),
+        // Only ReadyToRun blocks reach this module.
+        Origin::Jit { .. } => (0, 0, 0, None),
+    }
+}
+
+/// The RUNTIME_FUNCTION at `index` of the image.
+pub(super) fn runtime_function(
+    core: &Core<'_>,
+    info: u64,
+    index: u64,
+) -> Result<u64, ContractError> {
+    let functions = core.ptr(info, "ReadyToRunInfo", "RuntimeFunctions")?;
+    let stride = u64::from(core.descriptor.ty("RuntimeFunction")?.size()?);
+    Ok(functions.wrapping_add(index * stride))
+}
+
+/// The method's GC info: right after the unwind data of its main RUNTIME_FUNCTION; its
+/// version follows from the image's ReadyToRun major version.
+pub(super) fn gc_info(core: &Core<'_>, block: &CodeBlock) -> Result<GcInfoRef, ContractError> {
+    let (info, _, method_index, _) = parts(block);
+    let rf = runtime_function(core, info, method_index)?;
+    let unwind = block
+        .section
+        .range_begin
+        .wrapping_add(core.u32(rf, "RuntimeFunction", "UnwindData")?.into());
+    let size = unwind_info::unwind_data_size(core.target, unwind, core.unwind_arch)?;
+    Ok(GcInfoRef {
+        address: unwind.wrapping_add(size),
+        version: r2r_gc_version(core, info)?,
+    })
+}
+
+/// Hot size from the GC info; cold start and size from the hot/cold map.
+pub(super) fn region_info(core: &Core<'_>, block: &CodeBlock) -> Result<RegionInfo, ContractError> {
+    let (info, _, _, cold_index) = parts(block);
+    let gc = gc_info(core, block)?;
+    let total = u64::from(gc_info::code_length(
+        core.target,
+        gc.address,
+        gc.version,
+        core.gc_arch,
+    )?);
+    let Some(cold) = cold_index else {
+        return Ok(RegionInfo {
+            hot_size: total,
+            cold_start: None,
+            cold_size: 0,
+        });
+    };
+    let img = Image::read(core, info, block.section.range_begin)?;
+    let (first, last) = img.cold_range(cold)?;
+    let cold_begin = img.begin(first)?;
+    let cold_end = img.begin(last)?.saturating_add(img.length(last)?);
+    let cold_size = cold_end.saturating_sub(cold_begin);
+    Ok(RegionInfo {
+        hot_size: total.saturating_sub(cold_size),
+        cold_start: Some(img.base.wrapping_add(cold_begin)),
+        cold_size,
+    })
+}
+
+/// Debug info of precompiled code lives in the image's DebugInfo section, a native-format
+/// array indexed by method; reading it is not implemented yet.
+pub(super) fn debug_info(
+    _core: &Core<'_>,
+    _block: &CodeBlock,
+) -> Result<DebugInfoRef, ContractError> {
+    Ok(DebugInfoRef {
+        address: 0,
+        has_flag_byte: false,
+    })
+}
+
+/// The image's section directory entry of `kind`, through the core header's section table.
+fn section(core: &Core<'_>, info: u64, kind: u32) -> Result<Option<(u64, u64)>, ContractError> {
+    let composite = core.ptr(info, "ReadyToRunInfo", "Composite")?;
+    let header = core.ptr(composite, "ReadyToRunCoreInfo", "Header")?;
+    let core_header = core.descriptor.ty("ReadyToRunCoreHeader")?;
+    let count = core.u32(header, "ReadyToRunCoreHeader", "NumberOfSections")?;
+    if count > 1024 {
+        return Err(ContractError::LimitExceeded {
+            what: "ReadyToRun sections",
+            addr: header,
+            limit: 1024,
+            unit: "sections",
+        });
+    }
+    let entry = core.descriptor.ty("ReadyToRunSection")?;
+    let stride = u64::from(entry.size()?);
+    let first = header.wrapping_add(core_header.size()?.into());
+    for i in 0..u64::from(count) {
+        let s = first.wrapping_add(i * stride);
+        if core.u32(s, "ReadyToRunSection", "Type")? == kind {
+            let dir = s.wrapping_add(entry.offset("Section")?);
+            return Ok(Some((
+                core.u32(dir, "ImageDataDirectory", "VirtualAddress")?
+                    .into(),
+                core.u32(dir, "ImageDataDirectory", "Size")?.into(),
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// The method's clauses from the image's ExceptionInfo section: a table of (method start
+/// RVA, clauses RVA) sorted by method, ending with a sentinel; a method's clauses run to
+/// the next entry's.
+pub(super) fn exception_clauses(
+    core: &Core<'_>,
+    block: &CodeBlock,
+) -> Result<Vec<ExceptionClause>, ContractError> {
+    let (info, _, _, _) = parts(block);
+    let Some((va, size)) = section(core, info, SECTION_EXCEPTION_INFO)? else {
+        return Ok(Vec::new());
+    };
+    let base = block.section.range_begin;
+    let entry = core.descriptor.ty("ExceptionLookupTableEntry")?;
+    let stride = u64::from(entry.size()?);
+    let entries = size / stride;
+    if entries < 2 {
+        return Ok(Vec::new());
+    }
+    let table = base.wrapping_add(va);
+    let method_rva = block.start.wrapping_sub(base);
+    let start_of = |i: u64| -> Result<u64, ContractError> {
+        Ok(core
+            .u32(
+                table.wrapping_add(i * stride),
+                "ExceptionLookupTableEntry",
+                "MethodStartRVA",
+            )?
+            .into())
+    };
+    // The last entry is the sentinel.
+    let Some(i) = search::find_covering(entries - 1, method_rva, &mut |i| start_of(i))? else {
+        return Ok(Vec::new());
+    };
+    if start_of(i)? != method_rva {
+        return Ok(Vec::new());
+    }
+    let clauses_of = |i: u64| -> Result<u64, ContractError> {
+        Ok(core
+            .u32(
+                table.wrapping_add(i * stride),
+                "ExceptionLookupTableEntry",
+                "ExceptionInfoRVA",
+            )?
+            .into())
+    };
+    let (from, to) = (clauses_of(i)?, clauses_of(i + 1)?);
+    let clause_size = u64::from(core.descriptor.ty("R2RExceptionClause")?.size()?);
+    let count = to.saturating_sub(from) / clause_size;
+    exception_clauses::read_r2r_clauses(
+        core.target,
+        core.descriptor,
+        base.wrapping_add(from),
+        count,
+    )
+}
