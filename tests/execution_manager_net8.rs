@@ -48,6 +48,9 @@ fn check_every_perf_map_entry(rt: &Runtime, what: &str, dump: Option<&str>) {
     let mut failures = Vec::new();
     for (start, size, name) in &live {
         for ip in [*start, start + size / 2, start + size - 1] {
+            // A fresh ExecutionManager per address: the full walk, not the cache of
+            // resolved methods (checked separately below).
+            let em = execution_manager(rt.target(), rt.descriptor()).expect("ExecutionManager");
             match em.code_block(ip) {
                 Ok(Some(b)) => {
                     let hot = em.method_region_info(&b).map(|r| r.hot_size);
@@ -72,6 +75,18 @@ fn check_every_perf_map_entry(rt: &Runtime, what: &str, dump: Option<&str>) {
         stale,
         failures.len()
     );
+    // The cache of resolved methods answers exactly as the full walk does.
+    let cached = execution_manager(rt.target(), rt.descriptor()).unwrap();
+    for (start, size, name) in &live {
+        for ip in [*start, start + size / 2, start + size - 1, start + size / 3] {
+            let fresh = execution_manager(rt.target(), rt.descriptor()).unwrap();
+            assert_eq!(
+                cached.code_block(ip).unwrap(),
+                fresh.code_block(ip).unwrap(),
+                "{what}: {name} {ip:#x}"
+            );
+        }
+    }
     assert!(
         failures.is_empty(),
         "{what}: {} failures, first: {:?}",

@@ -82,9 +82,6 @@ pub(crate) enum Origin {
     ReadyToRun {
         /// The image's `ReadyToRunInfo`.
         r2r_info: u64,
-        /// Runtime-function index of the entry holding `ip` (a funclet or cold part, or
-        /// the method's own).
-        function_index: u64,
         /// Runtime-function index of the method's main (hot) entry.
         method_index: u64,
         /// Runtime-function index of the method's cold part, when it is split.
@@ -191,6 +188,47 @@ pub fn execution_manager<'a>(
     Ok(Box::new(Core::new(target, descriptor, version, nibble)?))
 }
 
+/// Most methods remembered by one ExecutionManager.
+const MAX_REMEMBERED: usize = 1 << 20;
+
+/// Hot code ranges of methods already resolved, so that later lookups in them skip the
+/// walk. Valid for a dump; for a live process only while its code does not change (a new
+/// ExecutionManager starts empty).
+#[derive(Default)]
+struct Resolved {
+    /// Start → index in `blocks`.
+    by_start: std::collections::BTreeMap<u64, usize>,
+    /// (end of the hot code, the block as first resolved).
+    blocks: Vec<(u64, CodeBlock)>,
+}
+
+impl Resolved {
+    fn find(&self, ip: u64) -> Option<CodeBlock> {
+        let (_, &i) = self.by_start.range(..=ip).next_back()?;
+        let (end, block) = &self.blocks[i];
+        (ip < *end).then(|| CodeBlock {
+            ip,
+            relative_offset: ip - block.start,
+            ..block.clone()
+        })
+    }
+
+    fn remember(&mut self, block: &CodeBlock, end: u64) {
+        if self.blocks.len() >= MAX_REMEMBERED || end <= block.start {
+            return;
+        }
+        // Never let two ranges overlap: that would mean code was freed and reused.
+        let before = self.by_start.range(..=block.start).next_back();
+        let after = self.by_start.range(block.start..).next();
+        let clash = before.is_some_and(|(_, &i)| self.blocks[i].0 > block.start)
+            || after.is_some_and(|(&s, _)| s < end);
+        if !clash {
+            self.by_start.insert(block.start, self.blocks.len());
+            self.blocks.push((end, block.clone()));
+        }
+    }
+}
+
 /// The implementation shared by both versions; `nibble` is what differs.
 pub(crate) struct Core<'a> {
     pub(crate) target: &'a Target,
@@ -199,6 +237,7 @@ pub(crate) struct Core<'a> {
     pub(crate) nibble: NibbleMapVersion,
     pub(crate) unwind_arch: UnwindArch,
     pub(crate) gc_arch: GcInfoArch,
+    resolved: std::sync::RwLock<Resolved>,
 }
 
 impl<'a> Core<'a> {
@@ -216,6 +255,7 @@ impl<'a> Core<'a> {
             nibble,
             unwind_arch: UnwindArch::from_name(arch)?,
             gc_arch: GcInfoArch::from_name(arch)?,
+            resolved: Default::default(),
         })
     }
 
@@ -232,12 +272,9 @@ impl<'a> Core<'a> {
     }
 }
 
-impl ExecutionManager for Core<'_> {
-    fn version(&self) -> u64 {
-        self.version
-    }
-
-    fn code_block(&self, ip: u64) -> Result<Option<CodeBlock>, ContractError> {
+impl Core<'_> {
+    /// The full lookup, without the cache of resolved methods.
+    fn look_up(&self, ip: u64) -> Result<Option<CodeBlock>, ContractError> {
         let Some(section) =
             range_section_map::find_range_section(self.target, self.descriptor, ip)?
         else {
@@ -251,6 +288,30 @@ impl ExecutionManager for Core<'_> {
         } else {
             Ok(None)
         }
+    }
+}
+
+impl ExecutionManager for Core<'_> {
+    fn version(&self) -> u64 {
+        self.version
+    }
+
+    fn code_block(&self, ip: u64) -> Result<Option<CodeBlock>, ContractError> {
+        if let Some(hit) = self.resolved.read().ok().and_then(|r| r.find(ip)) {
+            return Ok(Some(hit));
+        }
+        let block = self.look_up(ip)?;
+        // Remember the method's hot range (not a cold part, whose offsets differ).
+        if let Some(b) = &block {
+            if b.relative_offset == ip - b.start {
+                if let Ok(region) = self.method_region_info(b) {
+                    if let Ok(mut r) = self.resolved.write() {
+                        r.remember(b, b.start.saturating_add(region.hot_size));
+                    }
+                }
+            }
+        }
+        Ok(block)
     }
 
     fn method_region_info(&self, block: &CodeBlock) -> Result<RegionInfo, ContractError> {
@@ -274,15 +335,7 @@ impl ExecutionManager for Core<'_> {
             Origin::Jit { real_code_header } => {
                 ee_jit_manager::unwind_info(self, block, real_code_header)
             }
-            Origin::ReadyToRun {
-                r2r_info,
-                function_index,
-                ..
-            } => Ok(Some(r2r_jit_manager::runtime_function(
-                self,
-                r2r_info,
-                function_index,
-            )?)),
+            Origin::ReadyToRun { .. } => r2r_jit_manager::unwind_info(self, block),
         }
     }
 

@@ -239,7 +239,6 @@ pub(super) fn code_block(
         section,
         origin: Origin::ReadyToRun {
             r2r_info: info,
-            function_index: index,
             method_index,
             cold_index,
         },
@@ -284,17 +283,28 @@ fn r2r_gc_version(core: &Core<'_>, info: u64) -> Result<u32, ContractError> {
     ))
 }
 
-fn parts(block: &CodeBlock) -> (u64, u64, u64, Option<u64>) {
+fn parts(block: &CodeBlock) -> (u64, u64, Option<u64>) {
     match block.origin {
         Origin::ReadyToRun {
             r2r_info,
-            function_index,
             method_index,
             cold_index,
-        } => (r2r_info, function_index, method_index, cold_index),
+        } => (r2r_info, method_index, cold_index),
         // Only ReadyToRun blocks reach this module.
-        Origin::Jit { .. } => (0, 0, 0, None),
+        Origin::Jit { .. } => (0, 0, None),
     }
+}
+
+/// The RUNTIME_FUNCTION covering the block's ip (a funclet's, a cold part's, or the
+/// method's own).
+pub(super) fn unwind_info(
+    core: &Core<'_>,
+    block: &CodeBlock,
+) -> Result<Option<u64>, ContractError> {
+    let (info, _, _) = parts(block);
+    let img = Image::read(core, info, block.section.range_begin)?;
+    let rel = block.ip.wrapping_sub(img.base);
+    Ok(search::find_covering(img.count, rel, &mut |i| img.begin(i))?.map(|i| img.function(i)))
 }
 
 /// The RUNTIME_FUNCTION at `index` of the image.
@@ -311,7 +321,7 @@ pub(super) fn runtime_function(
 /// The method's GC info: right after the unwind data of its main RUNTIME_FUNCTION; its
 /// version follows from the image's ReadyToRun major version.
 pub(super) fn gc_info(core: &Core<'_>, block: &CodeBlock) -> Result<GcInfoRef, ContractError> {
-    let (info, _, method_index, _) = parts(block);
+    let (info, method_index, _) = parts(block);
     let rf = runtime_function(core, info, method_index)?;
     let unwind = block
         .section
@@ -326,7 +336,7 @@ pub(super) fn gc_info(core: &Core<'_>, block: &CodeBlock) -> Result<GcInfoRef, C
 
 /// Hot size from the GC info; cold start and size from the hot/cold map.
 pub(super) fn region_info(core: &Core<'_>, block: &CodeBlock) -> Result<RegionInfo, ContractError> {
-    let (info, _, _, cold_index) = parts(block);
+    let (info, _, cold_index) = parts(block);
     let gc = gc_info(core, block)?;
     let total = u64::from(gc_info::code_length(
         core.target,
@@ -403,7 +413,7 @@ pub(super) fn exception_clauses(
     core: &Core<'_>,
     block: &CodeBlock,
 ) -> Result<Vec<ExceptionClause>, ContractError> {
-    let (info, _, _, _) = parts(block);
+    let (info, _, _) = parts(block);
     let Some((va, size)) = section(core, info, SECTION_EXCEPTION_INFO)? else {
         return Ok(Vec::new());
     };
