@@ -214,13 +214,14 @@ pub(super) fn code_block(
     let mut method_index = hot;
     let method_desc = loop {
         let begin = img.begin(method_index)?;
-        if method_index != hot {
-            let length = code_length_of(core, &img, method_index)?;
-            if begin.saturating_add(length) <= hot_rel {
-                return Ok(None);
-            }
-        }
         if let Some(md) = img.method_desc_at(img.base.wrapping_add(begin))? {
+            // Only a real method has GC info; funclet entries in between have none.
+            if method_index != hot {
+                let length = code_length_of(core, &img, method_index)?;
+                if begin.saturating_add(length) <= hot_rel {
+                    return Ok(None);
+                }
+            }
             break md;
         }
         if method_index == 0 || hot - method_index >= MAX_FUNCLET_WALK {
@@ -414,7 +415,25 @@ pub(super) fn exception_clauses(
     block: &CodeBlock,
 ) -> Result<Vec<ExceptionClause>, ContractError> {
     let (info, _, _) = parts(block);
-    let Some((va, size)) = section(core, info, SECTION_EXCEPTION_INFO)? else {
+    // Newer runtimes point at the section's directory; .NET 8 is reached through the
+    // image's section table.
+    let located = if core
+        .descriptor
+        .ty("ReadyToRunInfo")?
+        .has_field("ExceptionInfoSection")
+    {
+        match core.ptr(info, "ReadyToRunInfo", "ExceptionInfoSection")? {
+            0 => None,
+            dir => Some((
+                core.u32(dir, "ImageDataDirectory", "VirtualAddress")?
+                    .into(),
+                core.u32(dir, "ImageDataDirectory", "Size")?.into(),
+            )),
+        }
+    } else {
+        section(core, info, SECTION_EXCEPTION_INFO)?
+    };
+    let Some((va, size)) = located else {
         return Ok(Vec::new());
     };
     let base = block.section.range_begin;
