@@ -32,6 +32,9 @@ pub struct InfoReport {
     pub pointer_size: u8,
     pub endianness: &'static str,
     pub architecture: &'static str,
+    /// From the RuntimeInfo contract, when the runtime advertises it.
+    pub operating_system: Option<crate::contracts::runtime_info::OperatingSystem>,
+    pub runtime_flavor: Option<crate::contracts::runtime_info::RuntimeFlavor>,
     pub descriptor_source: SourceReport,
     pub contracts: BTreeMap<String, serde_json::Value>,
     pub types_count: usize,
@@ -94,6 +97,12 @@ pub fn report(rt: &Runtime) -> InfoReport {
             Endian::Big => "big",
         },
         architecture: rt.module().architecture,
+        operating_system: crate::contracts::runtime_info::runtime_info(d)
+            .ok()
+            .map(|i| i.operating_system),
+        runtime_flavor: crate::contracts::runtime_info::runtime_info(d)
+            .ok()
+            .map(|i| i.flavor),
         descriptor_source: SourceReport {
             kind: source.kind(),
             name: source.name(),

@@ -7,6 +7,8 @@
 
 pub mod execution_manager;
 pub mod gc_info;
+pub mod platform_metadata;
+pub mod runtime_info;
 pub mod unwind_codes;
 pub mod unwind_info;
 

@@ -237,6 +237,7 @@ pub(crate) struct Core<'a> {
     pub(crate) nibble: NibbleMapVersion,
     pub(crate) unwind_arch: UnwindArch,
     pub(crate) gc_arch: GcInfoArch,
+    platform: super::platform_metadata::PlatformMetadata,
     resolved: std::sync::RwLock<Resolved>,
 }
 
@@ -255,6 +256,7 @@ impl<'a> Core<'a> {
             nibble,
             unwind_arch: UnwindArch::from_name(arch)?,
             gc_arch: GcInfoArch::from_name(arch)?,
+            platform: super::platform_metadata::platform_metadata(target, descriptor)?,
             resolved: Default::default(),
         })
     }
@@ -275,6 +277,8 @@ impl<'a> Core<'a> {
 impl Core<'_> {
     /// The full lookup, without the cache of resolved methods.
     fn look_up(&self, ip: u64) -> Result<Option<CodeBlock>, ContractError> {
+        // A code pointer (Thumb bit on ARM32) to the address it stands for.
+        let ip = self.platform.code_address(ip);
         let Some(section) =
             range_section_map::find_range_section(self.target, self.descriptor, ip)?
         else {

@@ -1,0 +1,148 @@
+//! The RuntimeInfo contract (version 1): the target's architecture, operating system and
+//! runtime flavor, from string globals. Spec: `contracts/RuntimeInfo.md`.
+
+use serde::Serialize;
+
+use super::{version_of, ContractError};
+use crate::descriptor::DataDescriptor;
+
+/// Target architecture (values as in `System.Runtime.InteropServices.Architecture`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Architecture {
+    Unknown = 0,
+    X86 = 1,
+    X64 = 2,
+    Arm = 3,
+    Arm64 = 4,
+    Wasm = 5,
+    S390x = 6,
+    LoongArch64 = 7,
+    Armv6 = 8,
+    Ppc64le = 9,
+    RiscV64 = 10,
+}
+
+/// Target operating system family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OperatingSystem {
+    Unknown = 0,
+    Windows = 1,
+    Unix = 2,
+    Browser = 3,
+    Apple = 4,
+}
+
+/// Runtime flavor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum RuntimeFlavor {
+    Unknown = 0,
+    CoreClr = 1,
+    NativeAot = 2,
+}
+
+/// What RuntimeInfo reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RuntimeInfo {
+    pub architecture: Architecture,
+    pub operating_system: OperatingSystem,
+    pub flavor: RuntimeFlavor,
+}
+
+/// Reads RuntimeInfo (version 1). A global that is missing or names nothing known gives
+/// `Unknown`, as the contract says.
+pub fn runtime_info(descriptor: &DataDescriptor) -> Result<RuntimeInfo, ContractError> {
+    version_of(descriptor, "RuntimeInfo", &[1], "1")?;
+    let text = |name: &str| {
+        descriptor
+            .global_string(name)
+            .ok()
+            .map(str::to_ascii_lowercase)
+    };
+    let architecture = match text("Architecture").as_deref() {
+        Some("x86") => Architecture::X86,
+        Some("x64") => Architecture::X64,
+        Some("arm") => Architecture::Arm,
+        Some("arm64") => Architecture::Arm64,
+        Some("wasm") => Architecture::Wasm,
+        Some("s390x") => Architecture::S390x,
+        Some("loongarch64") => Architecture::LoongArch64,
+        Some("armv6") => Architecture::Armv6,
+        Some("ppc64le") => Architecture::Ppc64le,
+        Some("riscv64") => Architecture::RiscV64,
+        _ => Architecture::Unknown,
+    };
+    let operating_system = match text("OperatingSystem").as_deref() {
+        Some("windows") => OperatingSystem::Windows,
+        Some("unix") => OperatingSystem::Unix,
+        Some("browser") => OperatingSystem::Browser,
+        Some("apple") => OperatingSystem::Apple,
+        _ => OperatingSystem::Unknown,
+    };
+    let flavor = match text("RuntimeFlavor").as_deref() {
+        Some("coreclr") => RuntimeFlavor::CoreClr,
+        Some("nativeaot") => RuntimeFlavor::NativeAot,
+        // Runtimes before the global existed are all CoreCLR.
+        None => RuntimeFlavor::CoreClr,
+        Some(_) => RuntimeFlavor::Unknown,
+    };
+    Ok(RuntimeInfo {
+        architecture,
+        operating_system,
+        flavor,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::DataLayout;
+
+    fn descriptor(json: &str) -> DataDescriptor {
+        let physical = crate::descriptor::json::parse("test", json.as_bytes()).unwrap();
+        let mut d = DataDescriptor::new(DataLayout::LE64);
+        d.merge("test", &physical, &[]).unwrap();
+        d
+    }
+
+    #[test]
+    fn reads_string_globals() {
+        let d = descriptor(
+            r#"{"contracts":{"RuntimeInfo":"c1"},"globals":{"Architecture":"ARM64","OperatingSystem":"unix"}}"#,
+        );
+        let info = runtime_info(&d).unwrap();
+        assert_eq!(
+            (info.architecture, info.operating_system, info.flavor),
+            (
+                Architecture::Arm64,
+                OperatingSystem::Unix,
+                RuntimeFlavor::CoreClr
+            )
+        );
+        let d = descriptor(
+            r#"{"contracts":{"RuntimeInfo":1},"globals":{"Architecture":"mips","RuntimeFlavor":"NativeAot"}}"#,
+        );
+        let info = runtime_info(&d).unwrap();
+        assert_eq!(
+            (info.architecture, info.operating_system, info.flavor),
+            (
+                Architecture::Unknown,
+                OperatingSystem::Unknown,
+                RuntimeFlavor::NativeAot
+            )
+        );
+        let d = descriptor(r#"{"contracts":{"RuntimeInfo":2}}"#);
+        assert!(matches!(
+            runtime_info(&d),
+            Err(ContractError::UnsupportedVersion {
+                contract: "RuntimeInfo",
+                ..
+            })
+        ));
+        assert!(matches!(
+            runtime_info(&descriptor("{}")),
+            Err(ContractError::Missing { .. })
+        ));
+    }
+}
