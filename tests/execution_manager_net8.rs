@@ -191,7 +191,8 @@ fn check_ready_to_run(rt: &Runtime, what: &str) {
     let corelib = (image.range_begin, image.range_end_open);
     // Sample the image: addresses in methods the runtime has used resolve as r2r, with a
     // MethodDesc, a start at or before the address and a hot size that covers it.
-    let (mut resolved, mut unresolved) = (0, 0);
+    let (mut resolved, mut unresolved, mut with_debug) = (0, 0, 0);
+    let debug_section = r2r_section(rt, image.r2r_module, 105);
     let step = ((corelib.1 - corelib.0) / 4000).max(1);
     let mut ip = corelib.0;
     while ip < corelib.1 {
@@ -208,6 +209,17 @@ fn check_ready_to_run(rt: &Runtime, what: &str) {
             let gc = em.gc_info(&b).unwrap();
             assert_eq!(gc.version, 3, "R2R 9.x code uses GCInfo version 3");
             assert!(em.unwind_info(&b).unwrap().is_some());
+            // Debug info lies in the image's DebugInfo section (105).
+            let debug = em.debug_info(&b).unwrap();
+            assert!(!debug.has_flag_byte);
+            if debug.address != 0 {
+                let rva = debug.address - image.range_begin;
+                assert!(
+                    debug_section.0 <= rva && rva < debug_section.0 + debug_section.1,
+                    "{what}: {ip:#x} debug info at RVA {rva:#x}, section {debug_section:x?}"
+                );
+                with_debug += 1;
+            }
             resolved += 1;
         } else {
             unresolved += 1;
@@ -218,6 +230,11 @@ fn check_ready_to_run(rt: &Runtime, what: &str) {
     assert!(
         resolved >= 50,
         "{what}: only {resolved} CoreLib addresses resolved"
+    );
+    eprintln!("{what}: {with_debug} of them have debug info in section 105");
+    assert!(
+        with_debug * 10 >= resolved * 9,
+        "{what}: only {with_debug} of {resolved} have debug info"
     );
 }
 
@@ -297,4 +314,31 @@ fn cli_ip2md_json() {
     let b = &j.as_array().unwrap()[1];
     assert_eq!(b["address"], "0x10");
     assert!(b["error"].is_string());
+}
+
+/// (RVA, size) of section `kind` of an R2R image, read here from the image's core header:
+/// Module → ReadyToRunInfo → Composite → Header → { Flags, NumberOfSections, sections }.
+fn r2r_section(rt: &Runtime, module: u64, kind: u32) -> (u64, u64) {
+    let (t, d) = (rt.target(), rt.descriptor());
+    let off = |ty: &str, f: &str| d.ty(ty).unwrap().offset(f).unwrap();
+    let info = t
+        .read_pointer(module + off("Module", "ReadyToRunInfo"))
+        .unwrap();
+    let composite = t
+        .read_pointer(info + off("ReadyToRunInfo", "Composite"))
+        .unwrap();
+    let header = t
+        .read_pointer(composite + off("ReadyToRunCoreInfo", "Header"))
+        .unwrap();
+    let count = t.read_u32(header + 4).unwrap() as u64;
+    (0..count)
+        .map(|i| header + 8 + i * 12)
+        .find(|s| t.read_u32(*s).unwrap() == kind)
+        .map(|s| {
+            (
+                t.read_u32(s + 4).unwrap() as u64,
+                t.read_u32(s + 8).unwrap() as u64,
+            )
+        })
+        .expect("section")
 }

@@ -8,6 +8,7 @@
 pub mod execution_manager;
 pub mod gc_info;
 pub mod platform_metadata;
+pub mod precode_stubs;
 pub mod runtime_info;
 pub mod unwind_codes;
 pub mod unwind_info;

@@ -8,6 +8,7 @@
 
 pub mod exception_clauses;
 pub mod hash_map;
+pub mod native_format;
 pub mod nibble_map;
 pub mod range_section_map;
 pub mod search;

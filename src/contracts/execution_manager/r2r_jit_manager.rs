@@ -3,6 +3,7 @@
 //! that the runtime fills as methods are first used.
 
 use super::exception_clauses::{self, ExceptionClause};
+use super::native_format;
 use super::range_section_map::RangeSection;
 use super::{
     hash_map, search, CodeBlock, Core, DebugInfoRef, GcInfoRef, JitType, Origin, RegionInfo,
@@ -19,6 +20,7 @@ const MAX_FUNCLET_WALK: u64 = 4096;
 
 /// The R2R section types used here.
 const SECTION_EXCEPTION_INFO: u32 = 104;
+const SECTION_DEBUG_INFO: u32 = 105;
 
 /// What a lookup needs of an image's `ReadyToRunInfo`.
 struct Image<'c, 'a> {
@@ -364,14 +366,55 @@ pub(super) fn region_info(core: &Core<'_>, block: &CodeBlock) -> Result<RegionIn
     })
 }
 
-/// Debug info of precompiled code lives in the image's DebugInfo section, a native-format
-/// array indexed by method; reading it is not implemented yet.
+/// Debug info of precompiled code: element `method index` of the NativeArray in the
+/// image's DebugInfo section holds a look-back distance to a shared blob, or the blob
+/// follows it. The blob never has a flag byte.
 pub(super) fn debug_info(
-    _core: &Core<'_>,
-    _block: &CodeBlock,
+    core: &Core<'_>,
+    block: &CodeBlock,
 ) -> Result<DebugInfoRef, ContractError> {
-    Ok(DebugInfoRef {
+    let (info, method_index, _) = parts(block);
+    let none = DebugInfoRef {
         address: 0,
+        has_flag_byte: false,
+    };
+    let located = if core
+        .descriptor
+        .ty("ReadyToRunInfo")?
+        .has_field("DebugInfoSection")
+    {
+        match core.ptr(info, "ReadyToRunInfo", "DebugInfoSection")? {
+            0 => None,
+            dir => Some((
+                core.u32(dir, "ImageDataDirectory", "VirtualAddress")?
+                    .into(),
+                core.u32(dir, "ImageDataDirectory", "Size")?.into(),
+            )),
+        }
+    } else {
+        section(core, info, SECTION_DEBUG_INFO)?
+    };
+    let Some((va, size)) = located else {
+        return Ok(none);
+    };
+    let reader = native_format::NativeReader::new(core.target, block.section.range_begin, va, size);
+    let Some(element) = reader.array_get(va, method_index)? else {
+        return Ok(none);
+    };
+    let (look_back, after) = reader.decode_unsigned(element)?;
+    let blob = if look_back != 0 {
+        element
+            .checked_sub(look_back)
+            .ok_or(ContractError::Corrupt {
+                what: "ReadyToRun debug info",
+                addr: block.section.range_begin.wrapping_add(element),
+                detail: format!("look-back {look_back} before the image"),
+            })?
+    } else {
+        after
+    };
+    Ok(DebugInfoRef {
+        address: block.section.range_begin.wrapping_add(blob),
         has_flag_byte: false,
     })
 }
