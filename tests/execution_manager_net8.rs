@@ -342,3 +342,69 @@ fn r2r_section(rt: &Runtime, module: u64, kind: u32) -> (u64, u64) {
         })
         .expect("section")
 }
+
+#[test]
+fn cli_ip2md_reads_addresses_from_stdin_and_eh_unwind_run() {
+    use std::io::Write;
+    let tb = testbed();
+    let (live, _) = live_entries(None);
+    let input: String = live
+        .iter()
+        .take(50)
+        .map(|(s, _, _)| format!("{s:#x}\n"))
+        .collect();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cdac"))
+        .args(["ip2md", "--json", "--pid", &tb.pid.to_string(), "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let starts: Vec<u64> = j
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| hex(&a["start"]))
+        .collect();
+    let expected: Vec<u64> = live.iter().take(50).map(|(s, _, _)| *s).collect();
+    assert_eq!(starts, expected, "one object per address, in order");
+
+    // eh and unwind on an emitted method with a filter.
+    let (start, _, _) = live
+        .iter()
+        .find(|(_, _, n)| n.contains("Handlers::TryFilter("))
+        .unwrap();
+    let run = |cmd: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cdac"))
+            .args([
+                cmd,
+                "--json",
+                "--pid",
+                &tb.pid.to_string(),
+                &format!("{start:#x}"),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let eh = run("eh");
+    assert_eq!(eh["clauses"][0]["kind"], "filter");
+    assert!(eh["clauses"][0]["filter_offset"].is_u64());
+    let unwind = run("unwind");
+    assert_eq!(hex(&unwind["begin"]), *start);
+    assert_eq!(unwind["unwind"]["version"], 1);
+    assert!(!unwind["unwind"]["codes"].as_array().unwrap().is_empty());
+}
