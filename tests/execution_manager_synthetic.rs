@@ -19,6 +19,15 @@ fn check(rt: &Runtime, host: &SyntheticHost, what: &str) {
     let r = &host.report;
     let em = execution_manager(rt.target(), rt.descriptor()).expect("ExecutionManager");
     assert_eq!(em.version(), 2, "{what}");
+    // PlatformMetadata: the object the global names, no code pointer flags on x64.
+    let pm = cdac::contracts::platform_metadata::platform_metadata(rt.target(), rt.descriptor())
+        .unwrap();
+    assert_eq!(pm.code_pointer_flags, 0, "{what}");
+    assert_eq!(
+        pm.precode_machine_descriptor,
+        Some(addr(&r["globals"]["PlatformMetadata"])),
+        "{what}"
+    );
     let info = em.ee_jit_manager_info().unwrap();
     assert_eq!(info.address, addr(&r["ee_jit_manager"]), "{what}");
     assert_eq!(info.heap_list, addr(&r["code_heap"]["node"]), "{what}");

@@ -18,6 +18,7 @@
 use serde::Serialize;
 
 use super::execution_manager::{execution_manager, range_section_map::find_range_section};
+use super::platform_metadata::{platform_metadata, HAS_ARM32_THUMB_BIT};
 use super::{version_of, ContractError};
 use crate::descriptor::DataDescriptor;
 use crate::target::Target;
@@ -28,9 +29,6 @@ pub const SUPPORTED_VERSIONS: &[u64] = &[1, 2, 3];
 /// Prefix of the literal globals that stand in for a `PrecodeMachineDescriptor` object in
 /// descriptors of runtimes that have none (`PrecodeMachineDescriptor.StubCodePageSize`, …).
 pub const LITERAL_GLOBAL_PREFIX: &str = "PrecodeMachineDescriptor.";
-
-/// `CodePointerFlags` bit: code pointers carry the ARM32 Thumb bit (bit 0).
-const HAS_ARM32_THUMB_BIT: u8 = 0x1;
 
 /// Largest stub code page size accepted (larger values are a damaged descriptor or object).
 const MAX_STUB_CODE_PAGE_SIZE: u32 = 1 << 20;
@@ -283,7 +281,6 @@ impl MachineDescriptor {
             .ok()
             .filter(|p| p.is_power_of_two() && *p <= MAX_STUB_CODE_PAGE_SIZE)
             .ok_or_else(|| r.corrupt("StubCodePageSize", page))?;
-        let arm32 = descriptor.global_string("Architecture").ok() == Some("arm");
         Ok(MachineDescriptor {
             source,
             offset_of_precode_type: r.byte("OffsetOfPrecodeType")?,
@@ -311,7 +308,7 @@ impl MachineDescriptor {
                 "FixupBytes",
                 "FixupIgnoredBytes",
             )?,
-            thumb_bit: flags.map_or(arm32, |f| f & HAS_ARM32_THUMB_BIT != 0),
+            thumb_bit: flags & HAS_ARM32_THUMB_BIT != 0,
         })
     }
 
@@ -342,35 +339,26 @@ fn missing(source: MachineDescriptorSource, field: &str) -> ContractError {
     }
 }
 
-/// Where the machine descriptor is, and the CodePointerFlags when PlatformMetadata gives
-/// them.
+/// Where the machine descriptor is, and the target's CodePointerFlags (PlatformMetadata's,
+/// or its architecture's convention when the runtime does not advertise that contract).
 fn locate(
     target: &Target,
     descriptor: &DataDescriptor,
-) -> Result<(MachineDescriptorSource, Option<u8>), ContractError> {
-    let globals = descriptor.globals();
+) -> Result<(MachineDescriptorSource, u8), ContractError> {
+    let platform = platform_metadata(target, descriptor)?;
+    let flags = platform.code_pointer_flags;
     // .NET 10: the PlatformMetadata object embeds the machine descriptor.
-    if descriptor.contract("PlatformMetadata").is_some() && globals.contains_key("PlatformMetadata")
-    {
-        let ty = descriptor.ty("PlatformMetadata")?;
-        if ty.has_field("PrecodeMachineDescriptor") {
-            let object = descriptor.global_value("PlatformMetadata")?;
-            let flags = if ty.has_field("CodePointerFlags") {
-                Some(target.read_u8(object.wrapping_add(ty.offset("CodePointerFlags")?))?)
-            } else {
-                None
-            };
-            let md = object.wrapping_add(ty.offset("PrecodeMachineDescriptor")?);
-            return Ok((MachineDescriptorSource::Object(md), flags));
-        }
+    if let Some(object) = platform.precode_machine_descriptor {
+        return Ok((MachineDescriptorSource::Object(object), flags));
     }
+    let globals = descriptor.globals();
     // Earlier builds with the contract: a global with the object's address.
     if let Some(g) = globals.get("PrecodeMachineDescriptor") {
-        return Ok((MachineDescriptorSource::Object(g.value()?), None));
+        return Ok((MachineDescriptorSource::Object(g.value()?), flags));
     }
     // Runtimes without the object: literal globals in (cdac's shipped) descriptor.
     if globals.contains_key(&format!("{LITERAL_GLOBAL_PREFIX}StubCodePageSize")) {
-        return Ok((MachineDescriptorSource::Globals, None));
+        return Ok((MachineDescriptorSource::Globals, flags));
     }
     Err(crate::descriptor::DescriptorError::MissingGlobal {
         name: "PrecodeMachineDescriptor".into(),
@@ -654,9 +642,8 @@ pub fn resolve_entry_point(
     descriptor: &DataDescriptor,
     entry: u64,
 ) -> Result<Option<EntryPointMethod>, ContractError> {
-    // Range sections hold instruction addresses: clear an ARM32 Thumb bit for the lookup.
-    let arm32 = descriptor.global_string("Architecture").ok() == Some("arm");
-    let lookup = if arm32 { entry & !1 } else { entry };
+    // Range sections hold code addresses: clear an ARM32 Thumb bit for the lookup.
+    let lookup = platform_metadata(target, descriptor)?.code_address(entry);
     let Some(section) = find_range_section(target, descriptor, lookup)? else {
         return Ok(None);
     };

@@ -118,19 +118,19 @@ pub fn read_jit_clauses(
     (0..count)
         .map(|i| {
             let c = first.wrapping_add(i * stride);
-            let f = target.read_u32(c + flags_o)?;
+            let f = target.read_u32(c.wrapping_add(flags_o))?;
             let cached = f & flags::CACHED_CLASS != 0;
             clause(
                 f,
                 [
-                    target.read_u32(c + ts)?,
-                    target.read_u32(c + te)?,
-                    target.read_u32(c + hs)?,
-                    target.read_u32(c + he)?,
+                    target.read_u32(c.wrapping_add(ts))?,
+                    target.read_u32(c.wrapping_add(te))?,
+                    target.read_u32(c.wrapping_add(hs))?,
+                    target.read_u32(c.wrapping_add(he))?,
                 ],
-                target.read_u32(c + token)?,
+                target.read_u32(c.wrapping_add(token))?,
                 if cached {
-                    Some(target.read_pointer(c + type_handle)?)
+                    Some(target.read_pointer(c.wrapping_add(type_handle))?)
                 } else {
                     None
                 },

@@ -242,6 +242,24 @@ pub(crate) struct Core<'a> {
     resolved: std::sync::RwLock<Resolved>,
 }
 
+/// The target's code-pointer conventions; when the runtime's PlatformMetadata cannot be
+/// read, those of its architecture (lookups should not fail over a flag that is 0 on
+/// every 64-bit target).
+fn platform_or_default(
+    target: &Target,
+    descriptor: &DataDescriptor,
+) -> super::platform_metadata::PlatformMetadata {
+    use super::platform_metadata::{PlatformMetadata, HAS_ARM32_THUMB_BIT};
+    super::platform_metadata::platform_metadata(target, descriptor).unwrap_or_else(|e| {
+        tracing::warn!("PlatformMetadata unreadable ({e}); using the architecture's conventions");
+        let arm32 = descriptor.global_string("Architecture").ok() == Some("arm");
+        PlatformMetadata {
+            precode_machine_descriptor: None,
+            code_pointer_flags: if arm32 { HAS_ARM32_THUMB_BIT } else { 0 },
+        }
+    })
+}
+
 impl<'a> Core<'a> {
     fn new(
         target: &'a Target,
@@ -257,7 +275,7 @@ impl<'a> Core<'a> {
             nibble,
             unwind_arch: UnwindArch::from_name(arch)?,
             gc_arch: GcInfoArch::from_name(arch)?,
-            platform: super::platform_metadata::platform_metadata(target, descriptor)?,
+            platform: platform_or_default(target, descriptor),
             resolved: Default::default(),
         })
     }
@@ -310,8 +328,20 @@ impl ExecutionManager for Core<'_> {
         if let Some(b) = &block {
             if b.relative_offset == ip - b.start {
                 if let Ok(region) = self.method_region_info(b) {
-                    if let Ok(mut r) = self.resolved.write() {
-                        r.remember(b, b.start.saturating_add(region.hot_size));
+                    let end = b.start.saturating_add(region.hot_size);
+                    // A range overlapping an image's thunks (a damaged image) would let
+                    // the cache answer for thunk addresses: keep such methods uncached.
+                    let thunks = match b.origin {
+                        Origin::ReadyToRun { .. } => {
+                            r2r_jit_manager::thunk_range(self, b).ok().flatten()
+                        }
+                        Origin::Jit { .. } => None,
+                    };
+                    let overlaps = thunks.is_some_and(|(s, e)| s < end && b.start < e);
+                    if !overlaps {
+                        if let Ok(mut r) = self.resolved.write() {
+                            r.remember(b, end);
+                        }
                     }
                 }
             }

@@ -179,6 +179,22 @@ fn image(core: &Core<'_>, section: &RangeSection) -> Result<Option<u64>, Contrac
     Ok((info != 0).then_some(info))
 }
 
+/// The image's delay-load method-call thunk range, as addresses.
+pub(super) fn thunk_range(
+    core: &Core<'_>,
+    block: &CodeBlock,
+) -> Result<Option<(u64, u64)>, ContractError> {
+    let (info, _, _) = parts(block);
+    let thunks = core.ptr(info, "ReadyToRunInfo", "DelayLoadMethodCallThunks")?;
+    if thunks == 0 {
+        return Ok(None);
+    }
+    let va = u64::from(core.u32(thunks, "ImageDataDirectory", "VirtualAddress")?);
+    let size = u64::from(core.u32(thunks, "ImageDataDirectory", "Size")?);
+    let start = block.section.range_begin.wrapping_add(va);
+    Ok(Some((start, start.saturating_add(size))))
+}
+
 /// The precompiled method that `ip` is in.
 pub(super) fn code_block(
     core: &Core<'_>,
@@ -219,7 +235,7 @@ pub(super) fn code_block(
         if let Some(md) = img.method_desc_at(img.base.wrapping_add(begin))? {
             // Only a real method has GC info; funclet entries in between have none.
             if method_index != hot {
-                let length = code_length_of(core, &img, method_index)?;
+                let length = hot_length_of(core, &img, method_index)?;
                 if begin.saturating_add(length) <= hot_rel {
                     return Ok(None);
                 }
@@ -230,6 +246,11 @@ pub(super) fn code_block(
             return Ok(None);
         }
         method_index -= 1;
+    };
+    // A hot funclet's own entry is not in the hot/cold map: the method's is.
+    let cold_index = match cold_index {
+        None if method_index != index => img.hot_and_cold(method_index)?.1,
+        known => known,
     };
     let start = img.base.wrapping_add(img.begin(method_index)?);
     let mut block = CodeBlock {
@@ -255,6 +276,30 @@ pub(super) fn code_block(
         }
     }
     Ok(Some(block))
+}
+
+/// A descriptor type used as a stride has size 0 (a damaged descriptor).
+fn zero_size(type_name: &str) -> ContractError {
+    ContractError::Corrupt {
+        what: "data descriptor",
+        addr: 0,
+        detail: format!("type {type_name} has size 0"),
+    }
+}
+
+/// Hot code length of the method whose main RUNTIME_FUNCTION is `index`: its GC-info
+/// code length less its cold part, if it is split.
+fn hot_length_of(core: &Core<'_>, img: &Image<'_, '_>, index: u64) -> Result<u64, ContractError> {
+    let total = code_length_of(core, img, index)?;
+    let Some(cold) = img.hot_and_cold(index)?.1 else {
+        return Ok(total);
+    };
+    let (first, last) = img.cold_range(cold)?;
+    let cold_size = img
+        .begin(last)?
+        .saturating_add(img.length(last)?)
+        .saturating_sub(img.begin(first)?);
+    Ok(total.saturating_sub(cold_size))
 }
 
 /// Code length of the method whose main RUNTIME_FUNCTION is `index`, from its GC info.
@@ -482,6 +527,9 @@ pub(super) fn exception_clauses(
     let base = block.section.range_begin;
     let entry = core.descriptor.ty("ExceptionLookupTableEntry")?;
     let stride = u64::from(entry.size()?);
+    if stride == 0 {
+        return Err(zero_size("ExceptionLookupTableEntry"));
+    }
     let entries = size / stride;
     if entries < 2 {
         return Ok(Vec::new());
@@ -515,6 +563,9 @@ pub(super) fn exception_clauses(
     };
     let (from, to) = (clauses_of(i)?, clauses_of(i + 1)?);
     let clause_size = u64::from(core.descriptor.ty("R2RExceptionClause")?.size()?);
+    if clause_size == 0 {
+        return Err(zero_size("R2RExceptionClause"));
+    }
     let count = to.saturating_sub(from) / clause_size;
     exception_clauses::read_r2r_clauses(
         core.target,

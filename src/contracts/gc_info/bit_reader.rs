@@ -102,7 +102,9 @@ impl<'t> BitReader<'t> {
             .and_then(|off| self.base.checked_add(off))
             .ok_or_else(|| self.corrupt("the stream runs past the end of the address space"))?;
         let cached = addr >= self.chunk_addr
-            && addr - self.chunk_addr + self.word_size <= self.chunk.len() as u64;
+            && (addr - self.chunk_addr)
+                .checked_add(self.word_size)
+                .is_some_and(|end| end <= self.chunk.len() as u64);
         if !cached {
             self.fetch(addr)?;
         }
