@@ -552,9 +552,103 @@ class Emitter:
                 "large": name in large_names,
                 "il_size": body.GetILAsByteArray().Length,
                 "assembly": runtime_type.Assembly.GetName().Name,
+                # What a caller gets as the method's entry point: usually a precode stub.
+                "function_pointer": function_pointer(mi.MethodHandle),
             })
             delegates[name] = mi.CreateDelegate(self.clr.GetClrType(Func[Int32, Int32]))
         return out, delegates
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points (MethodHandle.GetFunctionPointer) of framework methods and LCG lambdas
+# --------------------------------------------------------------------------------------------
+
+def function_pointer(handle):
+    """A RuntimeMethodHandle's GetFunctionPointer() as "0x…"."""
+    return "0x%x" % (handle.GetFunctionPointer().ToInt64() & 0xFFFFFFFFFFFFFFFF)
+
+
+def method_handle_value(handle):
+    return "0x%x" % (handle.Value.ToInt64() & 0xFFFFFFFFFFFFFFFF)
+
+
+def framework_entry_points(clr):
+    """MethodDesc and entry point of a few framework methods of different kinds: static and
+    instance, virtual (its entry point is a separate function-pointer precode), a generic
+    instantiation, AggressiveOptimization (never tiered) and P/Invokes (stub precodes).
+    Methods that cannot be found on this runtime are left out."""
+    from System import Type, Array, Int32, String, Object
+    from System.Reflection import BindingFlags
+    any_member = (BindingFlags.Public | BindingFlags.NonPublic | BindingFlags.Static
+                  | BindingFlags.Instance | BindingFlags.DeclaredOnly)
+    S, O, I = clr.GetClrType(String), clr.GetClrType(Object), clr.GetClrType(Int32)
+    corelib = O.Assembly
+
+    def corelib_type(name):
+        return corelib.GetType(name)
+
+    def linq_type(name):
+        return Type.GetType(name + ", System.Linq")
+
+    def regex_type(name):
+        return Type.GetType(name + ", System.Text.RegularExpressions")
+
+    wanted = [
+        ("String.Concat(String,String)", lambda: S.GetMethod("Concat", Array[Type]([S, S]))),
+        ("String.IsNullOrEmpty", lambda: S.GetMethod("IsNullOrEmpty")),
+        ("String.GetHashCode", lambda: S.GetMethod("GetHashCode", Type.EmptyTypes)),
+        ("Object.ToString", lambda: O.GetMethod("ToString")),
+        ("Array.Empty<Int32>", lambda: clr.GetClrType(Array).GetMethod("Empty")
+            .MakeGenericMethod(Array[Type]([I]))),
+        ("Enumerable.Range", lambda: linq_type("System.Linq.Enumerable").GetMethod("Range")),
+        ("Regex.IsMatch(String)", lambda: regex_type("System.Text.RegularExpressions.Regex")
+            .GetMethod("IsMatch", Array[Type]([S]))),
+        ("CastHelpers.StelemRef", lambda: corelib_type("System.Runtime.CompilerServices.CastHelpers")
+            .GetMethod("StelemRef", any_member)),
+        ("Interop.Globalization.LoadICU", lambda: corelib_type("Interop+Globalization")
+            .GetMethod("LoadICU", any_member)),
+        ("Interop.Globalization.GetICUVersion", lambda: corelib_type("Interop+Globalization")
+            .GetMethod("GetICUVersion", any_member)),
+    ]
+    out = []
+    for label, find in wanted:
+        try:
+            mi = find()
+            if mi is None:
+                continue
+            out.append({
+                "label": label,
+                "type": mi.DeclaringType.FullName,
+                "name": mi.Name,
+                "pinvoke": bool(int(mi.Attributes) & 0x2000),
+                "virtual": bool(mi.IsVirtual),
+                "method_desc": method_handle_value(mi.MethodHandle),
+                "function_pointer": function_pointer(mi.MethodHandle),
+            })
+        except Exception as e:  # a missing internal member must not stop the workload
+            log(f"framework entry point {label}: {e}")
+    return out
+
+
+def lcg_entry_points(named):
+    """MethodDesc and entry point of the named expression lambdas (LCG DynamicMethods, which
+    are never tiered: once JIT'ed their entry point is their code). The handle comes from the
+    internal DynamicMethod.GetMethodDescriptor(); nothing is recorded when it is missing."""
+    from System.Reflection import BindingFlags
+    flags = BindingFlags.NonPublic | BindingFlags.Instance
+    out = []
+    for name, fn in sorted(named.items()):
+        try:
+            m = fn.Method
+            getter = m.GetType().GetMethod("GetMethodDescriptor", flags)
+            if getter is None:
+                continue
+            handle = getter.Invoke(m, None)
+            out.append({"name": name, "method_desc": method_handle_value(handle),
+                        "function_pointer": function_pointer(handle)})
+        except Exception as e:
+            log(f"LCG entry point {name}: {e}")
+    return out
 
 
 def call_expect_throw(fn, arg):
@@ -736,6 +830,10 @@ def main(argv):
         # Times finally (+1) and fault (+100) handlers ran in Cdac.Testbed.Handlers so far.
         "handlers_counter": int(h_type.GetField("Counter").GetValue(None)),
         "emitted_methods": methods,
+        # MethodDesc and MethodHandle.GetFunctionPointer() of some framework methods and of the
+        # named LCG lambdas (whose entry point is their JIT'ed code).
+        "framework_methods": framework_entry_points(clr),
+        "lcg_methods": lcg_entry_points(named),
         "start_time": START_TIME,
         "ready_time": time.time(),
     }
