@@ -187,3 +187,21 @@ fn small_and_top_of_address_space_load_biases() {
         );
     }
 }
+
+#[test]
+fn a_mapping_of_terabytes_does_not_make_discovery_scan_it() {
+    // A damaged NT_FILE can claim a mapping of any size: the version scan spends a bounded
+    // budget on it (unreadable chunks included) and gives up, instead of looping for ages.
+    let mut memory = MemoryBuilder::new(DataLayout::LE64);
+    memory
+        .region(BASE, 0x1000)
+        .bytes(0, b"no version string here");
+    memory.map_file(BASE, BASE + (100u64 << 40), "/fake/path/libcoreclr.so");
+    let target = memory.into_target();
+    let modules = cdac::target::elf_image::modules(target.mapped_files());
+    assert_eq!(modules.len(), 1);
+    assert_eq!(
+        cdac::runtime::discovery::read_version(&target, &modules[0]),
+        None
+    );
+}

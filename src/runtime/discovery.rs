@@ -137,25 +137,28 @@ pub fn read_version(target: &Target, mapping: &ModuleMapping) -> Option<RuntimeV
         .filter(|f| f.path == mapping.path && f.start >= mapping.base && f.end <= mapping.end)
         .map(|f| (f.start, f.end))
         .collect();
-    let mut scanned = 0u64;
+    // One budget for the whole scan, unreadable chunks included: a damaged dump can
+    // describe a mapping of terabytes.
+    let mut budget = MAX_VERSION_SCAN;
     for (start, end) in ranges {
-        if scanned >= MAX_VERSION_SCAN {
-            break;
-        }
-        scanned += end - start;
-        if let Some(text) = scan_target(target, start, end) {
+        if let Some(text) = scan_target(target, start, end, &mut budget) {
             return RuntimeVersion::parse(&text);
+        }
+        if budget == 0 {
+            break;
         }
     }
     scan_file(&mapping.path).and_then(|t| RuntimeVersion::parse(&t))
 }
 
-/// Searches `[start, end)` in chunks that overlap by the marker's length.
-fn scan_target(target: &Target, start: u64, end: u64) -> Option<String> {
+/// Searches `[start, end)` in chunks that overlap by the marker's length, spending at
+/// most `budget` bytes (read or not).
+fn scan_target(target: &Target, start: u64, end: u64, budget: &mut u64) -> Option<String> {
     const CHUNK: u64 = 1 << 20;
     let mut at = start;
-    while at < end {
-        let len = (end - at).min(CHUNK + 256);
+    while at < end && *budget > 0 {
+        let len = (end - at).min(CHUNK + 256).min(*budget);
+        *budget -= len.min(CHUNK);
         if let Ok(bytes) = target.read_bytes(at, len as usize) {
             if let Some(text) = find_version(&bytes) {
                 return Some(text);

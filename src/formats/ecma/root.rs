@@ -1,0 +1,161 @@
+//! The metadata root (ECMA-335 II.24.2.1) and its stream headers (II.24.2.2).
+
+use super::bytes::{slice, u16_at, u32_at};
+use super::error::{MetadataError, Result};
+
+/// "BSJB", read little-endian.
+pub const METADATA_SIGNATURE: u32 = 0x424A_5342;
+/// Longest version string accepted (the standard allows 255 bytes, padded to 256).
+pub const MAX_VERSION_LENGTH: u32 = 256;
+/// Longest stream name, with its NUL (II.24.2.2).
+const MAX_STREAM_NAME: usize = 32;
+
+/// The metadata root: versions, the version string and where each stream is.
+#[derive(Debug, Clone)]
+pub struct MetadataRoot<'a> {
+    pub major_version: u16,
+    pub minor_version: u16,
+    /// The version string (e.g. `v4.0.30319`), up to its first NUL, lossily decoded.
+    pub version: String,
+    pub flags: u16,
+    pub streams: Vec<StreamHeader<'a>>,
+}
+
+/// One stream header and the stream's bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamHeader<'a> {
+    /// Offset of the stream from the start of the metadata root.
+    pub offset: u32,
+    pub size: u32,
+    /// The name as stored (`#~`, `#Strings`, ...), lossily decoded.
+    pub name: &'a str,
+    pub data: &'a [u8],
+}
+
+impl<'a> MetadataRoot<'a> {
+    /// The first stream called `name`.
+    pub fn stream(&self, name: &str) -> Option<&StreamHeader<'a>> {
+        self.streams.iter().find(|s| s.name == name)
+    }
+}
+
+/// Parses the metadata root at the start of `data` (the bytes the CLI header's MetaData
+/// directory points to). Every stream must lie within `data`.
+pub fn parse_root(data: &[u8]) -> Result<MetadataRoot<'_>> {
+    let signature = u32_at(data, 0, "metadata root")?;
+    if signature != METADATA_SIGNATURE {
+        return Err(MetadataError::BadSignature { found: signature });
+    }
+    let major_version = u16_at(data, 4, "metadata root")?;
+    let minor_version = u16_at(data, 6, "metadata root")?;
+    let length = u32_at(data, 12, "metadata root")?;
+    if length > MAX_VERSION_LENGTH {
+        return Err(MetadataError::VersionTooLong {
+            length,
+            max: MAX_VERSION_LENGTH,
+        });
+    }
+    let version_bytes = slice(data, 16, length as usize, "metadata version string")?;
+    let version_end = version_bytes
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(version_bytes.len());
+    let version = String::from_utf8_lossy(&version_bytes[..version_end]).into_owned();
+    // The length is meant to be a multiple of 4; honour what is written, as the runtime does.
+    let mut pos = 16 + length as usize;
+    let flags = u16_at(data, pos, "metadata root flags")?;
+    let count = u16_at(data, pos + 2, "metadata stream count")?;
+    pos += 4;
+    let mut streams = Vec::with_capacity(usize::from(count).min(16));
+    for index in 0..usize::from(count) {
+        let offset = u32_at(data, pos, "stream header")?;
+        let size = u32_at(data, pos + 4, "stream header")?;
+        pos += 8;
+        let name_area = &data[pos.min(data.len())..(pos + MAX_STREAM_NAME).min(data.len())];
+        let nul = name_area
+            .iter()
+            .position(|&b| b == 0)
+            .ok_or(MetadataError::BadStreamName { index })?;
+        let name = std::str::from_utf8(&name_area[..nul])
+            .map_err(|_| MetadataError::BadStreamName { index })?;
+        // Name plus NUL, padded to 4 bytes.
+        pos += (nul + 1 + 3) & !3;
+        let start = offset as usize;
+        let stream_data = start
+            .checked_add(size as usize)
+            .and_then(|end| data.get(start..end))
+            .ok_or_else(|| MetadataError::StreamOutOfBounds {
+                name: name.to_string(),
+                offset,
+                size,
+                len: data.len(),
+            })?;
+        streams.push(StreamHeader {
+            offset,
+            size,
+            name,
+            data: stream_data,
+        });
+    }
+    Ok(MetadataRoot {
+        major_version,
+        minor_version,
+        version,
+        flags,
+        streams,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root_with(streams: &[(&str, u32, u32)], total: usize) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&METADATA_SIGNATURE.to_le_bytes());
+        v.extend_from_slice(&1u16.to_le_bytes());
+        v.extend_from_slice(&1u16.to_le_bytes());
+        v.extend_from_slice(&0u32.to_le_bytes());
+        v.extend_from_slice(&12u32.to_le_bytes());
+        v.extend_from_slice(b"v4.0.30319\0\0");
+        v.extend_from_slice(&0u16.to_le_bytes());
+        v.extend_from_slice(&(streams.len() as u16).to_le_bytes());
+        for (name, off, size) in streams {
+            v.extend_from_slice(&off.to_le_bytes());
+            v.extend_from_slice(&size.to_le_bytes());
+            v.extend_from_slice(name.as_bytes());
+            v.push(0);
+            while v.len() % 4 != 0 {
+                v.push(0);
+            }
+        }
+        v.resize(total, 0);
+        v
+    }
+
+    #[test]
+    fn parses_streams() {
+        let data = root_with(&[("#~", 0x60, 0x10), ("#Strings", 0x70, 0x8)], 0x80);
+        let root = parse_root(&data).unwrap();
+        assert_eq!(root.version, "v4.0.30319");
+        assert_eq!(root.streams.len(), 2);
+        assert_eq!(root.stream("#Strings").unwrap().data.len(), 8);
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        assert!(matches!(
+            parse_root(b"XXXX"),
+            Err(MetadataError::BadSignature { .. })
+        ));
+        let data = root_with(&[("#~", 0x60, 0x100)], 0x80);
+        assert!(matches!(
+            parse_root(&data),
+            Err(MetadataError::StreamOutOfBounds { .. })
+        ));
+        assert!(matches!(
+            parse_root(&data[..20]),
+            Err(MetadataError::Truncated { .. })
+        ));
+    }
+}
