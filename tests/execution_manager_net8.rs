@@ -46,6 +46,7 @@ fn check_every_perf_map_entry(rt: &Runtime, what: &str, dump: Option<&str>) {
         live.len()
     );
     let mut failures = Vec::new();
+    let mut with_debug = 0;
     for (start, size, name) in &live {
         for ip in [*start, start + size / 2, start + size - 1] {
             // A fresh ExecutionManager per address: the full walk, not the cache of
@@ -54,6 +55,18 @@ fn check_every_perf_map_entry(rt: &Runtime, what: &str, dump: Option<&str>) {
             match em.code_block(ip) {
                 Ok(Some(b)) => {
                     let hot = em.method_region_info(&b).map(|r| r.hot_size);
+                    // .NET 8 JIT debug info starts with a flag byte (bit 0: OSR patchpoint).
+                    let debug = em.debug_info(&b).unwrap();
+                    if debug.address != 0 {
+                        with_debug += 1;
+                        let flags = rt.target().read_u8(debug.address).unwrap();
+                        if !debug.has_flag_byte || flags > 3 {
+                            failures.push(format!(
+                                "{name}: debug info flag byte {flags:#x}, reported {}",
+                                debug.has_flag_byte
+                            ));
+                        }
+                    }
                     if b.start != *start
                         || hot.as_ref().ok() != Some(size)
                         || b.jit_type != JitType::Jit
@@ -70,10 +83,15 @@ fn check_every_perf_map_entry(rt: &Runtime, what: &str, dump: Option<&str>) {
         }
     }
     eprintln!(
-        "{what}: {} live perf-map entries checked at 3 addresses each, {} stale, {} failures",
+        "{what}: {} live perf-map entries checked at 3 addresses each, {} stale, {} failures; {} lookups found debug info with its flag byte",
         live.len(),
         stale,
-        failures.len()
+        failures.len(),
+        with_debug
+    );
+    assert!(
+        with_debug * 10 >= live.len() * 3 * 9,
+        "{what}: only {with_debug} lookups found debug info"
     );
     // The cache of resolved methods answers exactly as the full walk does.
     let cached = execution_manager(rt.target(), rt.descriptor()).unwrap();
@@ -207,7 +225,7 @@ fn check_ready_to_run(rt: &Runtime, what: &str) {
             );
             assert_eq!(b.relative_offset, ip - b.start);
             let gc = em.gc_info(&b).unwrap();
-            assert_eq!(gc.version, 3, "R2R 9.x code uses GCInfo version 3");
+            assert_eq!(gc.version, 2, "R2R 9.1 (.NET 8) code uses GCInfo version 2");
             assert!(em.unwind_info(&b).unwrap().is_some());
             // Debug info lies in the image's DebugInfo section (105).
             let debug = em.debug_info(&b).unwrap();

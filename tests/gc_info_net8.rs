@@ -286,7 +286,7 @@ fn ready_to_run_code_lengths_match_runtime_functions() {
     );
     let major = img.u16_at(r2r_rva + 4);
     let minor = img.u16_at(r2r_rva + 6);
-    let version = gc_info::r2r_gc_info_version(major);
+    let version = gc_info::r2r_gc_info_version(major, minor);
     let count = img.u32_at(r2r_rva + 12);
     let functions = (0..count)
         .map(|i| r2r_rva + 16 + 12 * i)

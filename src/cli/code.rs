@@ -113,7 +113,7 @@ pub fn ip2md(em: &dyn ExecutionManager, ip: u64) -> Result<Option<Ip2md>, Contra
         gc_info_version: gc.map(|g| g.version),
         unwind_info: unwind.map(hex),
         debug_info: debug.map(|d| hex(d.address)),
-        is_funclet: funclet.map(|f| f != b.start),
+        is_funclet: em.is_funclet(&b).ok(),
         funclet_start: funclet.map(hex),
         errors,
     }))
@@ -250,7 +250,10 @@ pub fn run_eh(args: &AddressArgs) -> Result<(), Box<dyn std::error::Error>> {
 fn print_clause(i: usize, c: &ExceptionClause, start: u64) {
     let kind = format!("{:?}", c.kind).to_uppercase();
     let extra = match (c.filter_offset, c.class_token, c.type_handle) {
-        (Some(f), _, _) => format!(" filter at +{f:#x} ({})", hex(start + u64::from(f))),
+        (Some(f), _, _) => format!(
+            " filter at +{f:#x} ({})",
+            hex(start.wrapping_add(u64::from(f)))
+        ),
         (_, Some(t), _) => format!(" class token {t:#010x}"),
         (_, _, Some(th)) => format!(" type handle {}", hex(th)),
         _ => String::new(),
@@ -277,14 +280,16 @@ pub fn run_unwind(args: &AddressArgs) -> Result<(), Box<dyn std::error::Error>> 
     let t = rt.target();
     let d = rt.descriptor();
     let ty = d.ty("RuntimeFunction")?;
-    let begin = u64::from(t.read_u32(rf + ty.offset("BeginAddress")?)?);
+    let begin = u64::from(t.read_u32(rf.wrapping_add(ty.offset("BeginAddress")?))?);
     let end = match ty.has_field("EndAddress") {
-        true => Some(u64::from(t.read_u32(rf + ty.offset("EndAddress")?)?)),
+        true => Some(u64::from(
+            t.read_u32(rf.wrapping_add(ty.offset("EndAddress")?))?,
+        )),
         false => None,
     };
-    let unwind = u64::from(t.read_u32(rf + ty.offset("UnwindData")?)?);
+    let unwind = u64::from(t.read_u32(rf.wrapping_add(ty.offset("UnwindData")?))?);
     let decoded = match d.global_string("Architecture")? {
-        "x64" => Some(unwind_codes::decode_amd64(t, base + unwind)?),
+        "x64" => Some(unwind_codes::decode_amd64(t, base.wrapping_add(unwind))?),
         _ => None,
     };
     if args.json {
@@ -293,9 +298,9 @@ pub fn run_unwind(args: &AddressArgs) -> Result<(), Box<dyn std::error::Error>> 
             "start": hex(b.start),
             "runtime_function": hex(rf),
             "base": hex(base),
-            "begin": hex(base + begin),
-            "end": end.map(|e| hex(base + e)),
-            "unwind_data": hex(base + unwind),
+            "begin": hex(base.wrapping_add(begin)),
+            "end": end.map(|e| hex(base.wrapping_add(e))),
+            "unwind_data": hex(base.wrapping_add(unwind)),
             "unwind": decoded,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -309,10 +314,10 @@ pub fn run_unwind(args: &AddressArgs) -> Result<(), Box<dyn std::error::Error>> 
     println!(
         "  RUNTIME_FUNCTION at {}: begin {}{}, unwind data {} (relative to {})",
         hex(rf),
-        hex(base + begin),
-        end.map(|e| format!(", end {}", hex(base + e)))
+        hex(base.wrapping_add(begin)),
+        end.map(|e| format!(", end {}", hex(base.wrapping_add(e))))
             .unwrap_or_default(),
-        hex(base + unwind),
+        hex(base.wrapping_add(unwind)),
         hex(base)
     );
     if let Some(u) = decoded {

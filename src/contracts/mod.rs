@@ -31,6 +31,16 @@ pub enum ContractError {
         supported: &'static str,
     },
 
+    /// The contract has no implementation for the target's architecture.
+    #[error(
+        "{contract} is not supported on architecture {architecture} (cdac supports {supported})"
+    )]
+    UnsupportedArchitecture {
+        contract: &'static str,
+        architecture: String,
+        supported: &'static str,
+    },
+
     /// A type, field or global the contract needs is missing from the descriptor.
     #[error(transparent)]
     Descriptor(#[from] DescriptorError),

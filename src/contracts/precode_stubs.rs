@@ -648,16 +648,22 @@ pub fn resolve_entry_point(
         return Ok(None);
     };
     if section.is_range_list() {
+        // As the contract specifies, an entry point the precode reader cannot make sense
+        // of maps to no method (range lists also hold other stubs); the reason is logged.
         let stubs = PrecodeStubs::new(target, descriptor)?;
-        let Some(precode) = stubs.precode(entry)? else {
-            return Ok(None);
-        };
-        return Ok(stubs
-            .method_desc(&precode)?
-            .map(|method_desc| EntryPointMethod {
-                method_desc,
-                precode: Some(precode),
-            }));
+        let resolved = stubs.precode(entry).and_then(|p| match p {
+            Some(precode) => Ok(stubs
+                .method_desc(&precode)?
+                .map(|method_desc| EntryPointMethod {
+                    method_desc,
+                    precode: Some(precode),
+                })),
+            None => Ok(None),
+        });
+        return Ok(resolved.unwrap_or_else(|e| {
+            tracing::debug!(entry, "not a readable precode: {e}");
+            None
+        }));
     }
     Ok(execution_manager(target, descriptor)?
         .code_block(entry)?

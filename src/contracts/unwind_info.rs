@@ -42,9 +42,9 @@ impl UnwindArch {
             "arm64" | "aarch64" => Ok(UnwindArch::Arm64),
             "loongarch64" => Ok(UnwindArch::LoongArch64),
             "riscv64" => Ok(UnwindArch::RiscV64),
-            _ => Err(ContractError::UnsupportedVersion {
+            _ => Err(ContractError::UnsupportedArchitecture {
                 contract: "unwind data",
-                version: format!("architecture {name}"),
+                architecture: name.to_string(),
                 supported: "x86, x64, arm, arm64, loongarch64, riscv64",
             }),
         }
@@ -220,10 +220,10 @@ pub fn xdata_function_length(
     arch: UnwindArch,
 ) -> Result<u64, ContractError> {
     if matches!(arch, UnwindArch::X86 | UnwindArch::Amd64) {
-        return Err(ContractError::UnsupportedVersion {
-            contract: "unwind data",
-            version: format!("xdata on {arch:?}"),
-            supported: "xdata on arm, arm64, loongarch64, riscv64",
+        return Err(ContractError::UnsupportedArchitecture {
+            contract: "xdata unwind data",
+            architecture: format!("{arch:?}"),
+            supported: "arm, arm64, loongarch64, riscv64",
         });
     }
     let word0 = target.read_u32(xdata)?;
@@ -396,7 +396,7 @@ mod tests {
         );
         assert!(matches!(
             xdata_function_length(&t, 0x1000, UnwindArch::Amd64),
-            Err(ContractError::UnsupportedVersion { .. })
+            Err(ContractError::UnsupportedArchitecture { .. })
         ));
     }
 

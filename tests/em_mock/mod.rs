@@ -396,12 +396,14 @@ pub fn gc_header_bits(version: u32, code_length: u32, stack_base: bool) -> Vec<b
     bits
 }
 
-/// The GCInfo version of ReadyToRun code by header major version (digest §10.2).
-pub fn r2r_gc_version(major: u16) -> u32 {
-    if major >= 11 {
-        4
-    } else {
-        3
+/// The GCInfo version of ReadyToRun code by header version (digest §10.2): 1.x → 1,
+/// up to 9.2 → 2, 9.3 to 10.x → 3, 11.0 on → 4.
+pub fn r2r_gc_version(major: u16, minor: u16) -> u32 {
+    match (major, minor) {
+        (0..=1, _) => 1,
+        (2..=8, _) | (9, 0..=2) => 2,
+        (9..=10, _) => 3,
+        _ => 4,
     }
 }
 
@@ -562,7 +564,13 @@ pub fn descriptor_json(f: &F, o: &DescOpts, value_mask: u64) -> String {
     types.insert("ReadyToRunInfo".into(), ty(Some(f.r2r_size), &r2r));
     types.insert(
         "ReadyToRunHeader".into(),
-        ty(Some(f.rtr_size), &[("MajorVersion", f.rtr_major, "uint16")]),
+        ty(
+            Some(f.rtr_size),
+            &[
+                ("MajorVersion", f.rtr_major, "uint16"),
+                ("MinorVersion", f.rtr_major + 2, "uint16"),
+            ],
+        ),
     );
     types.insert(
         "ReadyToRunCoreInfo".into(),
@@ -797,6 +805,8 @@ pub struct R2rSpec {
     /// Bucket count of the entry-point map (default: the runtime's sizing).
     pub buckets: Option<u64>,
     pub major: u16,
+    /// READYTORUN_HEADER minor version.
+    pub minor: u16,
     pub thunks: Option<(u32, u32)>,
     /// Whether the entry-point map lives in a separate composite image's info.
     pub composite: bool,
@@ -821,6 +831,7 @@ impl R2rSpec {
             entries,
             buckets: None,
             major: 9,
+            minor: 1,
             thunks: None,
             composite: false,
             eh: Vec::new(),
@@ -1242,6 +1253,7 @@ impl World {
         let header = self.mem.alloc(f.rtr_size, 4);
         self.mem.u32(header, 0x0052_5452);
         self.mem.u16(header + f.rtr_major, spec.major);
+        self.mem.u16(header + f.rtr_major + 2, spec.minor);
         self.mem.ptr(info + f.r2r_header, header);
         self.mem.ptr(info + f.r2r_composite_info, info);
         self.mem.ptr(info + f.r2r_functions, functions);
@@ -1273,7 +1285,7 @@ impl World {
         let functions = self.mem.alloc(12 * (n + 1), 4);
         let mut unwind = Vec::new();
         let mut gc = Vec::new();
-        let gc_version = r2r_gc_version(spec.major);
+        let gc_version = r2r_gc_version(spec.major, spec.minor);
         for (i, rf) in spec.functions.iter().enumerate() {
             let a = functions + 12 * i as u64;
             let urva = spec.unwind_rva + 0x40 * i as u32;

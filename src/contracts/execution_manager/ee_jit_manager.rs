@@ -81,10 +81,10 @@ pub(super) fn unwind_info(
     // Unwind addresses of JIT'ed code are relative to the code heap's range section.
     let rel = block.ip.wrapping_sub(block.section.range_begin);
     let found = search::find_covering(u64::from(count), rel, &mut |i| {
-        Ok(u64::from(
-            core.target
-                .read_u32(first.wrapping_add(i * stride + begin_off))?,
-        ))
+        let rva = core
+            .target
+            .read_u32(first.wrapping_add(i * stride + begin_off))?;
+        Ok(core.code_rva(rva.into()))
     })?;
     Ok(found.map(|i| first.wrapping_add(i * stride)))
 }

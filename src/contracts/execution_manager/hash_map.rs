@@ -13,6 +13,14 @@ use crate::target::Target;
 /// Largest bucket count accepted (a damaged count must not make a lookup probe forever).
 pub const MAX_BUCKETS: u64 = 1 << 28;
 
+/// Most buckets one lookup probes. Real maps keep chains short (their load is bounded);
+/// a damaged map whose every bucket claims a collision must not make each lookup read
+/// the whole table.
+pub const MAX_PROBES: u64 = 1024;
+
+/// Most slots a bucket may declare.
+pub const MAX_SLOTS: u64 = 64;
+
 /// Looks `key` up in the `PtrHashMap` embedded at `map`; returns the stored pointer.
 pub fn lookup_pointer(
     target: &Target,
@@ -41,6 +49,13 @@ pub fn lookup(
     let bucket_size = u64::from(bucket.size()?);
     let (keys_off, values_off) = (bucket.offset("Keys")?, bucket.offset("Values")?);
     let slots = descriptor.global_value("HashMapSlotsPerBucket")?;
+    if slots == 0 || slots > MAX_SLOTS {
+        return Err(ContractError::Corrupt {
+            what: "hash map",
+            addr: map,
+            detail: format!("{slots} slots per bucket"),
+        });
+    }
     let mask = descriptor.global_value("HashMapValueMask")?;
     let ps = u64::from(target.pointer_size());
     let size = target.read_pointer(buckets)?;
@@ -54,7 +69,7 @@ pub fn lookup(
     // The runtime hashes with 32-bit arithmetic.
     let mut seed = (key >> 2) as u32;
     let incr = 1 + (((key >> 5) as u32).wrapping_add(1) % (size as u32 - 1));
-    for _ in 0..size {
+    for _ in 0..size.min(MAX_PROBES) {
         let b = buckets.wrapping_add((1 + u64::from(seed) % size) * bucket_size);
         for j in 0..slots {
             if target.read_pointer(b.wrapping_add(keys_off + j * ps))? == key {
@@ -67,6 +82,14 @@ pub fn lookup(
             return Ok(None);
         }
         seed = seed.wrapping_add(incr);
+    }
+    if size > MAX_PROBES {
+        return Err(ContractError::LimitExceeded {
+            what: "hash map probe chain",
+            addr: map,
+            limit: MAX_PROBES,
+            unit: "buckets",
+        });
     }
     Ok(None)
 }

@@ -171,6 +171,11 @@ pub trait ExecutionManager {
 
     /// The EEJitManager and its code heaps (`GetEEJitManagerInfo`).
     fn ee_jit_manager_info(&self) -> Result<EeJitManagerInfo, ContractError>;
+
+    /// Forgets the methods resolved so far. A live process frees and reuses code (dynamic
+    /// methods, collectible assemblies): call this together with `Target::flush` before
+    /// looking up addresses again after the process ran on.
+    fn flush(&self);
 }
 
 /// The ExecutionManager of the version the runtime advertises (1 or 2).
@@ -280,6 +285,11 @@ impl<'a> Core<'a> {
         })
     }
 
+    /// A RUNTIME_FUNCTION begin RVA as a code offset: on ARM32 it carries the Thumb bit.
+    pub(crate) fn code_rva(&self, rva: u64) -> u64 {
+        self.platform.code_address(rva)
+    }
+
     /// Reads a pointer at `base + field offset` of `ty`.
     pub(crate) fn ptr(&self, base: u64, ty: &str, field: &str) -> Result<u64, ContractError> {
         let off = self.descriptor.ty(ty)?.offset(field)?;
@@ -296,8 +306,6 @@ impl<'a> Core<'a> {
 impl Core<'_> {
     /// The full lookup, without the cache of resolved methods.
     fn look_up(&self, ip: u64) -> Result<Option<CodeBlock>, ContractError> {
-        // A code pointer (Thumb bit on ARM32) to the address it stands for.
-        let ip = self.platform.code_address(ip);
         let Some(section) =
             range_section_map::find_range_section(self.target, self.descriptor, ip)?
         else {
@@ -320,13 +328,15 @@ impl ExecutionManager for Core<'_> {
     }
 
     fn code_block(&self, ip: u64) -> Result<Option<CodeBlock>, ContractError> {
+        // A code pointer (Thumb bit on ARM32) to the address it stands for.
+        let ip = self.platform.code_address(ip);
         if let Some(hit) = self.resolved.read().ok().and_then(|r| r.find(ip)) {
             return Ok(Some(hit));
         }
         let block = self.look_up(ip)?;
         // Remember the method's hot range (not a cold part, whose offsets differ).
         if let Some(b) = &block {
-            if b.relative_offset == ip - b.start {
+            if ip.checked_sub(b.start) == Some(b.relative_offset) {
                 if let Ok(region) = self.method_region_info(b) {
                     let end = b.start.saturating_add(region.hot_size);
                     // A range overlapping an image's thunks (a damaged image) would let
@@ -398,8 +408,8 @@ impl ExecutionManager for Core<'_> {
         let Some(rf) = self.unwind_info(block)? else {
             return Ok(block.start);
         };
-        let begin = self.u32(rf, "RuntimeFunction", "BeginAddress")?;
-        Ok(block.section.range_begin.wrapping_add(u64::from(begin)))
+        let begin = self.code_rva(self.u32(rf, "RuntimeFunction", "BeginAddress")?.into());
+        Ok(block.section.range_begin.wrapping_add(begin))
     }
 
     fn exception_clauses(&self, block: &CodeBlock) -> Result<Vec<ExceptionClause>, ContractError> {
@@ -409,6 +419,12 @@ impl ExecutionManager for Core<'_> {
                 exception_clauses::read_jit_clauses(self.target, self.descriptor, eh)
             }
             Origin::ReadyToRun { .. } => r2r_jit_manager::exception_clauses(self, block),
+        }
+    }
+
+    fn flush(&self) {
+        if let Ok(mut r) = self.resolved.write() {
+            *r = Resolved::default();
         }
     }
 

@@ -16,7 +16,7 @@ use crate::contracts::ContractError;
 const MAX_RUNTIME_FUNCTIONS: u32 = 1 << 24;
 
 /// Most entries walked back from a funclet to its method's entry point.
-const MAX_FUNCLET_WALK: u64 = 4096;
+const MAX_FUNCLET_WALK: u64 = 256;
 
 /// The R2R section types used here.
 const SECTION_EXCEPTION_INFO: u32 = 104;
@@ -63,10 +63,10 @@ impl<'c, 'a> Image<'c, 'a> {
     }
 
     fn begin(&self, i: u64) -> Result<u64, ContractError> {
-        Ok(self
+        let rva = self
             .core
-            .u32(self.function(i), "RuntimeFunction", "BeginAddress")?
-            .into())
+            .u32(self.function(i), "RuntimeFunction", "BeginAddress")?;
+        Ok(self.core.code_rva(rva.into()))
     }
 
     /// Length of runtime function `i`'s code.
@@ -223,6 +223,14 @@ pub(super) fn code_block(
         return Ok(None);
     }
     let (hot, cold_index) = img.hot_and_cold(index)?;
+    // A method's hot part precedes the code that maps back to it.
+    if hot > index {
+        return Err(ContractError::Corrupt {
+            what: "ReadyToRun hot/cold map",
+            addr: img.info,
+            detail: format!("runtime function {index} maps to hot part {hot}, after it"),
+        });
+    }
     // Funclets follow their method and have no entry point: walk back to the entry the
     // runtime registered. The runtime registers entry points lazily, as methods are first
     // used, so an entry found further back must also cover the address (a method's GC-info
@@ -272,7 +280,15 @@ pub(super) fn code_block(
         let cold_start = img.base.wrapping_add(img.begin(cold)?);
         if index >= cold && ip >= cold_start {
             let region = region_info(core, &block)?;
-            block.relative_offset = region.hot_size + (ip - cold_start);
+            block.relative_offset =
+                region
+                    .hot_size
+                    .checked_add(ip - cold_start)
+                    .ok_or(ContractError::Corrupt {
+                        what: "ReadyToRun method region",
+                        addr: info,
+                        detail: format!("hot size {:#x} overflows", region.hot_size),
+                    })?;
         }
     }
     Ok(Some(block))
@@ -319,15 +335,18 @@ fn code_length_of(core: &Core<'_>, img: &Image<'_, '_>, index: u64) -> Result<u6
     .into())
 }
 
-/// GCInfo version of an image's code, from its ReadyToRun major version.
+/// GCInfo version of an image's code, from its ReadyToRun version.
 fn r2r_gc_version(core: &Core<'_>, info: u64) -> Result<u32, ContractError> {
     let header = core.ptr(info, "ReadyToRunInfo", "ReadyToRunHeader")?;
-    let major_off = core
-        .descriptor
-        .ty("ReadyToRunHeader")?
-        .offset("MajorVersion")?;
+    let ty = core.descriptor.ty("ReadyToRunHeader")?;
+    let read = |field: &str| -> Result<u16, ContractError> {
+        Ok(core
+            .target
+            .read_u16(header.wrapping_add(ty.offset(field)?))?)
+    };
     Ok(gc_info::r2r_gc_info_version(
-        core.target.read_u16(header.wrapping_add(major_off))?,
+        read("MajorVersion")?,
+        read("MinorVersion")?,
     ))
 }
 

@@ -125,13 +125,17 @@ impl GcInfoHeader {
     }
 }
 
-/// The GCInfo version of ReadyToRun code from the image's `READYTORUN_HEADER` major
-/// version: 1 for R2R 1.x, 4 from R2R 11 on, and 3 in between (version 2 code has the
-/// same layout as version 3).
-pub fn r2r_gc_info_version(r2r_major: u16) -> u32 {
-    match r2r_major {
-        0 | 1 => 1,
-        2..=10 => 3,
+/// The GCInfo version of ReadyToRun code from the image's `READYTORUN_HEADER` version:
+/// 1 for R2R 1.x, 2 up to 9.2, 3 for 9.3 up to 10.x, 4 from 11.0 on (versions 2 and 3
+/// share one layout).
+pub fn r2r_gc_info_version(r2r_major: u16, r2r_minor: u16) -> u32 {
+    // As the runtimes map image versions: R2R 1.x wrote the first encoding; 2.0 up to 9.2
+    // the second; 9.3 (.NET 9) made safe points interruptible (version 3, same bits); 11.0
+    // dropped the return-kind bits (version 4).
+    match (r2r_major, r2r_minor) {
+        (0..=1, _) => 1,
+        (2..=8, _) | (9, 0..=2) => 2,
+        (9..=10, _) => 3,
         _ => 4,
     }
 }
@@ -479,10 +483,13 @@ mod tests {
             code_length(&t, 0x1000, 3, GcInfoArch::Interpreter),
             Err(ContractError::UnsupportedVersion { .. })
         ));
-        assert_eq!(r2r_gc_info_version(1), 1);
-        assert_eq!(r2r_gc_info_version(9), 3);
-        assert_eq!(r2r_gc_info_version(10), 3);
-        assert_eq!(r2r_gc_info_version(11), 4);
-        assert_eq!(r2r_gc_info_version(17), 4);
+        assert_eq!(r2r_gc_info_version(1, 1), 1);
+        assert_eq!(r2r_gc_info_version(2, 0), 2);
+        assert_eq!(r2r_gc_info_version(9, 1), 2);
+        assert_eq!(r2r_gc_info_version(9, 2), 2);
+        assert_eq!(r2r_gc_info_version(9, 3), 3);
+        assert_eq!(r2r_gc_info_version(10, 0), 3);
+        assert_eq!(r2r_gc_info_version(11, 0), 4);
+        assert_eq!(r2r_gc_info_version(17, 0), 4);
     }
 }

@@ -179,9 +179,9 @@ impl GcInfoArch {
             "arm" | "arm32" => Ok(GcInfoArch::Arm),
             "loongarch64" => Ok(GcInfoArch::LoongArch64),
             "riscv64" => Ok(GcInfoArch::RiscV64),
-            _ => Err(ContractError::UnsupportedVersion {
+            _ => Err(ContractError::UnsupportedArchitecture {
                 contract: "GCInfo",
-                version: format!("architecture {name}"),
+                architecture: name.to_string(),
                 supported: "x64, arm64, arm, loongarch64, riscv64",
             }),
         }
@@ -362,7 +362,7 @@ mod tests {
         assert_eq!(GcInfoArch::from_name("ARM64").ok(), Some(GcInfoArch::Arm64));
         assert!(matches!(
             GcInfoArch::from_name("x86"),
-            Err(ContractError::UnsupportedVersion { .. })
+            Err(ContractError::UnsupportedArchitecture { .. })
         ));
     }
 }

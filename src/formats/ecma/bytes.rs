@@ -3,7 +3,12 @@
 use super::error::{MetadataError, Result};
 
 /// `data[offset..offset + n]`, or a [`MetadataError::Truncated`] naming `what`.
-pub(crate) fn slice<'a>(data: &'a [u8], offset: usize, n: usize, what: &'static str) -> Result<&'a [u8]> {
+pub(crate) fn slice<'a>(
+    data: &'a [u8],
+    offset: usize,
+    n: usize,
+    what: &'static str,
+) -> Result<&'a [u8]> {
     offset
         .checked_add(n)
         .and_then(|end| data.get(offset..end))

@@ -56,7 +56,9 @@ pub enum MetadataError {
     InvalidUtf8 { index: u32 },
     #[error("{heap} entry at {index:#x} has an invalid length prefix")]
     BadBlobLength { heap: Heap, index: u32 },
-    #[error("{heap} entry at {index:#x} says {length} byte(s), overrunning the {len:#x}-byte heap")]
+    #[error(
+        "{heap} entry at {index:#x} says {length} byte(s), overrunning the {len:#x}-byte heap"
+    )]
     BlobOverrun {
         heap: Heap,
         index: u32,
@@ -68,10 +70,16 @@ pub enum MetadataError {
     #[error("table {table:?} claims {rows} rows (more than a 24-bit row id can address)")]
     TooManyRows { table: TableId, rows: u32 },
     #[error("table {table:?} data ends at {end:#x}, beyond the {len:#x}-byte table stream")]
-    TablesTruncated { table: TableId, end: u64, len: usize },
+    TablesTruncated {
+        table: TableId,
+        end: u64,
+        len: usize,
+    },
     #[error("{table:?} row {row} does not exist (the table has {rows} row(s))")]
     RowOutOfBounds { table: TableId, row: u32, rows: u32 },
-    #[error("{table:?} row {row} column {column}: coded index {value:#x} has no valid {kind:?} tag")]
+    #[error(
+        "{table:?} row {row} column {column}: coded index {value:#x} has no valid {kind:?} tag"
+    )]
     InvalidCodedIndex {
         table: TableId,
         row: u32,
@@ -133,7 +141,10 @@ pub enum SignatureError {
         count: u32,
     },
     #[error("array shape at offset {offset}: {problem}")]
-    BadArrayShape { offset: usize, problem: &'static str },
+    BadArrayShape {
+        offset: usize,
+        problem: &'static str,
+    },
     #[error("more than one sentinel at offset {offset}")]
     SecondSentinel { offset: usize },
     #[error("types nest deeper than {limit} levels")]

@@ -66,13 +66,14 @@ fn prefixed(heap: Heap, data: &[u8], index: u32) -> Result<&[u8]> {
     if i == 0 && data.is_empty() {
         return Ok(&[]);
     }
-    let rest = data.get(i..).filter(|r| !r.is_empty()).ok_or(
-        MetadataError::HeapIndexOutOfBounds {
-            heap,
-            index,
-            len: data.len(),
-        },
-    )?;
+    let rest =
+        data.get(i..)
+            .filter(|r| !r.is_empty())
+            .ok_or(MetadataError::HeapIndexOutOfBounds {
+                heap,
+                index,
+                len: data.len(),
+            })?;
     let (length, used) =
         decompress_u32(rest).ok_or(MetadataError::BadBlobLength { heap, index })?;
     rest.get(used..)

@@ -1,0 +1,152 @@
+//! Finding the metadata blob in a PE image (ECMA-335 II.25): the CLI header is data
+//! directory 14, and its MetaData directory holds the blob's RVA and size.
+
+use object::pe::{ImageCor20Header, ImageDosHeader, ImageNtHeaders32, ImageNtHeaders64};
+use object::read::pe::ImageNtHeaders;
+use object::LittleEndian as LE;
+
+use super::error::{MetadataError, Result};
+
+/// How the image is laid out in the bytes given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeLayout {
+    /// As stored on disk: RVAs are translated through the section table.
+    File,
+    /// As the loader maps it (or as the runtime maps assemblies itself): offset = RVA.
+    Mapped,
+}
+
+/// The parts of the CLI header callers may want.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CliHeader {
+    pub major_runtime_version: u16,
+    pub minor_runtime_version: u16,
+    pub metadata_rva: u32,
+    pub metadata_size: u32,
+    pub flags: u32,
+    pub entry_point: u32,
+    /// The ReadyToRun header's directory (ManagedNativeHeader), when the image has one.
+    pub managed_native_header_rva: u32,
+    pub managed_native_header_size: u32,
+}
+
+const COM_DESCRIPTOR: usize = object::pe::IMAGE_DIRECTORY_ENTRY_COM_DESCRIPTOR;
+
+fn pe_err(e: impl std::fmt::Display) -> MetadataError {
+    MetadataError::Pe(e.to_string())
+}
+
+/// Bytes `[rva, rva + size)` of the image.
+fn at_rva<'a>(
+    image: &'a [u8],
+    layout: PeLayout,
+    sections: &object::read::pe::SectionTable<'a>,
+    rva: u32,
+    size: u32,
+    what: &str,
+) -> Result<&'a [u8]> {
+    let start = match layout {
+        PeLayout::Mapped => rva as usize,
+        PeLayout::File => {
+            let (offset, available) = sections
+                .pe_file_range_at(rva)
+                .ok_or_else(|| pe_err(format!("{what} RVA {rva:#x} is in no section")))?;
+            if available < size {
+                return Err(pe_err(format!(
+                    "{what} [{rva:#x}, +{size:#x}) runs past its section"
+                )));
+            }
+            offset as usize
+        }
+    };
+    start
+        .checked_add(size as usize)
+        .and_then(|end| image.get(start..end))
+        .ok_or_else(|| {
+            pe_err(format!(
+                "{what} [{rva:#x}, +{size:#x}) is outside the image"
+            ))
+        })
+}
+
+fn cli_header_inner<'a, H: ImageNtHeaders>(
+    image: &'a [u8],
+    layout: PeLayout,
+) -> Result<(CliHeader, object::read::pe::SectionTable<'a>)> {
+    let dos = ImageDosHeader::parse(image).map_err(pe_err)?;
+    let mut offset = dos.nt_headers_offset().into();
+    let (nt, dirs) = H::parse(image, &mut offset).map_err(pe_err)?;
+    let sections = nt.sections(image, offset).map_err(pe_err)?;
+    let dir = dirs
+        .get(COM_DESCRIPTOR)
+        .ok_or_else(|| pe_err("no CLI header directory (not a .NET image)"))?;
+    let (rva, size) = (dir.virtual_address.get(LE), dir.size.get(LE));
+    if rva == 0 {
+        return Err(pe_err("no CLI header directory (not a .NET image)"));
+    }
+    let need = std::mem::size_of::<ImageCor20Header>() as u32;
+    let _ = size; // Some writers store 0x48 here, some more; only the fixed header is read.
+    let bytes = at_rva(image, layout, &sections, rva, need, "CLI header")?;
+    let h: &ImageCor20Header = object::pod::from_bytes(bytes)
+        .map_err(|_| pe_err("CLI header is truncated"))?
+        .0;
+    Ok((
+        CliHeader {
+            major_runtime_version: h.major_runtime_version.get(LE),
+            minor_runtime_version: h.minor_runtime_version.get(LE),
+            metadata_rva: h.meta_data.virtual_address.get(LE),
+            metadata_size: h.meta_data.size.get(LE),
+            flags: h.flags.get(LE).0,
+            entry_point: h.entry_point_token_or_rva.get(LE),
+            managed_native_header_rva: h.managed_native_header.virtual_address.get(LE),
+            managed_native_header_size: h.managed_native_header.size.get(LE),
+        },
+        sections,
+    ))
+}
+
+fn with_headers<'a>(
+    image: &'a [u8],
+    layout: PeLayout,
+) -> Result<(CliHeader, object::read::pe::SectionTable<'a>)> {
+    match object::read::pe::optional_header_magic(image).map_err(pe_err)? {
+        object::pe::IMAGE_NT_OPTIONAL_HDR32_MAGIC => {
+            cli_header_inner::<ImageNtHeaders32>(image, layout)
+        }
+        object::pe::IMAGE_NT_OPTIONAL_HDR64_MAGIC => {
+            cli_header_inner::<ImageNtHeaders64>(image, layout)
+        }
+        m => Err(pe_err(format!("unknown optional header magic {m:#x}"))),
+    }
+}
+
+/// The CLI header of a PE image (PE32 or PE32+, any machine, including ReadyToRun images
+/// whose machine field is OS-specific).
+pub fn cli_header(image: &[u8], layout: PeLayout) -> Result<CliHeader> {
+    Ok(with_headers(image, layout)?.0)
+}
+
+/// The metadata blob of a PE image: what [`super::Metadata::parse`] takes.
+pub fn metadata_from_pe(image: &[u8], layout: PeLayout) -> Result<&[u8]> {
+    let (cli, sections) = with_headers(image, layout)?;
+    at_rva(
+        image,
+        layout,
+        &sections,
+        cli.metadata_rva,
+        cli.metadata_size,
+        "metadata",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_is_an_error() {
+        assert!(metadata_from_pe(b"", PeLayout::File).is_err());
+        assert!(metadata_from_pe(b"MZ", PeLayout::Mapped).is_err());
+        assert!(metadata_from_pe(&[0u8; 4096], PeLayout::File).is_err());
+    }
+}

@@ -1,0 +1,694 @@
+//! Signature blobs (ECMA-335 II.23.2): method, field, property, local-variable and
+//! MethodSpec signatures and the types inside them, decoded into a tree.
+//!
+//! Decoding never panics: every read is bounds-checked, type nesting is capped
+//! ([`MAX_TYPE_DEPTH`]) and every count is checked against the bytes left before anything
+//! is allocated for it.
+
+use super::bytes::{decompress_i32, decompress_u32};
+use super::error::SignatureError;
+use super::tables::{TableId, Token};
+
+/// Deepest type nesting decoded (`int32[][]...` or generic arguments inside generic
+/// arguments); deeper signatures are errors.
+pub const MAX_TYPE_DEPTH: usize = 64;
+/// Highest array rank accepted (the runtime loads at most 32).
+pub const MAX_ARRAY_RANK: u32 = 64;
+
+/// Element types (CorElementType) that appear in signatures.
+pub mod element_type {
+    pub const END: u8 = 0x00;
+    pub const VOID: u8 = 0x01;
+    pub const BOOLEAN: u8 = 0x02;
+    pub const CHAR: u8 = 0x03;
+    pub const I1: u8 = 0x04;
+    pub const U1: u8 = 0x05;
+    pub const I2: u8 = 0x06;
+    pub const U2: u8 = 0x07;
+    pub const I4: u8 = 0x08;
+    pub const U4: u8 = 0x09;
+    pub const I8: u8 = 0x0A;
+    pub const U8: u8 = 0x0B;
+    pub const R4: u8 = 0x0C;
+    pub const R8: u8 = 0x0D;
+    pub const STRING: u8 = 0x0E;
+    pub const PTR: u8 = 0x0F;
+    pub const BYREF: u8 = 0x10;
+    pub const VALUETYPE: u8 = 0x11;
+    pub const CLASS: u8 = 0x12;
+    pub const VAR: u8 = 0x13;
+    pub const ARRAY: u8 = 0x14;
+    pub const GENERICINST: u8 = 0x15;
+    pub const TYPEDBYREF: u8 = 0x16;
+    pub const I: u8 = 0x18;
+    pub const U: u8 = 0x19;
+    pub const FNPTR: u8 = 0x1B;
+    pub const OBJECT: u8 = 0x1C;
+    pub const SZARRAY: u8 = 0x1D;
+    pub const MVAR: u8 = 0x1E;
+    pub const CMOD_REQD: u8 = 0x1F;
+    pub const CMOD_OPT: u8 = 0x20;
+    /// Runtime-internal: a TypeHandle pointer follows (only in signatures the runtime made).
+    pub const INTERNAL: u8 = 0x21;
+    /// Runtime-internal custom modifier: a required flag byte and a TypeHandle pointer.
+    pub const CMOD_INTERNAL: u8 = 0x22;
+    pub const SENTINEL: u8 = 0x41;
+    pub const PINNED: u8 = 0x45;
+}
+
+/// Calling-convention byte (II.23.2.1-3): low nibble kind, high bits flags.
+pub mod calling_convention {
+    pub const DEFAULT: u8 = 0x0;
+    pub const C: u8 = 0x1;
+    pub const STDCALL: u8 = 0x2;
+    pub const THISCALL: u8 = 0x3;
+    pub const FASTCALL: u8 = 0x4;
+    pub const VARARG: u8 = 0x5;
+    pub const FIELD: u8 = 0x6;
+    pub const LOCAL_SIG: u8 = 0x7;
+    pub const PROPERTY: u8 = 0x8;
+    pub const UNMANAGED: u8 = 0x9;
+    pub const GENERICINST: u8 = 0xA;
+    pub const KIND_MASK: u8 = 0x0F;
+    pub const GENERIC: u8 = 0x10;
+    pub const HASTHIS: u8 = 0x20;
+    pub const EXPLICITTHIS: u8 = 0x40;
+}
+
+/// The primitive element types, which carry nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Primitive {
+    Void,
+    Boolean,
+    Char,
+    I1,
+    U1,
+    I2,
+    U2,
+    I4,
+    U4,
+    I8,
+    U8,
+    R4,
+    R8,
+    String,
+    Object,
+    /// Native int (`ELEMENT_TYPE_I`).
+    I,
+    /// Native unsigned int (`ELEMENT_TYPE_U`).
+    U,
+    TypedByRef,
+}
+
+impl Primitive {
+    fn from_element_type(et: u8) -> Option<Primitive> {
+        use element_type as e;
+        Some(match et {
+            e::VOID => Primitive::Void,
+            e::BOOLEAN => Primitive::Boolean,
+            e::CHAR => Primitive::Char,
+            e::I1 => Primitive::I1,
+            e::U1 => Primitive::U1,
+            e::I2 => Primitive::I2,
+            e::U2 => Primitive::U2,
+            e::I4 => Primitive::I4,
+            e::U4 => Primitive::U4,
+            e::I8 => Primitive::I8,
+            e::U8 => Primitive::U8,
+            e::R4 => Primitive::R4,
+            e::R8 => Primitive::R8,
+            e::STRING => Primitive::String,
+            e::OBJECT => Primitive::Object,
+            e::I => Primitive::I,
+            e::U => Primitive::U,
+            e::TYPEDBYREF => Primitive::TypedByRef,
+            _ => return None,
+        })
+    }
+
+    /// The IL keyword (`int32`, `native int`, `typedref`...).
+    pub fn il_name(self) -> &'static str {
+        match self {
+            Primitive::Void => "void",
+            Primitive::Boolean => "bool",
+            Primitive::Char => "char",
+            Primitive::I1 => "int8",
+            Primitive::U1 => "uint8",
+            Primitive::I2 => "int16",
+            Primitive::U2 => "uint16",
+            Primitive::I4 => "int32",
+            Primitive::U4 => "uint32",
+            Primitive::I8 => "int64",
+            Primitive::U8 => "uint64",
+            Primitive::R4 => "float32",
+            Primitive::R8 => "float64",
+            Primitive::String => "string",
+            Primitive::Object => "object",
+            Primitive::I => "native int",
+            Primitive::U => "native uint",
+            Primitive::TypedByRef => "typedref",
+        }
+    }
+
+    /// The runtime (reflection) name (`System.Int32`...), as type names print it.
+    pub fn runtime_name(self) -> &'static str {
+        match self {
+            Primitive::Void => "System.Void",
+            Primitive::Boolean => "System.Boolean",
+            Primitive::Char => "System.Char",
+            Primitive::I1 => "System.SByte",
+            Primitive::U1 => "System.Byte",
+            Primitive::I2 => "System.Int16",
+            Primitive::U2 => "System.UInt16",
+            Primitive::I4 => "System.Int32",
+            Primitive::U4 => "System.UInt32",
+            Primitive::I8 => "System.Int64",
+            Primitive::U8 => "System.UInt64",
+            Primitive::R4 => "System.Single",
+            Primitive::R8 => "System.Double",
+            Primitive::String => "System.String",
+            Primitive::Object => "System.Object",
+            Primitive::I => "System.IntPtr",
+            Primitive::U => "System.UIntPtr",
+            Primitive::TypedByRef => "System.TypedReference",
+        }
+    }
+}
+
+/// The shape of a general array (II.23.2.13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArrayShape {
+    pub rank: u32,
+    pub sizes: Vec<u32>,
+    pub lower_bounds: Vec<i32>,
+}
+
+/// A type in a signature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TypeSig {
+    Primitive(Primitive),
+    /// `valuetype` + TypeDef/TypeRef/TypeSpec token.
+    ValueType(Token),
+    /// `class` + token.
+    Class(Token),
+    /// A type's generic parameter `!n`.
+    Var(u32),
+    /// A method's generic parameter `!!n`.
+    MVar(u32),
+    Ptr(Box<TypeSig>),
+    ByRef(Box<TypeSig>),
+    /// Single-dimension zero-based array `T[]`.
+    SzArray(Box<TypeSig>),
+    Array(Box<TypeSig>, ArrayShape),
+    /// A generic instantiation: the generic type (a `Class` or `ValueType`) and its arguments.
+    GenericInst(Box<TypeSig>, Vec<TypeSig>),
+    FnPtr(Box<MethodSig>),
+    /// `modreq`/`modopt` applied to the type that follows it.
+    Modified {
+        required: bool,
+        modifier: Token,
+        inner: Box<TypeSig>,
+    },
+    Pinned(Box<TypeSig>),
+    /// `ELEMENT_TYPE_INTERNAL`: a runtime TypeHandle (only in runtime-made signatures).
+    Internal(u64),
+    /// `ELEMENT_TYPE_CMOD_INTERNAL`: a runtime custom modifier.
+    ModifiedInternal {
+        required: bool,
+        handle: u64,
+        inner: Box<TypeSig>,
+    },
+}
+
+impl TypeSig {
+    /// The type with custom modifiers (and `pinned`) stripped from the outside.
+    pub fn unmodified(&self) -> &TypeSig {
+        match self {
+            TypeSig::Modified { inner, .. }
+            | TypeSig::ModifiedInternal { inner, .. }
+            | TypeSig::Pinned(inner) => inner.unmodified(),
+            t => t,
+        }
+    }
+}
+
+/// The kind in a calling-convention byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    Default,
+    C,
+    StdCall,
+    ThisCall,
+    FastCall,
+    VarArg,
+    Property,
+    Unmanaged,
+    /// Any other low nibble (field, local and MethodSpec signatures have decoders of
+    /// their own).
+    Other(u8),
+}
+
+/// A method (or property, or function-pointer) signature.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MethodSig {
+    /// The calling-convention byte as stored.
+    pub calling_convention: u8,
+    /// Number of the method's generic parameters (GENERIC flag), else 0.
+    pub generic_param_count: u32,
+    pub ret: TypeSig,
+    pub params: Vec<TypeSig>,
+    /// Index in `params` where a SENTINEL stood (the variable arguments of a vararg call
+    /// site start there).
+    pub sentinel: Option<usize>,
+}
+
+impl MethodSig {
+    pub fn has_this(&self) -> bool {
+        self.calling_convention & calling_convention::HASTHIS != 0
+    }
+    pub fn explicit_this(&self) -> bool {
+        self.calling_convention & calling_convention::EXPLICITTHIS != 0
+    }
+    pub fn is_generic(&self) -> bool {
+        self.calling_convention & calling_convention::GENERIC != 0
+    }
+    pub fn kind(&self) -> CallKind {
+        use calling_convention as cc;
+        match self.calling_convention & cc::KIND_MASK {
+            cc::DEFAULT => CallKind::Default,
+            cc::C => CallKind::C,
+            cc::STDCALL => CallKind::StdCall,
+            cc::THISCALL => CallKind::ThisCall,
+            cc::FASTCALL => CallKind::FastCall,
+            cc::VARARG => CallKind::VarArg,
+            cc::PROPERTY => CallKind::Property,
+            cc::UNMANAGED => CallKind::Unmanaged,
+            k => CallKind::Other(k),
+        }
+    }
+}
+
+/// Options of the decoder.
+#[derive(Debug, Clone, Copy)]
+pub struct SigOptions {
+    /// Size of the pointers after `ELEMENT_TYPE_INTERNAL` (signatures the runtime built in
+    /// the target's memory); metadata blobs never hold them.
+    pub pointer_size: u8,
+    pub max_depth: usize,
+}
+
+impl Default for SigOptions {
+    fn default() -> Self {
+        SigOptions {
+            pointer_size: 8,
+            max_depth: MAX_TYPE_DEPTH,
+        }
+    }
+}
+
+/// A cursor over one signature blob.
+#[derive(Debug, Clone)]
+pub struct SigReader<'a> {
+    data: &'a [u8],
+    pos: usize,
+    options: SigOptions,
+}
+
+impl<'a> SigReader<'a> {
+    pub fn new(data: &'a [u8]) -> Self {
+        Self::with_options(data, SigOptions::default())
+    }
+
+    pub fn with_options(data: &'a [u8], options: SigOptions) -> Self {
+        SigReader {
+            data,
+            pos: 0,
+            options,
+        }
+    }
+
+    /// Offset of the next byte.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.data.len().saturating_sub(self.pos)
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.data.get(self.pos).copied()
+    }
+
+    fn u8(&mut self) -> Result<u8, SignatureError> {
+        let b = self
+            .peek()
+            .ok_or(SignatureError::Truncated { offset: self.pos })?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn compressed(&mut self) -> Result<u32, SignatureError> {
+        let rest = self.data.get(self.pos..).unwrap_or(&[]);
+        let (v, n) = decompress_u32(rest).ok_or(if rest.is_empty() {
+            SignatureError::Truncated { offset: self.pos }
+        } else {
+            SignatureError::BadCompressedInt { offset: self.pos }
+        })?;
+        self.pos += n;
+        Ok(v)
+    }
+
+    fn compressed_signed(&mut self) -> Result<i32, SignatureError> {
+        let rest = self.data.get(self.pos..).unwrap_or(&[]);
+        let (v, n) =
+            decompress_i32(rest).ok_or(SignatureError::BadCompressedInt { offset: self.pos })?;
+        self.pos += n;
+        Ok(v)
+    }
+
+    /// A count of items each needing at least `min_bytes`, checked against the bytes left.
+    fn count(&mut self, what: &'static str, min_bytes: usize) -> Result<u32, SignatureError> {
+        let offset = self.pos;
+        let count = self.compressed()?;
+        if (count as usize).saturating_mul(min_bytes) > self.remaining() {
+            return Err(SignatureError::TooManyItems {
+                what,
+                offset,
+                count,
+            });
+        }
+        Ok(count)
+    }
+
+    /// A TypeDefOrRefOrSpecEncoded token (II.23.2.8).
+    pub fn type_token(&mut self) -> Result<Token, SignatureError> {
+        let offset = self.pos;
+        let v = self.compressed()?;
+        let table = match v & 3 {
+            0 => TableId::TypeDef,
+            1 => TableId::TypeRef,
+            2 => TableId::TypeSpec,
+            _ => return Err(SignatureError::BadTypeToken { offset, value: v }),
+        };
+        Ok(Token::new(table, v >> 2))
+    }
+
+    fn pointer(&mut self) -> Result<u64, SignatureError> {
+        let n = usize::from(self.options.pointer_size.clamp(1, 8));
+        let bytes = self
+            .data
+            .get(self.pos..self.pos + n)
+            .ok_or(SignatureError::Truncated { offset: self.pos })?;
+        self.pos += n;
+        Ok(super::bytes::le_value(bytes))
+    }
+
+    /// One type (II.23.2.12), with any custom modifiers before it.
+    pub fn read_type(&mut self) -> Result<TypeSig, SignatureError> {
+        self.type_at(0)
+    }
+
+    fn type_at(&mut self, depth: usize) -> Result<TypeSig, SignatureError> {
+        use element_type as e;
+        if depth >= self.options.max_depth {
+            return Err(SignatureError::TooDeep {
+                limit: self.options.max_depth,
+            });
+        }
+        let offset = self.pos;
+        let et = self.u8()?;
+        if let Some(p) = Primitive::from_element_type(et) {
+            return Ok(TypeSig::Primitive(p));
+        }
+        let next = depth + 1;
+        Ok(match et {
+            e::VALUETYPE => TypeSig::ValueType(self.type_token()?),
+            e::CLASS => TypeSig::Class(self.type_token()?),
+            e::VAR => TypeSig::Var(self.compressed()?),
+            e::MVAR => TypeSig::MVar(self.compressed()?),
+            e::PTR => TypeSig::Ptr(Box::new(self.type_at(next)?)),
+            e::BYREF => TypeSig::ByRef(Box::new(self.type_at(next)?)),
+            e::SZARRAY => TypeSig::SzArray(Box::new(self.type_at(next)?)),
+            e::PINNED => TypeSig::Pinned(Box::new(self.type_at(next)?)),
+            e::CMOD_REQD | e::CMOD_OPT => {
+                let modifier = self.type_token()?;
+                TypeSig::Modified {
+                    required: et == e::CMOD_REQD,
+                    modifier,
+                    inner: Box::new(self.type_at(next)?),
+                }
+            }
+            e::ARRAY => {
+                let elem = self.type_at(next)?;
+                let shape_at = self.pos;
+                let rank = self.compressed()?;
+                if rank == 0 || rank > MAX_ARRAY_RANK {
+                    return Err(SignatureError::BadArrayShape {
+                        offset: shape_at,
+                        problem: "rank is 0 or too large",
+                    });
+                }
+                let num_sizes = self.count("array size", 1)?;
+                if num_sizes > rank {
+                    return Err(SignatureError::BadArrayShape {
+                        offset: shape_at,
+                        problem: "more sizes than dimensions",
+                    });
+                }
+                let sizes = (0..num_sizes)
+                    .map(|_| self.compressed())
+                    .collect::<Result<Vec<_>, _>>()?;
+                let num_bounds = self.count("array lower bound", 1)?;
+                if num_bounds > rank {
+                    return Err(SignatureError::BadArrayShape {
+                        offset: shape_at,
+                        problem: "more lower bounds than dimensions",
+                    });
+                }
+                let lower_bounds = (0..num_bounds)
+                    .map(|_| self.compressed_signed())
+                    .collect::<Result<Vec<_>, _>>()?;
+                TypeSig::Array(
+                    Box::new(elem),
+                    ArrayShape {
+                        rank,
+                        sizes,
+                        lower_bounds,
+                    },
+                )
+            }
+            e::GENERICINST => {
+                let base = self.type_at(next)?;
+                let count = self.count("generic argument", 1)?;
+                let args = (0..count)
+                    .map(|_| self.type_at(next))
+                    .collect::<Result<Vec<_>, _>>()?;
+                TypeSig::GenericInst(Box::new(base), args)
+            }
+            e::FNPTR => TypeSig::FnPtr(Box::new(self.method_at(next)?)),
+            e::INTERNAL => TypeSig::Internal(self.pointer()?),
+            e::CMOD_INTERNAL => {
+                let required = self.u8()? != 0;
+                let handle = self.pointer()?;
+                TypeSig::ModifiedInternal {
+                    required,
+                    handle,
+                    inner: Box::new(self.type_at(next)?),
+                }
+            }
+            _ => {
+                return Err(SignatureError::UnexpectedElementType {
+                    offset,
+                    value: et,
+                    context: "type",
+                })
+            }
+        })
+    }
+
+    /// A method signature (MethodDefSig, MethodRefSig, StandAloneMethodSig, a function
+    /// pointer's, or a PropertySig) starting at its calling-convention byte.
+    pub fn read_method(&mut self) -> Result<MethodSig, SignatureError> {
+        self.method_at(0)
+    }
+
+    fn method_at(&mut self, depth: usize) -> Result<MethodSig, SignatureError> {
+        use calling_convention as cc;
+        if depth >= self.options.max_depth {
+            return Err(SignatureError::TooDeep {
+                limit: self.options.max_depth,
+            });
+        }
+        let offset = self.pos;
+        let conv = self.u8()?;
+        let kind = conv & cc::KIND_MASK;
+        if matches!(kind, cc::FIELD | cc::LOCAL_SIG | cc::GENERICINST) {
+            return Err(SignatureError::BadCallingConvention {
+                offset,
+                value: conv,
+                expected: "method signature",
+            });
+        }
+        let generic_param_count = if conv & cc::GENERIC != 0 {
+            self.compressed()?
+        } else {
+            0
+        };
+        let count = self.count("parameter", 1)?;
+        let ret = self.type_at(depth + 1)?;
+        let mut params = Vec::with_capacity(count as usize);
+        let mut sentinel = None;
+        loop {
+            // A sentinel may stand before any parameter, or after the last one.
+            if self.peek() == Some(element_type::SENTINEL) {
+                if sentinel.is_some() {
+                    return Err(SignatureError::SecondSentinel { offset: self.pos });
+                }
+                sentinel = Some(params.len());
+                self.pos += 1;
+                continue;
+            }
+            if params.len() == count as usize {
+                break;
+            }
+            params.push(self.type_at(depth + 1)?);
+        }
+        Ok(MethodSig {
+            calling_convention: conv,
+            generic_param_count,
+            ret,
+            params,
+            sentinel,
+        })
+    }
+}
+
+/// Decodes a method signature blob (MethodDef, MemberRef to a method, StandAloneSig of
+/// `calli`, property).
+pub fn decode_method_sig(blob: &[u8]) -> Result<MethodSig, SignatureError> {
+    SigReader::new(blob).read_method()
+}
+
+/// Decodes a method signature the runtime stored in target memory, which may hold
+/// `ELEMENT_TYPE_INTERNAL` TypeHandles of `pointer_size` bytes.
+pub fn decode_method_sig_with(
+    blob: &[u8],
+    options: SigOptions,
+) -> Result<MethodSig, SignatureError> {
+    SigReader::with_options(blob, options).read_method()
+}
+
+/// Decodes a FieldSig (II.23.2.4): `0x06` then the field's type.
+pub fn decode_field_sig(blob: &[u8]) -> Result<TypeSig, SignatureError> {
+    let mut r = SigReader::new(blob);
+    let conv = r.u8()?;
+    if conv & calling_convention::KIND_MASK != calling_convention::FIELD {
+        return Err(SignatureError::BadCallingConvention {
+            offset: 0,
+            value: conv,
+            expected: "field signature",
+        });
+    }
+    r.read_type()
+}
+
+/// Decodes a LocalVarSig (II.23.2.6): `0x07`, a count, the locals' types.
+pub fn decode_locals_sig(blob: &[u8]) -> Result<Vec<TypeSig>, SignatureError> {
+    let mut r = SigReader::new(blob);
+    let conv = r.u8()?;
+    if conv != calling_convention::LOCAL_SIG {
+        return Err(SignatureError::BadCallingConvention {
+            offset: 0,
+            value: conv,
+            expected: "local variable signature",
+        });
+    }
+    let count = r.count("local", 1)?;
+    (0..count).map(|_| r.read_type()).collect()
+}
+
+/// Decodes a MethodSpec instantiation (II.23.2.15): `0x0A`, a count, the type arguments.
+pub fn decode_method_spec(blob: &[u8]) -> Result<Vec<TypeSig>, SignatureError> {
+    let mut r = SigReader::new(blob);
+    let conv = r.u8()?;
+    if conv != calling_convention::GENERICINST {
+        return Err(SignatureError::BadCallingConvention {
+            offset: 0,
+            value: conv,
+            expected: "MethodSpec instantiation",
+        });
+    }
+    let count = r.count("generic argument", 1)?;
+    (0..count).map(|_| r.read_type()).collect()
+}
+
+/// Decodes a TypeSpec blob (II.23.2.14): one type.
+pub fn decode_type_spec(blob: &[u8]) -> Result<TypeSig, SignatureError> {
+    SigReader::new(blob).read_type()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_method_with_generic_args() {
+        // instance void (class List`1<int32>, !0[], !!1&)  generic<2>
+        let blob = [
+            0x30, 0x02, 0x03, 0x01, // HASTHIS|GENERIC, 2 generic params, 3 params, void
+            0x15, 0x12, 0x09, 0x01, 0x08, // GENERICINST CLASS TypeRef#2 <int32>
+            0x1D, 0x13, 0x00, // SZARRAY VAR 0
+            0x10, 0x1E, 0x01, // BYREF MVAR 1
+        ];
+        let sig = decode_method_sig(&blob).unwrap();
+        assert!(sig.has_this() && sig.is_generic());
+        assert_eq!(sig.generic_param_count, 2);
+        assert_eq!(sig.ret, TypeSig::Primitive(Primitive::Void));
+        assert_eq!(
+            sig.params[0],
+            TypeSig::GenericInst(
+                Box::new(TypeSig::Class(Token::new(TableId::TypeRef, 2))),
+                vec![TypeSig::Primitive(Primitive::I4)]
+            )
+        );
+        assert_eq!(sig.params[1], TypeSig::SzArray(Box::new(TypeSig::Var(0))));
+        assert_eq!(sig.params[2], TypeSig::ByRef(Box::new(TypeSig::MVar(1))));
+    }
+
+    #[test]
+    fn vararg_sentinel_and_array_shape() {
+        // vararg int32 (int32, ..., float64)
+        let sig = decode_method_sig(&[0x05, 0x02, 0x08, 0x08, 0x41, 0x0D]).unwrap();
+        assert_eq!(sig.sentinel, Some(1));
+        assert_eq!(sig.kind(), CallKind::VarArg);
+        // int32[0...,0...]
+        let t = decode_type_spec(&[0x14, 0x08, 0x02, 0x00, 0x02, 0x00, 0x00]).unwrap();
+        assert_eq!(
+            t,
+            TypeSig::Array(
+                Box::new(TypeSig::Primitive(Primitive::I4)),
+                ArrayShape {
+                    rank: 2,
+                    sizes: vec![],
+                    lower_bounds: vec![0, 0]
+                }
+            )
+        );
+    }
+
+    #[test]
+    fn malformed_blobs_are_errors() {
+        assert!(decode_method_sig(&[]).is_err());
+        assert!(decode_method_sig(&[0x00, 0x05, 0x01]).is_err()); // 5 params, no bytes
+        assert!(decode_method_sig(&[0x00, 0x00, 0x50]).is_err()); // unknown element type
+        assert!(decode_method_sig(&[0x06, 0x00, 0x01]).is_err()); // field calling convention
+        assert!(decode_type_spec(&[0x12, 0x03]).is_err()); // tag 3
+        let deep = vec![0x1D; 1000];
+        assert!(matches!(
+            decode_type_spec(&deep),
+            Err(SignatureError::TooDeep { .. })
+        ));
+        assert!(decode_type_spec(&[0x14, 0x08, 0x01, 0x02, 0x00, 0x00]).is_err());
+    }
+}
