@@ -31,6 +31,10 @@ pub mod root;
 pub mod rows;
 pub mod signature;
 pub mod tables;
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod testutil;
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -136,9 +140,15 @@ impl<'a> Metadata<'a> {
             }
         }
         let mut method_owner = vec![0u32; methods as usize + 1];
+        // Lists are meant to be ascending; never walk a list entry twice, so that
+        // overlapping (malformed) ranges cost no more than one pass.
+        let mut floor = 1u32;
         for t in 1..=types {
             if let Ok(range) = self.method_list_range(t) {
-                for i in range {
+                let start = range.start.max(floor);
+                let end = range.end.max(start);
+                floor = end;
+                for i in start..end {
                     if let Ok(m) = self.method_list_entry(i) {
                         if let Some(slot) = method_owner.get_mut(m as usize) {
                             if *slot == 0 {

@@ -191,48 +191,40 @@ impl<'m, 'a> IlFormatter<'m, 'a> {
         let d = depth + 1;
         match tok.table() {
             Some(TableId::TypeRef) | Some(TableId::TypeDef) => {
-                let (encloser, namespace, name) = if tok.table() == Some(TableId::TypeRef) {
+                let is_ref = tok.table() == Some(TableId::TypeRef);
+                let (encloser, name_indexes) = if is_ref {
                     match md.type_ref(tok.rid()) {
-                        Ok(r) => (
-                            Some(r.resolution_scope),
-                            md.strings.get_lossy(r.namespace),
-                            md.strings.get_lossy(r.name),
-                        ),
-                        Err(_) => (None, invalid("TypeRef"), invalid("TypeRef")),
+                        Ok(r) => (Some(r.resolution_scope), Some((r.namespace, r.name))),
+                        Err(_) => (None, None),
                     }
                 } else {
-                    let encloser = md
-                        .enclosing_type(tok.rid())
-                        .map(|e| Token::new(TableId::TypeDef, e));
-                    match md.type_def(tok.rid()) {
-                        Ok(r) => (
-                            encloser,
-                            md.strings.get_lossy(r.namespace),
-                            md.strings.get_lossy(r.name),
-                        ),
-                        Err(_) => (encloser, invalid("TypeDef"), invalid("TypeDef")),
-                    }
+                    (
+                        md.enclosing_type(tok.rid())
+                            .map(|e| Token::new(TableId::TypeDef, e)),
+                        md.type_def(tok.rid()).ok().map(|r| (r.namespace, r.name)),
+                    )
                 };
-                let (namespace, name) = match (namespace, name) {
-                    (Ok(ns), Ok(n)) => (ns, n),
-                    _ => {
-                        let what = if tok.table() == Some(TableId::TypeRef) {
-                            "TypeRef"
+                // The runtime prints a record it cannot read as this text, twice.
+                let (namespace, name) = name_indexes
+                    .and_then(|(ns, n)| {
+                        Some((
+                            md.strings.get_lossy(ns).ok()?,
+                            md.strings.get_lossy(n).ok()?,
+                        ))
+                    })
+                    .unwrap_or_else(|| {
+                        let text = if is_ref {
+                            "Invalid TypeRef record"
                         } else {
-                            "TypeDef"
+                            "Invalid TypeDef record"
                         };
-                        (
-                            Cow::Borrowed(invalid_str(what)),
-                            Cow::Borrowed(invalid_str(what)),
-                        )
-                    }
-                };
+                        (Cow::Borrowed(text), Cow::Borrowed(text))
+                    });
+                // A TypeRef's scope (a nil one prints `[*]`) or a TypeDef's encloser.
                 if let Some(enc) = encloser {
                     if enc.0 == 0 || !enc.is_nil() {
                         self.class(enc, out, d)?;
-                        if matches!(enc.table(), Some(TableId::TypeRef) | Some(TableId::TypeDef))
-                            && enc.0 != 0
-                        {
+                        if matches!(enc.table(), Some(TableId::TypeRef) | Some(TableId::TypeDef)) {
                             out.push('/');
                         }
                     }
@@ -354,18 +346,6 @@ impl<'m, 'a> IlFormatter<'m, 'a> {
         }
         out.push('>');
         Ok(())
-    }
-}
-
-fn invalid(what: &'static str) -> Result<Cow<'static, str>> {
-    Ok(Cow::Borrowed(invalid_str(what)))
-}
-
-fn invalid_str(what: &'static str) -> &'static str {
-    if what == "TypeRef" {
-        "Invalid TypeRef record"
-    } else {
-        "Invalid TypeDef record"
     }
 }
 

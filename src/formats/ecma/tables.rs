@@ -585,7 +585,7 @@ pub fn parse_tables<'a>(data: &'a [u8], stream_name: &'a str) -> Result<TableStr
     })
 }
 
-fn column_width(header: &TablesHeader, kind: ColumnKind) -> u8 {
+pub(crate) fn column_width(header: &TablesHeader, kind: ColumnKind) -> u8 {
     let wide = |flag: u8| if header.heap_sizes & flag != 0 { 4 } else { 2 };
     match kind {
         ColumnKind::U16 => 2,
