@@ -6,6 +6,7 @@
 //! constant-time lookup). [`execution_manager`] returns the implementation of the version
 //! the runtime advertises; the spec in our words is `contracts/ExecutionManager.md`.
 
+pub mod enumerate;
 pub mod exception_clauses;
 pub mod hash_map;
 pub mod native_format;
