@@ -13,7 +13,9 @@ What gets JIT'ed:
   * System.Reflection.Emit methods in a non-collectible assembly, each with a known shape of IL
     exception clauses (typed catch, finally, fault, filter, nested), one very large method and a
     looping driver; each is called often enough to be tiered up;
-  * a collectible (RunAndCollect) assembly with emitted methods kept alive and called.
+  * a collectible (RunAndCollect) assembly with emitted methods kept alive and called;
+  * a dynamic assembly of types of every shape the type-system checks need (Cdac.Testbed.Types)
+    and named DynamicMethods, described with reflection under "type_system" in the manifest.
 
 The runtime reads DOTNET_* variables (perf map, tiering...) itself: set them before starting this
 script; it never sets them. See scripts/testbed-start.
@@ -554,6 +556,7 @@ class Emitter:
                 "assembly": runtime_type.Assembly.GetName().Name,
                 # What a caller gets as the method's entry point: usually a precode stub.
                 "function_pointer": function_pointer(mi.MethodHandle),
+                **method_facts(mi),
             })
             delegates[name] = mi.CreateDelegate(self.clr.GetClrType(Func[Int32, Int32]))
         return out, delegates
@@ -624,6 +627,7 @@ def framework_entry_points(clr):
                 "virtual": bool(mi.IsVirtual),
                 "method_desc": method_handle_value(mi.MethodHandle),
                 "function_pointer": function_pointer(mi.MethodHandle),
+                **method_facts(mi),
             })
         except Exception as e:  # a missing internal member must not stop the workload
             log(f"framework entry point {label}: {e}")
@@ -645,7 +649,9 @@ def lcg_entry_points(named):
                 continue
             handle = getter.Invoke(m, None)
             out.append({"name": name, "method_desc": method_handle_value(handle),
-                        "function_pointer": function_pointer(handle)})
+                        "function_pointer": function_pointer(handle),
+                        # The DynamicMethod's own name (what DynamicMethodDesc.MethodName holds).
+                        "method_name": str(m.Name), "is_static": bool(m.IsStatic)})
         except Exception as e:
             log(f"LCG entry point {name}: {e}")
     return out
@@ -694,6 +700,451 @@ def exercise(d, rounds, per_round, pause):
         total += d["Drive"](500 * (rnd + 1))
         time.sleep(pause)
     return total
+
+
+# --------------------------------------------------------------------------------------------
+# Type-system and loader ground truth (what reflection says, for the Loader and
+# RuntimeTypeSystem layouts: tests/net8_type_layouts.rs)
+# --------------------------------------------------------------------------------------------
+
+def binding_flags():
+    """Every declared member: public and not, static and instance."""
+    from System.Reflection import BindingFlags
+    return (BindingFlags.Public | BindingFlags.NonPublic | BindingFlags.Static
+            | BindingFlags.Instance | BindingFlags.DeclaredOnly)
+
+
+def hexptr(intptr):
+    return "0x%x" % (intptr.ToInt64() & 0xFFFFFFFFFFFFFFFF)
+
+
+def native_module(module):
+    """The native Module* behind a System.Reflection.Module: RuntimeModule.m_pData (what the
+    internal RuntimeModule.GetUnderlyingNativeHandle() returns)."""
+    from System.Reflection import BindingFlags
+    flags = BindingFlags.NonPublic | BindingFlags.Instance
+    t = module.GetType()
+    while t is not None:
+        f = t.GetField("m_pData", flags)
+        if f is not None:
+            return hexptr(f.GetValue(module))
+        t = t.BaseType
+    return None
+
+
+def native_assembly(assembly):
+    """RuntimeAssembly.m_assembly: the native pointer the runtime keeps in the managed object."""
+    from System.Reflection import BindingFlags
+    f = assembly.GetType().GetField("m_assembly", BindingFlags.NonPublic | BindingFlags.Instance)
+    return hexptr(f.GetValue(assembly)) if f is not None else None
+
+
+def method_facts(mi):
+    """What reflection says about a method, for the RuntimeTypeSystem checks."""
+    out = {"is_static": bool(mi.IsStatic),
+           "is_generic": bool(mi.IsGenericMethod)}
+    try:
+        out["metadata_token"] = "0x%08x" % (mi.MetadataToken & 0xFFFFFFFF)
+    except Exception:
+        pass
+    dt = mi.DeclaringType
+    if dt is not None:
+        out["declaring_type"] = str(dt.FullName)
+        out["declaring_type_handle"] = hexptr(dt.TypeHandle.Value)
+    out["module_path"] = str(mi.Module.FullyQualifiedName)
+    out["module_handle"] = native_module(mi.Module)
+    out["assembly_location"] = str(mi.Module.Assembly.Location)
+    return out
+
+
+class LayoutTypes:
+    """A dynamic assembly of types with every shape the layout checks need: instance fields of
+    three sizes, static, thread-static and reference statics, a default constructor, virtual,
+    non-virtual, overriding and explicit (MethodImpl) interface methods, a generic method, a value
+    type, and methods that measure the GC size of a new object."""
+
+    def __init__(self, clr, em):
+        from System import (Type, Array, Int32, Int64, Object, String, IDisposable, IComparable,
+                            GC, ThreadStaticAttribute, ValueType)
+        from System.Reflection import TypeAttributes, MethodAttributes, FieldAttributes
+        from System.Reflection.Emit import OpCodes, CustomAttributeBuilder
+        T = clr.GetClrType
+        O, I, L, S = T(Object), T(Int32), T(Int64), T(String)
+        self.assembly, module = em.new_assembly("Cdac.Testbed.Types", collectible=False)
+        pub = MethodAttributes.Public | MethodAttributes.HideBySig
+        virt_new = pub | MethodAttributes.Virtual | MethodAttributes.NewSlot
+        tb = module.DefineType("Cdac.Testbed.Types.Shape", TypeAttributes.Public | TypeAttributes.Class,
+                               O, Array[Type]([T(IDisposable), T(IComparable)]))
+        fa = tb.DefineField("A", I, FieldAttributes.Public)
+        tb.DefineField("B", L, FieldAttributes.Public)
+        tb.DefineField("C", O, FieldAttributes.Public)
+        tb.DefineField("S1", I, FieldAttributes.Public | FieldAttributes.Static)
+        tb.DefineField("S2", S, FieldAttributes.Public | FieldAttributes.Static)
+        ts = tb.DefineField("T1", I, FieldAttributes.Public | FieldAttributes.Static)
+        ts.SetCustomAttribute(CustomAttributeBuilder(T(ThreadStaticAttribute).GetConstructor(Type.EmptyTypes),
+                                                     Array[Object]([])))
+        sink = tb.DefineField("Sink", O, FieldAttributes.Public | FieldAttributes.Static)
+        ctor = tb.DefineDefaultConstructor(MethodAttributes.Public)
+
+        def method(name, attrs, ret, args, body):
+            mb = tb.DefineMethod(name, attrs, ret, Array[Type](args))
+            body(mb.GetILGenerator())
+            return mb
+
+        def area(il):
+            il.Emit(OpCodes.Ldarg_0); il.Emit(OpCodes.Ldfld, fa); il.Emit(OpCodes.Ldc_I4_2)
+            il.Emit(OpCodes.Mul); il.Emit(OpCodes.Ret)
+        method("Area", pub, I, [], area)
+
+        def describe(il):
+            il.Emit(OpCodes.Ldarg_0); il.Emit(OpCodes.Ldfld, fa); il.Emit(OpCodes.Ret)
+        method("Describe", virt_new, I, [], describe)
+
+        def to_string(il):
+            il.Emit(OpCodes.Ldstr, "Shape"); il.Emit(OpCodes.Ret)
+        method("ToString", pub | MethodAttributes.Virtual, S, [], to_string)
+
+        def compare(il):
+            il.Emit(OpCodes.Ldc_I4_0); il.Emit(OpCodes.Ret)
+        method("CompareTo", virt_new | MethodAttributes.Final, I, [O], compare)
+
+        def ret(il):
+            il.Emit(OpCodes.Ret)
+        dispose = method("System.IDisposable.Dispose",
+                         MethodAttributes.Private | MethodAttributes.HideBySig | MethodAttributes.Virtual
+                         | MethodAttributes.NewSlot | MethodAttributes.Final, None, [], ret)
+        tb.DefineMethodOverride(dispose, T(IDisposable).GetMethod("Dispose"))
+
+        echo = tb.DefineMethod("Echo", MethodAttributes.Public | MethodAttributes.Static)
+        gp = echo.DefineGenericParameters(Array[String](["T"]))
+        echo.SetReturnType(gp[0])
+        echo.SetParameters(Array[Type]([gp[0]]))
+        il = echo.GetILGenerator(); il.Emit(OpCodes.Ldarg_0); il.Emit(OpCodes.Ret)
+
+        allocated = T(GC).GetMethod("GetAllocatedBytesForCurrentThread")
+
+        def measure(make):
+            # GC.GetAllocatedBytesForCurrentThread() around one allocation (kept in a static).
+            def body(il):
+                il.DeclareLocal(L)
+                il.Emit(OpCodes.Call, allocated); il.Emit(OpCodes.Stloc_0)
+                make(il)
+                il.Emit(OpCodes.Stsfld, sink)
+                il.Emit(OpCodes.Call, allocated); il.Emit(OpCodes.Ldloc_0); il.Emit(OpCodes.Sub)
+                il.Emit(OpCodes.Ret)
+            return body
+        method("MeasureShape", MethodAttributes.Public | MethodAttributes.Static, L, [],
+               measure(lambda il: il.Emit(OpCodes.Newobj, ctor)))
+        method("MeasureObject", MethodAttributes.Public | MethodAttributes.Static, L, [],
+               measure(lambda il: il.Emit(OpCodes.Newobj, O.GetConstructor(Type.EmptyTypes))))
+
+        def empty_int_array(il):
+            il.Emit(OpCodes.Ldc_I4_0); il.Emit(OpCodes.Newarr, I)
+        method("MeasureEmptyIntArray", MethodAttributes.Public | MethodAttributes.Static, L, [],
+               measure(empty_int_array))
+        self.shape = tb.CreateType()
+
+        pb = module.DefineType("Cdac.Testbed.Types.Point", TypeAttributes.Public | TypeAttributes.Sealed
+                               | TypeAttributes.SequentialLayout, T(ValueType))
+        px = pb.DefineField("X", I, FieldAttributes.Public)
+        pb.DefineField("Y", I, FieldAttributes.Public)
+        mb = pb.DefineMethod("ToString", pub | MethodAttributes.Virtual, S, Type.EmptyTypes)
+        il = mb.GetILGenerator(); il.Emit(OpCodes.Ldstr, "Point"); il.Emit(OpCodes.Ret)
+        mb = pb.DefineMethod("Sum", pub, I, Type.EmptyTypes)
+        il = mb.GetILGenerator(); il.Emit(OpCodes.Ldarg_0); il.Emit(OpCodes.Ldfld, px); il.Emit(OpCodes.Ret)
+        self.point = pb.CreateType()
+        KEEPALIVE.extend([self.assembly, self.shape, self.point])
+
+    def base_sizes(self):
+        """Bytes one allocation takes (the smallest of five tries): the MethodTable's BaseSize for
+        objects of fixed size, and for an empty array."""
+        from System.Reflection import BindingFlags
+        out = {}
+        for key, name in (("Cdac.Testbed.Types.Shape", "MeasureShape"), ("System.Object", "MeasureObject"),
+                          ("System.Int32[]", "MeasureEmptyIntArray")):
+            mi = self.shape.GetMethod(name, BindingFlags.Public | BindingFlags.Static)
+            out[key] = min(int(mi.Invoke(None, None)) for _ in range(5))
+        return out
+
+
+def num_virtuals(t):
+    """Virtual slots a MethodTable has: a class has its parent's, plus one per virtual method it
+    declares that does not override one (C#'s implicit interface implementations and explicit
+    ones are virtual too); an interface has one per (virtual) method it declares."""
+    if t is None:
+        return 0
+    if t.IsInterface:
+        return sum(1 for mi in t.GetMethods(binding_flags()) if mi.IsVirtual)
+    own = 0
+    for mi in t.GetMethods(binding_flags()):
+        if mi.IsVirtual and mi.GetBaseDefinition().DeclaringType == t:
+            own += 1
+    return num_virtuals(t.BaseType) + own
+
+
+def type_facts(clr, label, t, base_sizes, with_members=True):
+    """Reflection's view of one type: handle, token, module, attributes, parent, interfaces, generic
+    arguments, and (unless with_members is False) every declared method, constructor and field."""
+    from System.Reflection import FieldAttributes
+    th = t.TypeHandle.Value  # also makes the runtime load the type
+    out = {
+        "label": label,
+        "full_name": str(t.FullName),
+        "type_handle": hexptr(th),
+        "module_handle": native_module(t.Module),
+        "module_path": str(t.Module.FullyQualifiedName),
+        "assembly": str(t.Assembly.GetName().Name),
+        "attributes": int(t.Attributes) & 0xFFFFFFFF,
+        "parent_type_handle": hexptr(t.BaseType.TypeHandle.Value) if t.BaseType is not None else None,
+        "num_interfaces": len(t.GetInterfaces()),
+        "is_value_type": bool(t.IsValueType),
+        "is_array": bool(t.IsArray),
+        "is_enum": bool(t.IsEnum),
+        "is_primitive": bool(t.IsPrimitive),
+        "is_interface": bool(t.IsInterface),
+        "is_generic_instance": bool(t.IsGenericType and not t.IsGenericTypeDefinition),
+        "generic_args": [hexptr(a.TypeHandle.Value) for a in t.GetGenericArguments()]
+                        if t.IsGenericType and not t.IsGenericTypeDefinition else [],
+        "num_virtuals": num_virtuals(t),
+        "has_cctor": t.TypeInitializer is not None,
+    }
+    if not t.IsArray:
+        out["metadata_token"] = "0x%08x" % (t.MetadataToken & 0xFFFFFFFF)
+    if str(t.FullName) in base_sizes:
+        out["base_size"] = base_sizes[str(t.FullName)]
+    if not with_members:
+        return out
+    methods = []
+    members = list(t.GetMethods(binding_flags())) + list(t.GetConstructors(binding_flags()))
+    for mi in members:
+        entry = {
+            "name": str(mi.Name),
+            "method_desc": method_handle_value(mi.MethodHandle),
+            "is_static": bool(mi.IsStatic),
+            "is_virtual": bool(mi.IsVirtual),
+            "is_abstract": bool(mi.IsAbstract),
+            "is_constructor": bool(mi.IsConstructor),
+            "is_generic_definition": bool(mi.IsGenericMethodDefinition),
+            "attributes": int(mi.Attributes) & 0xFFFF,
+            "impl_attributes": int(mi.MethodImplementationFlags) & 0xFFFF,
+            "num_params": len(mi.GetParameters()),
+        }
+        if not mi.IsConstructor and mi.IsVirtual:
+            base_def = mi.GetBaseDefinition()
+            if base_def.DeclaringType != mi.DeclaringType:
+                # An override: it takes the vtable slot of the method it overrides.
+                entry["base_definition"] = method_handle_value(base_def.MethodHandle)
+        if not t.IsArray:
+            entry["metadata_token"] = "0x%08x" % (mi.MetadataToken & 0xFFFFFFFF)
+        methods.append(entry)
+    out["methods"] = methods
+    fields = []
+    if not t.IsArray:
+        for f in t.GetFields(binding_flags()):
+            lit = bool(int(f.Attributes) & int(FieldAttributes.Literal))
+            fields.append({
+                "name": str(f.Name),
+                "metadata_token": "0x%08x" % (f.MetadataToken & 0xFFFFFFFF),
+                "is_static": bool(f.IsStatic),
+                "is_literal": lit,
+                "is_thread_static": any("ThreadStatic" in str(a.AttributeType.Name)
+                                        for a in f.CustomAttributes),
+                # FieldHandle.Value is the FieldDesc (literal fields have none).
+                "field_desc": None if lit else hexptr(f.FieldHandle.Value),
+            })
+    out["fields"] = fields
+    return out
+
+
+def assembly_facts(assembly):
+    """One loaded assembly: names, location, kind, the native pointers behind it and the
+    assemblies it references (in AssemblyRef order)."""
+    module = assembly.ManifestModule
+    out = {
+        "name": str(assembly.GetName().Name),
+        "full_name": str(assembly.FullName),
+        "location": str(assembly.Location),
+        "is_dynamic": bool(assembly.IsDynamic),
+        "is_collectible": bool(assembly.IsCollectible),
+        "native_assembly": native_assembly(assembly),
+        "module_handle": native_module(module),
+        "module_path": str(module.FullyQualifiedName),
+        "module_name": str(module.ScopeName),
+    }
+    try:
+        out["references"] = [str(n.Name) for n in assembly.GetReferencedAssemblies()]
+    except Exception:
+        out["references"] = None
+    return out
+
+
+def resolve_tokens(table, resolve):
+    """resolve(token) for rid 1, 2, ... of a metadata table until the runtime says the token is
+    out of range; None for a token it cannot resolve."""
+    out = []
+    for rid in range(1, 1 << 24):
+        token = table | rid
+        try:
+            out.append((token, resolve(token)))
+        except Exception as e:
+            text = f"{type(e).__name__} {e}".lower()
+            if "argumentoutofrange" in text or "not a valid" in text or "out of range" in text:
+                break
+            out.append((token, None))
+    return out
+
+
+def module_ref_facts(assembly):
+    """What each TypeRef and MemberRef token of the assembly's manifest module resolves to: the
+    type handle, or the MethodDesc (MethodHandle.Value) / FieldDesc (FieldHandle.Value)."""
+    module = assembly.ManifestModule
+    type_refs = []
+    for token, t in resolve_tokens(0x01000000, module.ResolveType):
+        entry = {"token": "0x%08x" % token, "type_handle": None}
+        if t is not None:
+            entry.update(type_handle=hexptr(t.TypeHandle.Value), name=str(t.FullName))
+        type_refs.append(entry)
+    member_refs = []
+    for token, mem in resolve_tokens(0x0A000000, module.ResolveMember):
+        entry = {"token": "0x%08x" % token, "handle": None}
+        if mem is not None:
+            entry["name"] = str(mem.Name)
+            if hasattr(mem, "MethodHandle"):
+                entry.update(handle=method_handle_value(mem.MethodHandle), kind="method")
+            elif hasattr(mem, "FieldHandle"):
+                entry.update(handle=hexptr(mem.FieldHandle.Value), kind="field")
+        member_refs.append(entry)
+    return {"type_refs": type_refs, "member_refs": member_refs}
+
+
+def named_dynamic_methods(clr):
+    """DynamicMethods with chosen names (one of them not ASCII), each static int(int), created and
+    called once: their MethodDescs and names, for DynamicMethodDesc.MethodName, and the signature
+    blob Reflection.Emit makes for static int(int) (DEFAULT, 1 parameter, I4 return, I4 parameter,
+    then the end-of-signature byte DynamicMethod adds), for StoredSigMethodDesc.Sig / cSig."""
+    from System import Int32, Type, Array, Func
+    from System.Reflection import BindingFlags, CallingConventions
+    from System.Reflection.Emit import DynamicMethod, OpCodes, SignatureHelper
+    I = clr.GetClrType(Int32)
+    helper = SignatureHelper.GetMethodSigHelper(None, CallingConventions.Standard, I)
+    helper.AddArgument(I)
+    signature = " ".join("%02x" % (int(b) & 0xFF) for b in helper.GetSignature())
+    out = []
+    for i, name in enumerate(("Cdac_Lcg_Square", "Cdac_Lcg_Cube", "Cdac_Lcg_\u00dcnic\u00f8de_\u03bb")):
+        dm = DynamicMethod(name, I, Array[Type]([I]))
+        il = dm.GetILGenerator()
+        il.Emit(OpCodes.Ldarg_0)
+        for _ in range(i + 1):
+            il.Emit(OpCodes.Ldarg_0); il.Emit(OpCodes.Mul)
+        il.Emit(OpCodes.Ret)
+        fn = dm.CreateDelegate(clr.GetClrType(Func[Int32, Int32]))
+        fn(3)
+        KEEPALIVE.extend([dm, fn])
+        getter = dm.GetType().GetMethod("GetMethodDescriptor", BindingFlags.NonPublic | BindingFlags.Instance)
+        handle = getter.Invoke(dm, None)
+        out.append({"method_name": name, "method_desc": method_handle_value(handle),
+                    "signature": signature, "is_static": True})
+    return out
+
+
+def generic_method_instances(clr, layout):
+    """Generic methods: a definition, an unshared instantiation over a value type, shared
+    instantiations over reference types (framework and emitted), with the type arguments."""
+    from System import Type, Array, Int32, String
+    T = clr.GetClrType
+    arr = T(Array)
+    enumerable = Type.GetType("System.Linq.Enumerable, System.Linq")
+    cases = [
+        ("Array.Empty<T>", arr.GetMethod("Empty")),
+        ("Array.Empty<Int32>", arr.GetMethod("Empty").MakeGenericMethod(Array[Type]([T(Int32)]))),
+        ("Array.Empty<String>", arr.GetMethod("Empty").MakeGenericMethod(Array[Type]([T(String)]))),
+        ("Enumerable.Empty<Int32>", enumerable.GetMethod("Empty").MakeGenericMethod(Array[Type]([T(Int32)]))),
+        ("Shape.Echo<T>", layout.shape.GetMethod("Echo")),
+        ("Shape.Echo<Int32>", layout.shape.GetMethod("Echo").MakeGenericMethod(Array[Type]([T(Int32)]))),
+        ("Shape.Echo<Point>", layout.shape.GetMethod("Echo").MakeGenericMethod(Array[Type]([layout.point]))),
+        ("Shape.Echo<String>", layout.shape.GetMethod("Echo").MakeGenericMethod(Array[Type]([T(String)]))),
+    ]
+    out = []
+    for label, mi in cases:
+        try:
+            # MethodHandle makes the runtime create the instantiation's MethodDesc.
+            out.append({
+                "label": label,
+                "name": str(mi.Name),
+                "method_desc": method_handle_value(mi.MethodHandle),
+                "is_generic_definition": bool(mi.IsGenericMethodDefinition),
+                "generic_args": [] if mi.IsGenericMethodDefinition else
+                                [hexptr(a.TypeHandle.Value) for a in mi.GetGenericArguments()],
+                "args_are_value_types": [bool(a.IsValueType) for a in mi.GetGenericArguments()],
+                **method_facts(mi),
+            })
+        except Exception as e:
+            log(f"generic method {label}: {e}")
+    return out
+
+
+def type_system_ground_truth(clr, layout, emitted_types):
+    """Everything tests/net8_type_layouts.rs checks the runtime's structures against."""
+    from System import Type, Array, Int32, String, Object, AppDomain, Activator
+    T = clr.GetClrType
+    base_sizes = layout.base_sizes()
+    corelib = T(Object).Assembly
+    generic_list = Type.GetType("System.Collections.Generic.List`1")
+    generic_dict = Type.GetType("System.Collections.Generic.Dictionary`2")
+    list_int = generic_list.MakeGenericType(Array[Type]([T(Int32)]))
+    list_string = generic_list.MakeGenericType(Array[Type]([T(String)]))
+    list_shape = generic_list.MakeGenericType(Array[Type]([layout.shape]))
+    dict_string_int = generic_dict.MakeGenericType(Array[Type]([T(String), T(Int32)]))
+    instances = [Activator.CreateInstance(x) for x in (list_int, list_string, list_shape, dict_string_int)]
+    KEEPALIVE.extend(instances)
+    types = [("Shape", layout.shape, True), ("Point", layout.point, True)]
+    types += [(t.Name, t, True) for t in emitted_types]
+    for label, name, members in (("Object", "System.Object", True), ("String", "System.String", True),
+                                 ("Int32", "System.Int32", True), ("DayOfWeek", "System.DayOfWeek", True),
+                                 ("Action", "System.Action", True), ("IDisposable", "System.IDisposable", True),
+                                 ("Array", "System.Array", False)):
+        types.append((label, Type.GetType(name), members))
+    types.append(("Interop+Globalization", corelib.GetType("Interop+Globalization"), True))
+    types.append(("Int32[,]", T(Int32).MakeArrayType(2), True))
+    types.append(("Int32[]", T(Int32).MakeArrayType(), False))
+    types += [("List<Int32>", list_int, True), ("List<String>", list_string, False),
+              ("List<Shape>", list_shape, False), ("Dictionary<String,Int32>", dict_string_int, False)]
+    type_entries = []
+    for label, t, members in types:
+        try:
+            type_entries.append(type_facts(clr, label, t, base_sizes, members))
+        except Exception as e:
+            log(f"type {label}: {e}")
+    domain = AppDomain.CurrentDomain
+    canon = corelib.GetType("System.__Canon")
+    out = {
+        "app_domain": {"friendly_name": str(domain.FriendlyName), "id": int(domain.Id)},
+        "canon_type_handle": hexptr(canon.TypeHandle.Value) if canon is not None else None,
+        "types": type_entries,
+        "generic_methods": generic_method_instances(clr, layout),
+        "dynamic_methods": named_dynamic_methods(clr),
+    }
+    # Resolving every TypeRef and MemberRef loads types (and the exceptions of unresolvable ones
+    # load assemblies): do it first, then list the assemblies, last of all.
+    resolve = {"System.Linq", "System.Collections", "System.Text.RegularExpressions"}
+    refs = {}
+    for a in domain.GetAssemblies():
+        name = str(a.GetName().Name)
+        if name in resolve:
+            try:
+                refs[name] = module_ref_facts(a)
+            except Exception as e:
+                log(f"references of {name}: {e}")
+    assemblies = []
+    for a in domain.GetAssemblies():
+        try:
+            facts = assembly_facts(a)
+            facts.update(refs.get(facts["name"], {}))
+            assemblies.append(facts)
+        except Exception as e:
+            log(f"assembly {a}: {e}")
+    out["assemblies"] = assemblies
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -795,6 +1246,8 @@ def main(argv):
     # The collectible assembly lives as long as something references it: keep them all.
     KEEPALIVE.extend([ab, cab, big_type, h_type, c_type, delegates])
 
+    layout = LayoutTypes(clr, em)
+
     self_check(delegates)
     # Enough calls, with pauses, for the tiered compiler to promote the hot methods.
     exercise(delegates, rounds=4, per_round=40, pause=0.3)
@@ -834,6 +1287,10 @@ def main(argv):
         # named LCG lambdas (whose entry point is their JIT'ed code).
         "framework_methods": framework_entry_points(clr),
         "lcg_methods": lcg_entry_points(named),
+        # Reflection's view of types, methods, fields, assemblies and generic and dynamic methods,
+        # with the native pointers behind them: the oracle for the Loader and RuntimeTypeSystem
+        # layouts (tests/net8_type_layouts.rs).
+        "type_system": type_system_ground_truth(clr, layout, [h_type, big_type, c_type]),
         "start_time": START_TIME,
         "ready_time": time.time(),
     }
