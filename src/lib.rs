@@ -14,5 +14,6 @@ pub mod cli;
 pub mod contracts;
 pub mod descriptor;
 pub mod formats;
+pub mod names;
 pub mod runtime;
 pub mod target;

@@ -11,6 +11,7 @@ use super::{hex, DescriptorArgs, TargetArgs};
 use crate::contracts::execution_manager::exception_clauses::ExceptionClause;
 use crate::contracts::execution_manager::{execution_manager, CodeBlock, ExecutionManager};
 use crate::contracts::{unwind_codes, ContractError};
+use crate::names::MethodNamer;
 use crate::runtime::Runtime;
 
 /// Arguments of `cdac ip2md`.
@@ -59,6 +60,8 @@ pub fn parse_address(text: &str) -> Result<u64, String> {
 pub struct Ip2md {
     pub address: String,
     pub method_desc: String,
+    /// The method's name as the runtime's perf map writes it (tier suffix aside).
+    pub name: Option<String>,
     pub start: String,
     pub relative_offset: u64,
     pub jit_type: &'static str,
@@ -76,8 +79,13 @@ pub struct Ip2md {
     pub errors: serde_json::Map<String, Value>,
 }
 
-/// Looks one address up; `Ok(None)` when it is not managed code.
-pub fn ip2md(em: &dyn ExecutionManager, ip: u64) -> Result<Option<Ip2md>, ContractError> {
+/// Looks one address up; `Ok(None)` when it is not managed code. With a namer, the
+/// method's name is filled in.
+pub fn ip2md(
+    em: &dyn ExecutionManager,
+    namer: Option<&mut MethodNamer<'_>>,
+    ip: u64,
+) -> Result<Option<Ip2md>, ContractError> {
     let Some(b) = em.code_block(ip)? else {
         return Ok(None);
     };
@@ -103,6 +111,7 @@ pub fn ip2md(em: &dyn ExecutionManager, ip: u64) -> Result<Option<Ip2md>, Contra
     Ok(Some(Ip2md {
         address: hex(ip),
         method_desc: hex(b.method_desc),
+        name: namer.map(|n| n.name(b.method_desc)),
         start: hex(b.start),
         relative_offset: b.relative_offset,
         jit_type: b.jit_type.as_str(),
@@ -140,11 +149,12 @@ fn read_addresses(args: &[String]) -> Result<Vec<String>, Box<dyn std::error::Er
 pub fn run_ip2md(args: &Ip2mdArgs) -> Result<(), Box<dyn std::error::Error>> {
     let rt = args.target.open(&args.descriptor)?;
     let em = execution_manager(rt.target(), rt.descriptor())?;
+    let mut namer = MethodNamer::new(rt.target(), rt.descriptor());
     let mut results = Vec::new();
     for text in read_addresses(&args.addresses)? {
         let value = match parse_address(&text) {
             Err(e) => json!({ "address": text, "error": e }),
-            Ok(ip) => match ip2md(&*em, ip) {
+            Ok(ip) => match ip2md(&*em, Some(&mut namer), ip) {
                 Ok(Some(r)) => serde_json::to_value(r)?,
                 Ok(None) => json!({ "address": hex(ip), "error": "not in managed code" }),
                 Err(e) => json!({ "address": hex(ip), "error": e.to_string() }),
@@ -173,6 +183,7 @@ fn print_ip2md(v: &Value) {
     }
     println!("{}", s("address"));
     println!("  method desc     {}", s("method_desc"));
+    println!("  name            {}", s("name"));
     println!(
         "  start           {} (+{:#x}), {}",
         s("start"),

@@ -3,6 +3,7 @@
 
 mod code;
 mod info;
+mod names;
 
 use std::path::PathBuf;
 
@@ -28,6 +29,12 @@ enum Command {
     Eh(code::AddressArgs),
     /// How the method at an address unwinds (its RUNTIME_FUNCTION and unwind codes).
     Unwind(code::AddressArgs),
+    /// The loaded modules: path, base, size, flags.
+    Modules(names::ModulesArgs),
+    /// Every method with code (JIT'ed and resolved ReadyToRun), with its name.
+    Methods(names::MethodsArgs),
+    /// Write a perf map (`START SIZE name`) so that `perf report` names managed frames.
+    Perfmap(names::PerfmapArgs),
 }
 
 /// Which target to read, shared by every command.
@@ -82,6 +89,9 @@ pub fn main() -> i32 {
         Command::Ip2md(args) => code::run_ip2md(args),
         Command::Eh(args) => code::run_eh(args),
         Command::Unwind(args) => code::run_unwind(args),
+        Command::Modules(args) => names::run_modules(args),
+        Command::Methods(args) => names::run_methods(args),
+        Command::Perfmap(args) => names::run_perfmap(args),
     };
     match result {
         Ok(()) => 0,

@@ -7,9 +7,11 @@
 
 pub mod execution_manager;
 pub mod gc_info;
+pub mod loader;
 pub mod platform_metadata;
 pub mod precode_stubs;
 pub mod runtime_info;
+pub mod runtime_type_system;
 pub mod unwind_codes;
 pub mod unwind_info;
 

@@ -1,0 +1,281 @@
+//! `cdac modules`, `cdac methods` and `cdac perfmap`: the loaded modules, every method with
+//! code and its name, and a perf map for `perf report`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use super::{hex, DescriptorArgs, TargetArgs};
+use crate::contracts::execution_manager::enumerate::{enumerate_code, CodeEntry};
+use crate::contracts::loader;
+use crate::formats::perf_map::{self, PerfMapEntry};
+use crate::names::MethodNamer;
+use crate::runtime::Runtime;
+
+type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Arguments of `cdac modules`.
+#[derive(Debug, Args)]
+pub struct ModulesArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    #[command(flatten)]
+    descriptor: DescriptorArgs,
+    /// Print a JSON array, one object per module.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `cdac methods`.
+#[derive(Debug, Args)]
+pub struct MethodsArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    #[command(flatten)]
+    descriptor: DescriptorArgs,
+    /// Only methods whose name matches this regular expression.
+    #[arg(long, value_name = "REGEX")]
+    filter: Option<String>,
+    /// Print a JSON array of objects with `start`, `size`, `method_desc`, `name`,
+    /// `jit_type`, `module`.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `cdac perfmap`.
+#[derive(Debug, Args)]
+pub struct PerfmapArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    #[command(flatten)]
+    descriptor: DescriptorArgs,
+    /// Where to write the map (default for a live process: /tmp/perf-PID.map; `-` for
+    /// standard output).
+    #[arg(short = 'o', long = "output", value_name = "PATH")]
+    output: Option<PathBuf>,
+    /// Overwrite the map even if the runtime itself has it open (it is writing it).
+    #[arg(long)]
+    force: bool,
+}
+
+/// Runs `cdac modules`.
+pub fn run_modules(args: &ModulesArgs) -> CliResult {
+    let rt = args.target.open(&args.descriptor)?;
+    let modules = loader::modules(rt.target(), rt.descriptor())?;
+    if args.json {
+        let list: Vec<Value> = modules
+            .iter()
+            .map(|m| {
+                json!({
+                    "address": hex(m.address),
+                    "assembly": hex(m.assembly),
+                    "path": m.path.as_ref().map(|p| p.to_string_lossy()),
+                    "file_name": m.file_name,
+                    "base": hex(m.base),
+                    "size": m.size,
+                    "mapped": m.mapped,
+                    "is_dynamic": m.is_dynamic,
+                    "is_collectible": m.is_collectible,
+                    "ready_to_run_info": (m.ready_to_run_info != 0).then(|| hex(m.ready_to_run_info)),
+                })
+            })
+            .collect();
+        writeln!(
+            std::io::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&list)?
+        )?;
+        return Ok(());
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    writeln!(
+        out,
+        "{:<18} {:<18} {:>10}  {:<8} path",
+        "module", "base", "size", "flags"
+    )?;
+    for m in &modules {
+        let mut flags = String::new();
+        if m.is_dynamic {
+            flags.push_str("dyn ");
+        }
+        if m.is_collectible {
+            flags.push_str("coll ");
+        }
+        if m.ready_to_run_info != 0 {
+            flags.push_str("r2r ");
+        }
+        let path = match &m.path {
+            Some(p) => p.display().to_string(),
+            None if m.is_dynamic => "(dynamic)".to_string(),
+            None => "-".to_string(),
+        };
+        writeln!(
+            out,
+            "{:<18} {:<18} {:>10}  {:<8} {path}",
+            hex(m.address),
+            hex(m.base),
+            m.size,
+            flags.trim_end()
+        )?;
+    }
+    writeln!(out, "{} module(s)", modules.len())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Every method with code, with its name and module label.
+struct NamedEntry {
+    entry: CodeEntry,
+    name: String,
+    module: String,
+}
+
+fn named_methods(rt: &Runtime) -> Result<Vec<NamedEntry>, Box<dyn std::error::Error>> {
+    let (t, d) = (rt.target(), rt.descriptor());
+    let en = enumerate_code(t, d)?;
+    for e in en.errors.iter().take(10) {
+        tracing::warn!("code enumeration: {e:?}");
+    }
+    if en.errors.len() > 10 {
+        tracing::warn!("code enumeration: {} more errors", en.errors.len() - 10);
+    }
+    let mut namer = MethodNamer::new(t, d);
+    let mds: Vec<u64> = en.entries.iter().map(|e| e.method_desc).collect();
+    let names = namer.names(&mds);
+    Ok(en
+        .entries
+        .into_iter()
+        .zip(names)
+        .map(|(entry, name)| {
+            let module = namer
+                .module_of(entry.method_desc)
+                .map(|m| namer.module_label(m))
+                .unwrap_or_default();
+            NamedEntry {
+                entry,
+                name,
+                module,
+            }
+        })
+        .collect())
+}
+
+/// Runs `cdac methods`.
+pub fn run_methods(args: &MethodsArgs) -> CliResult {
+    let filter = args
+        .filter
+        .as_deref()
+        .map(regex::Regex::new)
+        .transpose()
+        .map_err(|e| format!("--filter: {e}"))?;
+    let rt = args.target.open(&args.descriptor)?;
+    let methods: Vec<NamedEntry> = named_methods(&rt)?
+        .into_iter()
+        .filter(|m| filter.as_ref().is_none_or(|f| f.is_match(&m.name)))
+        .collect();
+    if args.json {
+        let list: Vec<Value> = methods
+            .iter()
+            .map(|m| {
+                json!({
+                    "start": hex(m.entry.start),
+                    "size": m.entry.size,
+                    "method_desc": hex(m.entry.method_desc),
+                    "name": m.name,
+                    "jit_type": m.entry.jit_type.as_str(),
+                    "module": m.module,
+                })
+            })
+            .collect();
+        writeln!(
+            std::io::stdout(),
+            "{}",
+            serde_json::to_string_pretty(&list)?
+        )?;
+        return Ok(());
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for m in &methods {
+        writeln!(
+            out,
+            "{} {:>6} {:<3} {}",
+            hex(m.entry.start),
+            m.entry.size,
+            m.entry.jit_type.as_str(),
+            m.name
+        )?;
+    }
+    writeln!(out, "{} method(s)", methods.len())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// True when process `pid` has `path` open (a map the runtime is writing).
+fn open_in_process(pid: i32, path: &Path) -> bool {
+    let Ok(want) = std::fs::canonicalize(path) else {
+        return false;
+    };
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|target| target == want)
+}
+
+/// Runs `cdac perfmap`.
+pub fn run_perfmap(args: &PerfmapArgs) -> CliResult {
+    let output = match (&args.output, args.target.pid) {
+        (Some(p), _) => p.clone(),
+        (None, Some(pid)) => PathBuf::from(format!("/tmp/perf-{pid}.map")),
+        (None, None) => return Err("give -o PATH (there is no default for a dump)".into()),
+    };
+    let to_stdout = output.as_os_str() == "-";
+    if !to_stdout && output.exists() && !args.force {
+        if let Some(pid) = args.target.pid {
+            if open_in_process(pid, &output) {
+                return Err(format!(
+                    "{} is open in process {pid}: the runtime is writing its own perf map \
+                     (DOTNET_PerfMapEnabled); give --force to overwrite it, or -o another path",
+                    output.display()
+                )
+                .into());
+            }
+        }
+    }
+    let rt = args.target.open(&args.descriptor)?;
+    let methods = named_methods(&rt)?;
+    let entries: Vec<PerfMapEntry> = methods
+        .into_iter()
+        .map(|m| PerfMapEntry {
+            start: m.entry.start,
+            size: m.entry.size,
+            name: m.name,
+        })
+        .collect();
+    if to_stdout {
+        let stdout = std::io::stdout();
+        let mut out = std::io::BufWriter::new(stdout.lock());
+        perf_map::write(&mut out, &entries)?;
+        out.flush()?;
+    } else {
+        // Write beside the target and rename, so that a reader never sees half a map.
+        let mut tmp = output.clone().into_os_string();
+        tmp.push(".cdac-tmp");
+        let tmp = PathBuf::from(tmp);
+        {
+            let file =
+                std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+            let mut out = std::io::BufWriter::new(file);
+            perf_map::write(&mut out, &entries)?;
+            out.flush()?;
+        }
+        std::fs::rename(&tmp, &output).map_err(|e| format!("{}: {e}", output.display()))?;
+        eprintln!("wrote {} method(s) to {}", entries.len(), output.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! The Loader contract, the parts that list modules and find their metadata.
+//!
+//! Modules are found through the `AppDomain` global: its `DomainAssemblyList` is an
+//! `ArrayListBase` (a first block of entries inline, then a chain of blocks) of
+//! `DomainAssembly*`s, each leading to its `Assembly` and `Module`. A module's image is
+//! `Module.PEAssembly` → `PEAssembly.PEImage` → `PEImage.LoadedImageLayout` (base, size,
+//! flags) and its path `PEImage.Path` (the UTF-16 buffer of an embedded `SString`).
+//!
+//! This reads the .NET 8 meanings of the fields (descriptors/README.md): the path and base
+//! come through the PE image, and whether a module is dynamic comes from its Assembly.
+//! Dynamic (Reflection.Emit) modules have no PE image, so [`module_metadata`] returns `None`
+//! for them: their metadata lives in the runtime's writable metadata, which is not read yet.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::ContractError;
+use crate::descriptor::DataDescriptor;
+use crate::formats::ecma::pe::{metadata_from_pe, PeLayout};
+use crate::target::Target;
+
+/// Most assemblies read from the AppDomain's list (a damaged count cannot make the walk
+/// longer than this).
+pub const MAX_ASSEMBLIES: u64 = 100_000;
+/// Most blocks of the assembly list followed.
+const MAX_BLOCKS: u64 = 10_000;
+/// Largest image read from target memory to find its metadata.
+pub const MAX_IMAGE_SIZE: u64 = 256 << 20;
+/// Longest module path read (UTF-16 code units).
+const MAX_PATH_CHARS: usize = 4096;
+/// `PEImageLayout.Flags`: the image is laid out as the loader maps it (RVA = offset).
+const LAYOUT_FLAG_MAPPED: u32 = 0x1;
+
+/// One loaded module.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModuleInfo {
+    /// The runtime's `Module*`.
+    pub address: u64,
+    /// The `Assembly*` that owns it.
+    pub assembly: u64,
+    /// The `DomainAssembly*` the AppDomain's list holds.
+    pub domain_assembly: u64,
+    /// The image file's path (`None` for dynamic modules or when unreadable).
+    pub path: Option<PathBuf>,
+    /// The path's last component.
+    pub file_name: Option<String>,
+    /// Where the image is loaded (0 when it has none).
+    pub base: u64,
+    /// Bytes of the loaded image (SizeOfImage when mapped, the file's length when flat).
+    pub size: u64,
+    /// True when the image is laid out as the loader maps it (ReadyToRun images); false for
+    /// the flat (file) layout of IL-only images.
+    pub mapped: bool,
+    /// A Reflection.Emit module (no PE image).
+    pub is_dynamic: bool,
+    /// The assembly can be unloaded.
+    pub is_collectible: bool,
+    /// The module's `ReadyToRunInfo*` (0 for IL-only images).
+    pub ready_to_run_info: u64,
+}
+
+/// Field reads by descriptor name, failing with the contract's error type.
+pub(crate) struct Fields<'a> {
+    pub t: &'a Target,
+    pub d: &'a DataDescriptor,
+}
+
+impl<'a> Fields<'a> {
+    pub fn new(t: &'a Target, d: &'a DataDescriptor) -> Self {
+        Fields { t, d }
+    }
+
+    pub fn off(&self, ty: &str, field: &str) -> Result<u64, ContractError> {
+        Ok(self.d.ty(ty)?.offset(field)?)
+    }
+
+    pub fn size(&self, ty: &str) -> Result<u64, ContractError> {
+        Ok(self.d.ty(ty)?.size()? as u64)
+    }
+
+    pub fn has(&self, ty: &str, field: &str) -> bool {
+        self.d.ty(ty).is_ok_and(|t| t.has_field(field))
+    }
+
+    pub fn global(&self, name: &str) -> Result<u64, ContractError> {
+        Ok(self.d.global_value(name)?)
+    }
+
+    pub fn ptr(&self, addr: u64, ty: &str, field: &str) -> Result<u64, ContractError> {
+        Ok(self
+            .t
+            .read_pointer(addr.wrapping_add(self.off(ty, field)?))?)
+    }
+
+    pub fn u8(&self, addr: u64, ty: &str, field: &str) -> Result<u8, ContractError> {
+        Ok(self.t.read_u8(addr.wrapping_add(self.off(ty, field)?))?)
+    }
+
+    pub fn u16(&self, addr: u64, ty: &str, field: &str) -> Result<u16, ContractError> {
+        Ok(self.t.read_u16(addr.wrapping_add(self.off(ty, field)?))?)
+    }
+
+    pub fn u32(&self, addr: u64, ty: &str, field: &str) -> Result<u32, ContractError> {
+        Ok(self.t.read_u32(addr.wrapping_add(self.off(ty, field)?))?)
+    }
+}
+
+/// The `DomainAssembly*`s of the AppDomain's assembly list, in list order, without
+/// duplicates or null entries.
+pub fn domain_assemblies(
+    target: &Target,
+    descriptor: &DataDescriptor,
+) -> Result<Vec<u64>, ContractError> {
+    let f = Fields::new(target, descriptor);
+    let app_domain = target.read_pointer(f.global("AppDomain")?)?;
+    if app_domain == 0 {
+        return Ok(Vec::new());
+    }
+    let list = app_domain.wrapping_add(f.off("AppDomain", "DomainAssemblyList")?);
+    let count = u64::from(f.u32(list, "ArrayListBase", "Count")?);
+    if count > MAX_ASSEMBLIES {
+        return Err(ContractError::LimitExceeded {
+            what: "AppDomain assembly list",
+            addr: list,
+            limit: MAX_ASSEMBLIES,
+            unit: "assemblies",
+        });
+    }
+    let mut out = Vec::new();
+    let mut seen_entries = HashSet::new();
+    let mut seen_blocks = HashSet::new();
+    let mut block = list.wrapping_add(f.off("ArrayListBase", "FirstBlock")?);
+    let mut left = count;
+    let mut blocks = 0u64;
+    while left > 0 && block != 0 {
+        blocks += 1;
+        if blocks > MAX_BLOCKS || !seen_blocks.insert(block) {
+            return Err(ContractError::LimitExceeded {
+                what: "AppDomain assembly list blocks",
+                addr: list,
+                limit: MAX_BLOCKS,
+                unit: "blocks (or a cycle)",
+            });
+        }
+        let size = u64::from(f.u32(block, "ArrayListBlock", "Size")?);
+        if size == 0 || size > MAX_ASSEMBLIES {
+            return Err(ContractError::Corrupt {
+                what: "ArrayListBlock",
+                addr: block,
+                detail: format!("block size {size}"),
+            });
+        }
+        let take = size.min(left);
+        let start = block.wrapping_add(f.off("ArrayListBlock", "ArrayStart")?);
+        for p in target.read_pointers(start, take as usize)? {
+            if p != 0 && seen_entries.insert(p) {
+                out.push(p);
+            }
+        }
+        left -= take;
+        block = f.ptr(block, "ArrayListBlock", "Next")?;
+    }
+    Ok(out)
+}
+
+/// Every module of the AppDomain's assemblies. A module whose details cannot be read is
+/// still listed with what could be read (a warning says what failed).
+pub fn modules(
+    target: &Target,
+    descriptor: &DataDescriptor,
+) -> Result<Vec<ModuleInfo>, ContractError> {
+    let f = Fields::new(target, descriptor);
+    let mut out = Vec::new();
+    let mut seen = HashSet::new();
+    for da in domain_assemblies(target, descriptor)? {
+        let assembly = f.ptr(da, "DomainAssembly", "Assembly")?;
+        let mut module = if f.has("DomainAssembly", "Module") {
+            f.ptr(da, "DomainAssembly", "Module")?
+        } else {
+            0
+        };
+        if module == 0 && assembly != 0 {
+            module = f.ptr(assembly, "Assembly", "Module")?;
+        }
+        if module == 0 || !seen.insert(module) {
+            continue;
+        }
+        match module_info(&f, da, assembly, module) {
+            Ok(info) => out.push(info),
+            Err(e) => {
+                tracing::warn!("module {module:#x}: {e}");
+                out.push(ModuleInfo {
+                    address: module,
+                    assembly,
+                    domain_assembly: da,
+                    path: None,
+                    file_name: None,
+                    base: 0,
+                    size: 0,
+                    mapped: false,
+                    is_dynamic: false,
+                    is_collectible: false,
+                    ready_to_run_info: 0,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn module_info(
+    f: &Fields<'_>,
+    domain_assembly: u64,
+    assembly: u64,
+    module: u64,
+) -> Result<ModuleInfo, ContractError> {
+    let (is_dynamic, is_collectible) = if assembly != 0 {
+        (
+            f.u32(assembly, "Assembly", "IsDynamic")? != 0,
+            f.u32(assembly, "Assembly", "IsCollectible")? != 0,
+        )
+    } else {
+        (false, false)
+    };
+    let ready_to_run_info = if f.has("Module", "ReadyToRunInfo") {
+        f.ptr(module, "Module", "ReadyToRunInfo")?
+    } else {
+        0
+    };
+    let mut info = ModuleInfo {
+        address: module,
+        assembly,
+        domain_assembly,
+        path: None,
+        file_name: None,
+        base: 0,
+        size: 0,
+        mapped: false,
+        is_dynamic,
+        is_collectible,
+        ready_to_run_info,
+    };
+    let pe_assembly = f.ptr(module, "Module", "PEAssembly")?;
+    if pe_assembly == 0 {
+        return Ok(info);
+    }
+    let image = f.ptr(pe_assembly, "PEAssembly", "PEImage")?;
+    if image == 0 {
+        return Ok(info);
+    }
+    let path_buf = f.ptr(image, "PEImage", "Path")?;
+    if path_buf != 0 {
+        match f.t.read_utf16_c_string(path_buf, MAX_PATH_CHARS) {
+            Ok(p) if !p.is_empty() => {
+                let path = PathBuf::from(p);
+                info.file_name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+                info.path = Some(path);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("module {module:#x}: path: {e}"),
+        }
+    }
+    let layout = f.ptr(image, "PEImage", "LoadedImageLayout")?;
+    if layout != 0 {
+        info.base = f.ptr(layout, "PEImageLayout", "Base")?;
+        info.size = u64::from(f.u32(layout, "PEImageLayout", "Size")?);
+        info.mapped = f.u32(layout, "PEImageLayout", "Flags")? & LAYOUT_FLAG_MAPPED != 0;
+    }
+    Ok(info)
+}
+
+/// The module's metadata blob (what the CLI header's MetaData directory points to): read
+/// from the image in target memory (at most [`MAX_IMAGE_SIZE`] bytes), or, when that
+/// fails, from the image file at the module's path. `None` for modules without a PE image
+/// (dynamic modules: their metadata is not read yet) or whose image cannot be read either
+/// way (a warning says why).
+pub fn module_metadata(
+    target: &Target,
+    _descriptor: &DataDescriptor,
+    module: &ModuleInfo,
+) -> Result<Option<Vec<u8>>, ContractError> {
+    if module.is_dynamic {
+        return Ok(None);
+    }
+    if module.base != 0 && module.size != 0 {
+        if module.size > MAX_IMAGE_SIZE {
+            tracing::warn!(
+                "module {:#x}: image of {} bytes is larger than the {} read from memory",
+                module.address,
+                module.size,
+                MAX_IMAGE_SIZE
+            );
+        } else {
+            match target.read_bytes(module.base, module.size as usize) {
+                Ok(image) => {
+                    let layout = if module.mapped {
+                        PeLayout::Mapped
+                    } else {
+                        PeLayout::File
+                    };
+                    match metadata_from_pe(&image, layout) {
+                        Ok(md) => return Ok(Some(md.to_vec())),
+                        Err(e) => tracing::warn!(
+                            "module {:#x}: metadata in target memory: {e}",
+                            module.address
+                        ),
+                    }
+                }
+                Err(e) => tracing::debug!("module {:#x}: image not readable: {e}", module.address),
+            }
+        }
+    }
+    let Some(path) = &module.path else {
+        return Ok(None);
+    };
+    match crate::target::map_regular_file(path) {
+        Ok(map) => match metadata_from_pe(&map, PeLayout::File) {
+            Ok(md) => Ok(Some(md.to_vec())),
+            Err(e) => {
+                tracing::warn!("{}: metadata: {e}", path.display());
+                Ok(None)
+            }
+        },
+        Err(e) => {
+            tracing::warn!("{}: {e}", path.display());
+            Ok(None)
+        }
+    }
+}

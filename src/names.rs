@@ -1,0 +1,460 @@
+//! Method names exactly as the .NET runtime writes them in its perf map
+//! (`/tmp/perf-PID.map`), without the optimization-tier suffix.
+//!
+//! [`MethodNamer`] reads a MethodDesc (RuntimeTypeSystem), finds its module's metadata
+//! (Loader; cached per module) and formats the name with the ECMA-335 reader
+//! (`formats::ecma`, whose README describes the runtime's rules):
+//!
+//! * methods with a MethodDef: `[instance ]RET [Assembly] Ns.Type[Inst]::Name(PARAMS)`, the
+//!   declaring type's instantiation read from its MethodTable's generic dictionary;
+//! * dynamic methods (LCG and IL stubs): `RET [Assembly] dynamicClass::NAME(PARAMS)`, the
+//!   name and signature stored in the DynamicMethodDesc, the assembly being the module's
+//!   (LCG methods live in the runtime's anonymous dynamic module, whose assembly is
+//!   `Anonymously Hosted DynamicMethods Assembly`).
+//!
+//! A method whose metadata cannot be read or is damaged is named
+//! `[module] <token 0x06000123>` (with a warning); an unreadable MethodDesc
+//! `<MethodDesc 0x…>`. Naming never fails and never panics.
+//!
+//! Not named from metadata yet (they get the fallback): methods of Reflection.Emit
+//! modules (their metadata is in runtime memory, not a PE image), array methods
+//! (`Get`/`Set`/`Address`), and type arguments that are TypeDescs (pointers, generic
+//! variables) or multi-dimensional arrays.
+
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+
+use crate::contracts::loader::{self, ModuleInfo};
+use crate::contracts::runtime_type_system::{
+    method_desc_info, method_table_info, type_instantiation, MethodClassification, MethodDescInfo,
+    TYPE_HANDLE_TYPE_DESC,
+};
+use crate::contracts::ContractError;
+use crate::descriptor::DataDescriptor;
+use crate::formats::ecma::signature::decode_method_sig_with;
+use crate::formats::ecma::{
+    format_perf_map_name, IlFormatter, Metadata, PerfMapNameOptions, SigOptions, TableId, Token,
+};
+use crate::target::Target;
+
+/// The assembly the runtime creates for DynamicMethods without an owner (LCG).
+pub const ANONYMOUS_DYNAMIC_ASSEMBLY: &str = "Anonymously Hosted DynamicMethods Assembly";
+/// How many times naming loads more modules' metadata before giving up.
+const MAX_ROUNDS: usize = 6;
+/// Deepest generic nesting named.
+const MAX_TYPE_DEPTH: usize = 32;
+
+/// Why one name could not be built.
+enum NameError {
+    /// The metadata of this module is needed and not loaded yet.
+    NeedModule(u64),
+    /// Anything else; the fallback name is used.
+    Fail(String),
+}
+
+impl From<ContractError> for NameError {
+    fn from(e: ContractError) -> Self {
+        NameError::Fail(e.to_string())
+    }
+}
+
+impl From<crate::formats::ecma::MetadataError> for NameError {
+    fn from(e: crate::formats::ecma::MetadataError) -> Self {
+        NameError::Fail(e.to_string())
+    }
+}
+
+/// Names MethodDescs as the runtime's perf map does, caching each module's metadata.
+pub struct MethodNamer<'t> {
+    target: &'t Target,
+    descriptor: &'t DataDescriptor,
+    modules: HashMap<u64, ModuleInfo>,
+    /// Metadata blobs by `Module*`; `None`: none could be read.
+    blobs: HashMap<u64, Option<Vec<u8>>>,
+}
+
+impl<'t> MethodNamer<'t> {
+    /// A namer over the target's modules (listed once, here). A module list that cannot
+    /// be read leaves every method with the fallback name (and a warning).
+    pub fn new(target: &'t Target, descriptor: &'t DataDescriptor) -> MethodNamer<'t> {
+        let modules = match loader::modules(target, descriptor) {
+            Ok(list) => list.into_iter().map(|m| (m.address, m)).collect(),
+            Err(e) => {
+                tracing::warn!("cannot list modules, methods will not be named: {e}");
+                HashMap::new()
+            }
+        };
+        MethodNamer {
+            target,
+            descriptor,
+            modules,
+            blobs: HashMap::new(),
+        }
+    }
+
+    /// A namer over a given module list (for tests and callers that already have one).
+    pub fn with_modules(
+        target: &'t Target,
+        descriptor: &'t DataDescriptor,
+        modules: Vec<ModuleInfo>,
+    ) -> MethodNamer<'t> {
+        MethodNamer {
+            target,
+            descriptor,
+            modules: modules.into_iter().map(|m| (m.address, m)).collect(),
+            blobs: HashMap::new(),
+        }
+    }
+
+    /// The module at `Module*` `address`, if listed.
+    pub fn module(&self, address: u64) -> Option<&ModuleInfo> {
+        self.modules.get(&address)
+    }
+
+    /// The `Module*` of the method's declaring type, when the MethodDesc is readable.
+    pub fn module_of(&self, md: u64) -> Option<u64> {
+        method_desc_info(self.target, self.descriptor, md)
+            .ok()
+            .map(|i| i.module)
+    }
+
+    /// The short name of a module for output: its file name without `.dll`, or its
+    /// address.
+    pub fn module_label(&self, address: u64) -> String {
+        match self
+            .modules
+            .get(&address)
+            .and_then(|m| m.file_name.as_deref())
+        {
+            Some(f) => f.strip_suffix(".dll").unwrap_or(f).to_string(),
+            None if self.modules.get(&address).is_some_and(|m| m.is_dynamic) => {
+                format!("dynamic module {address:#x}")
+            }
+            None => format!("module {address:#x}"),
+        }
+    }
+
+    /// The perf-map name of one method.
+    pub fn name(&mut self, md: u64) -> String {
+        self.names(&[md]).pop().unwrap_or_default()
+    }
+
+    /// The perf-map names of many methods, in order (faster than one by one: each
+    /// module's metadata is parsed once per call).
+    pub fn names(&mut self, mds: &[u64]) -> Vec<String> {
+        let mut out: Vec<Option<String>> = vec![None; mds.len()];
+        let infos: Vec<Result<MethodDescInfo, String>> = mds
+            .iter()
+            .map(|&md| {
+                method_desc_info(self.target, self.descriptor, md).map_err(|e| e.to_string())
+            })
+            .collect();
+        let mut pending: Vec<usize> = Vec::new();
+        for (i, info) in infos.iter().enumerate() {
+            match info {
+                Ok(info) => {
+                    self.ensure_loaded(info.module);
+                    pending.push(i);
+                }
+                Err(e) => {
+                    tracing::warn!("MethodDesc {:#x}: {e}", mds[i]);
+                    out[i] = Some(format!("<MethodDesc {:#x}>", mds[i]));
+                }
+            }
+        }
+        let mut failures: Vec<(usize, String)> = Vec::new();
+        for round in 0..MAX_ROUNDS {
+            if pending.is_empty() {
+                break;
+            }
+            let mut need = BTreeSet::new();
+            let mut still = Vec::new();
+            {
+                let ctx = Ctx::new(self);
+                for &i in &pending {
+                    let Ok(info) = &infos[i] else { continue };
+                    match ctx.method_name(info) {
+                        Ok(name) => out[i] = Some(name),
+                        Err(NameError::NeedModule(m)) if round + 1 < MAX_ROUNDS => {
+                            need.insert(m);
+                            still.push(i);
+                        }
+                        Err(NameError::NeedModule(m)) => {
+                            failures.push((i, format!("metadata of module {m:#x} not loaded")))
+                        }
+                        Err(NameError::Fail(e)) => failures.push((i, e)),
+                    }
+                }
+            }
+            for m in need {
+                self.ensure_loaded(m);
+            }
+            pending = still;
+        }
+        // One warning per module and reason (a module without readable metadata would
+        // otherwise warn once per method), the methods themselves at debug level.
+        let mut by_module: HashMap<(u64, String), (usize, u64)> = HashMap::new();
+        for (i, e) in failures {
+            let Ok(info) = &infos[i] else { continue };
+            tracing::debug!(
+                "MethodDesc {:#x} (token {:#010x}): not named from metadata: {e}",
+                info.address,
+                info.token
+            );
+            by_module
+                .entry((info.module, e))
+                .or_insert((0, info.address))
+                .0 += 1;
+            out[i] = Some(self.fallback(info));
+        }
+        let mut warnings: Vec<_> = by_module.into_iter().collect();
+        warnings.sort();
+        for ((module, e), (count, example)) in warnings {
+            tracing::warn!(
+                "{count} method(s) of {} named `[module] <token …>` (e.g. MethodDesc {example:#x}): {e}",
+                self.module_label(module)
+            );
+        }
+        out.into_iter()
+            .zip(mds)
+            .map(|(n, md)| n.unwrap_or_else(|| format!("<MethodDesc {md:#x}>")))
+            .collect()
+    }
+
+    /// `[module] <token 0x06000123>`.
+    fn fallback(&self, info: &MethodDescInfo) -> String {
+        let label = self.module_label(info.module);
+        match (&info.dynamic_name, info.classification) {
+            (Some(name), MethodClassification::Dynamic) => {
+                format!("[{label}] dynamicClass::{name}")
+            }
+            _ => format!("[{label}] <token {:#010x}>", info.token),
+        }
+    }
+
+    fn ensure_loaded(&mut self, module: u64) {
+        if self.blobs.contains_key(&module) {
+            return;
+        }
+        let blob = match self.modules.get(&module) {
+            Some(m) => match loader::module_metadata(self.target, self.descriptor, m) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!("module {module:#x}: metadata: {e}");
+                    None
+                }
+            },
+            None => {
+                tracing::warn!("module {module:#x} is not in the AppDomain's assembly list");
+                None
+            }
+        };
+        self.blobs.insert(module, blob);
+    }
+}
+
+/// Parsed metadata of the loaded modules, for one naming round.
+struct Ctx<'n, 't> {
+    namer: &'n MethodNamer<'t>,
+    parsed: HashMap<u64, Metadata<'n>>,
+    /// Modules whose blobs did not parse (so are never asked for again).
+    broken: HashMap<u64, String>,
+    /// Runtime names of type handles already built.
+    type_names: RefCell<HashMap<u64, String>>,
+}
+
+impl<'n, 't> Ctx<'n, 't> {
+    fn new(namer: &'n MethodNamer<'t>) -> Self {
+        let mut parsed = HashMap::new();
+        let mut broken = HashMap::new();
+        for (&m, blob) in &namer.blobs {
+            match blob {
+                Some(b) => match Metadata::parse(b) {
+                    Ok(md) => {
+                        parsed.insert(m, md);
+                    }
+                    Err(e) => {
+                        broken.insert(m, e.to_string());
+                    }
+                },
+                None => {
+                    broken.insert(m, "no metadata".into());
+                }
+            }
+        }
+        Ctx {
+            namer,
+            parsed,
+            broken,
+            type_names: RefCell::new(HashMap::new()),
+        }
+    }
+
+    fn metadata(&self, module: u64) -> Result<&Metadata<'n>, NameError> {
+        if let Some(md) = self.parsed.get(&module) {
+            return Ok(md);
+        }
+        match self.broken.get(&module) {
+            Some(e) => Err(NameError::Fail(format!("module {module:#x}: {e}"))),
+            None => Err(NameError::NeedModule(module)),
+        }
+    }
+
+    /// Any parsed metadata (for formatting signatures that hold no tokens).
+    fn any_metadata(&self) -> Result<&Metadata<'n>, NameError> {
+        // Prefer a deterministic choice: the lowest module address.
+        self.parsed
+            .iter()
+            .min_by_key(|(m, _)| **m)
+            .map(|(_, md)| md)
+            .ok_or_else(|| NameError::Fail("no module metadata could be read".into()))
+    }
+
+    fn method_name(&self, info: &MethodDescInfo) -> Result<String, NameError> {
+        if info.classification == MethodClassification::Dynamic {
+            return self.dynamic_method_name(info);
+        }
+        if info.classification == MethodClassification::Array {
+            return Err(NameError::Fail("array methods are not named yet".into()));
+        }
+        let md = self.metadata(info.module)?;
+        let mt = method_table_info(self.namer.target, self.namer.descriptor, info.method_table)?;
+        let rid = info.token & 0x00FF_FFFF;
+        let owner = md
+            .method_declaring_type(rid)
+            .ok_or_else(|| NameError::Fail(format!("MethodDef {rid} has no declaring type")))?;
+        let count = md
+            .generic_params_of(Token::new(TableId::TypeDef, owner))
+            .len();
+        let args = if count > 0 {
+            let handles = type_instantiation(self.namer.target, self.namer.descriptor, &mt, count)?;
+            let mut names = Vec::with_capacity(handles.len());
+            for h in handles {
+                names.push(self.type_handle_name(h, 0)?);
+            }
+            Some(names)
+        } else {
+            None
+        };
+        let arg_refs: Option<Vec<&str>> = args
+            .as_ref()
+            .map(|a| a.iter().map(String::as_str).collect());
+        let options = PerfMapNameOptions {
+            type_instantiation: arg_refs.as_deref(),
+            ..PerfMapNameOptions::default()
+        };
+        Ok(md.perf_map_method_name(rid, &options)?)
+    }
+
+    fn dynamic_method_name(&self, info: &MethodDescInfo) -> Result<String, NameError> {
+        let name = info
+            .dynamic_name
+            .as_deref()
+            .ok_or_else(|| NameError::Fail("dynamic method without a name".into()))?;
+        let sig_bytes = info
+            .stored_sig
+            .as_deref()
+            .ok_or_else(|| NameError::Fail("dynamic method without a signature".into()))?;
+        let sig = decode_method_sig_with(
+            sig_bytes,
+            SigOptions {
+                pointer_size: self.namer.target.pointer_size(),
+                ..SigOptions::default()
+            },
+        )
+        .map_err(|e| NameError::Fail(format!("stored signature: {e}")))?;
+        let is_dynamic_module = self
+            .namer
+            .modules
+            .get(&info.module)
+            .is_some_and(|m| m.is_dynamic);
+        let (md, assembly) = if is_dynamic_module && info.is_lcg {
+            (
+                self.any_metadata()?,
+                std::borrow::Cow::Borrowed(ANONYMOUS_DYNAMIC_ASSEMBLY),
+            )
+        } else {
+            let md = self.metadata(info.module)?;
+            (md, md.assembly_name()?)
+        };
+        let missing: RefCell<Option<u64>> = RefCell::new(None);
+        let namer = |handle: u64| -> Option<String> {
+            match self.internal_type_name(handle) {
+                Ok(n) => Some(n),
+                Err(NameError::NeedModule(m)) => {
+                    *missing.borrow_mut() = Some(m);
+                    None
+                }
+                Err(NameError::Fail(_)) => None,
+            }
+        };
+        let il = IlFormatter::new(md).with_internal_namer(&namer);
+        let text = format_perf_map_name(&il, &assembly, "dynamicClass", name, &sig, true)?;
+        if let Some(m) = missing.into_inner() {
+            return Err(NameError::NeedModule(m));
+        }
+        Ok(text)
+    }
+
+    /// The name `ELEMENT_TYPE_INTERNAL` prints: the type's runtime name without its
+    /// instantiation (`System.Span`1`).
+    fn internal_type_name(&self, handle: u64) -> Result<String, NameError> {
+        if handle & TYPE_HANDLE_TYPE_DESC != 0 {
+            return Err(NameError::Fail("TypeDesc".into()));
+        }
+        let mt = method_table_info(self.namer.target, self.namer.descriptor, handle)?;
+        if mt.is_array() {
+            return self.type_handle_name(handle, 0);
+        }
+        let md = self.metadata(mt.module)?;
+        Ok(md.runtime_type_name(mt.token & 0x00FF_FFFF, Some(&[]))?)
+    }
+
+    /// The runtime's name of a type handle as a generic argument: `System.Int32`,
+    /// `System.__Canon`, `System.Collections.Generic.KeyValuePair`2[System.Int32,System.__Canon]`,
+    /// `System.String[]`.
+    fn type_handle_name(&self, handle: u64, depth: usize) -> Result<String, NameError> {
+        if let Some(n) = self.type_names.borrow().get(&handle) {
+            return Ok(n.clone());
+        }
+        if depth > MAX_TYPE_DEPTH {
+            return Err(NameError::Fail("generic nesting too deep".into()));
+        }
+        if handle & TYPE_HANDLE_TYPE_DESC != 0 {
+            return Err(NameError::Fail(format!(
+                "type argument {handle:#x} is a TypeDesc"
+            )));
+        }
+        let mt = method_table_info(self.namer.target, self.namer.descriptor, handle)?;
+        let name = if mt.is_array() {
+            if !mt.is_sz_array() {
+                return Err(NameError::Fail(
+                    "multi-dimensional array type arguments are not named yet".into(),
+                ));
+            }
+            let mut n = self.type_handle_name(mt.per_inst_info, depth + 1)?;
+            n.push_str("[]");
+            n
+        } else {
+            let md = self.metadata(mt.module)?;
+            let rid = mt.token & 0x00FF_FFFF;
+            let count = md
+                .generic_params_of(Token::new(TableId::TypeDef, rid))
+                .len();
+            if count > 0 {
+                let handles =
+                    type_instantiation(self.namer.target, self.namer.descriptor, &mt, count)?;
+                let mut args = Vec::with_capacity(handles.len());
+                for h in handles {
+                    args.push(self.type_handle_name(h, depth + 1)?);
+                }
+                let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+                md.runtime_type_name(rid, Some(&refs))?
+            } else {
+                md.runtime_type_name(rid, None)?
+            }
+        };
+        self.type_names.borrow_mut().insert(handle, name.clone());
+        Ok(name)
+    }
+}
