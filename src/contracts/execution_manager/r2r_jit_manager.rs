@@ -442,22 +442,7 @@ pub(super) fn debug_info(
         address: 0,
         has_flag_byte: false,
     };
-    let located = if core
-        .descriptor
-        .ty("ReadyToRunInfo")?
-        .has_field("DebugInfoSection")
-    {
-        match core.ptr(info, "ReadyToRunInfo", "DebugInfoSection")? {
-            0 => None,
-            dir => Some((
-                core.u32(dir, "ImageDataDirectory", "VirtualAddress")?
-                    .into(),
-                core.u32(dir, "ImageDataDirectory", "Size")?.into(),
-            )),
-        }
-    } else {
-        section(core, info, SECTION_DEBUG_INFO)?
-    };
+    let located = image_section(core, info, "DebugInfoSection", SECTION_DEBUG_INFO)?;
     let Some((va, size)) = located else {
         return Ok(none);
     };
@@ -481,6 +466,27 @@ pub(super) fn debug_info(
         address: block.section.range_begin.wrapping_add(blob),
         has_flag_byte: false,
     })
+}
+
+/// (RVA, size) of one of the image's sections: newer runtimes point at its directory from a
+/// `ReadyToRunInfo` field; .NET 8 is reached through the image's section table.
+fn image_section(
+    core: &Core<'_>,
+    info: u64,
+    field: &str,
+    kind: u32,
+) -> Result<Option<(u64, u64)>, ContractError> {
+    if !core.descriptor.ty("ReadyToRunInfo")?.has_field(field) {
+        return section(core, info, kind);
+    }
+    match core.ptr(info, "ReadyToRunInfo", field)? {
+        0 => Ok(None),
+        dir => Ok(Some((
+            core.u32(dir, "ImageDataDirectory", "VirtualAddress")?
+                .into(),
+            core.u32(dir, "ImageDataDirectory", "Size")?.into(),
+        ))),
+    }
 }
 
 /// The image's section directory entry of `kind`, through the core header's section table.
@@ -522,24 +528,7 @@ pub(super) fn exception_clauses(
     block: &CodeBlock,
 ) -> Result<Vec<ExceptionClause>, ContractError> {
     let (info, _, _) = parts(block);
-    // Newer runtimes point at the section's directory; .NET 8 is reached through the
-    // image's section table.
-    let located = if core
-        .descriptor
-        .ty("ReadyToRunInfo")?
-        .has_field("ExceptionInfoSection")
-    {
-        match core.ptr(info, "ReadyToRunInfo", "ExceptionInfoSection")? {
-            0 => None,
-            dir => Some((
-                core.u32(dir, "ImageDataDirectory", "VirtualAddress")?
-                    .into(),
-                core.u32(dir, "ImageDataDirectory", "Size")?.into(),
-            )),
-        }
-    } else {
-        section(core, info, SECTION_EXCEPTION_INFO)?
-    };
+    let located = image_section(core, info, "ExceptionInfoSection", SECTION_EXCEPTION_INFO)?;
     let Some((va, size)) = located else {
         return Ok(Vec::new());
     };
