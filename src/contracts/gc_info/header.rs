@@ -159,6 +159,23 @@ pub fn check_version(version: u32, arch: GcInfoArch) -> Result<(), ContractError
     Ok(())
 }
 
+/// Runs `f` on a decoder of the GC info at `addr`, after checking the version.
+fn with_decoder<T>(
+    target: &Target,
+    addr: u64,
+    version: u32,
+    arch: GcInfoArch,
+    f: impl FnOnce(&mut Decoder<'_, '_>) -> Result<T, ContractError>,
+) -> Result<T, ContractError> {
+    check_version(version, arch)?;
+    let mut reader = BitReader::new(target, addr, HEADER_MAX_BYTES);
+    f(&mut Decoder {
+        r: &mut reader,
+        version,
+        arch,
+    })
+}
+
 /// Decodes the header of the GC info at `addr`, written with GCInfo `version` (1 to 4)
 /// for `arch`.
 pub fn decode_header(
@@ -167,14 +184,7 @@ pub fn decode_header(
     version: u32,
     arch: GcInfoArch,
 ) -> Result<GcInfoHeader, ContractError> {
-    check_version(version, arch)?;
-    let mut reader = BitReader::new(target, addr, HEADER_MAX_BYTES);
-    let mut d = Decoder {
-        r: &mut reader,
-        version,
-        arch,
-    };
-    d.header()
+    with_decoder(target, addr, version, arch, |d| d.header())
 }
 
 /// The code length in bytes of the method whose GC info is at `addr`: reads only the bits
@@ -185,14 +195,7 @@ pub fn code_length(
     version: u32,
     arch: GcInfoArch,
 ) -> Result<u32, ContractError> {
-    check_version(version, arch)?;
-    let mut reader = BitReader::new(target, addr, HEADER_MAX_BYTES);
-    let mut d = Decoder {
-        r: &mut reader,
-        version,
-        arch,
-    };
-    Ok(d.prefix()?.code_length)
+    with_decoder(target, addr, version, arch, |d| Ok(d.prefix()?.code_length))
 }
 
 /// What precedes the optional fields.
