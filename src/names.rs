@@ -16,8 +16,11 @@
 //! `[module] <token 0x06000123>` (with a warning); an unreadable MethodDesc
 //! `<MethodDesc 0x…>`. Naming never fails and never panics.
 //!
-//! Not named from metadata yet (they get the fallback): methods of Reflection.Emit
-//! modules (their metadata is in runtime memory, not a PE image), array methods
+//! Methods of Reflection.Emit modules are named from the copy of the module's metadata the
+//! runtime saves whenever a type is created (Loader [`loader::dynamic_metadata`]); a method
+//! of a type not created yet has no saved row and gets the fallback.
+//!
+//! Not named from metadata yet (they get the fallback): array methods
 //! (`Get`/`Set`/`Address`), and type arguments that are TypeDescs (pointers, generic
 //! variables) or multi-dimensional arrays.
 

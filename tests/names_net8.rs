@@ -1,7 +1,8 @@
 //! Method names and modules on the real .NET 8 testbed, live and on its `createdump --full`
 //! and `gcore` dumps: every live managed perf-map entry is listed by the code enumeration
 //! with the same start and size, and the name [`MethodNamer`] gives equals the runtime's (tier suffix
-//! removed) for at least 99% of them; every managed image `/proc/PID/maps` shows is a
+//! removed) for at least 99% of them, with no method left to the fallback name (Reflection.Emit
+//! modules included); every managed image `/proc/PID/maps` shows is a
 //! module with the same base. Plus bad input: truncated metadata gives the fallback name.
 
 mod common;
@@ -10,6 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use cdac::contracts::execution_manager::enumerate::enumerate_code;
 use cdac::contracts::loader::{module_metadata, modules};
+use cdac::formats::ecma::Metadata;
 use cdac::formats::perf_map::strip_tier;
 use cdac::names::MethodNamer;
 use cdac::runtime::{OpenOptions, Runtime};
@@ -37,7 +39,7 @@ fn live_entries(dump: Option<&str>) -> Vec<(u64, u64, String)> {
 /// A rough kind of a perf-map name (and of cdac's name for it), for the mismatch report.
 fn kind(name: &str, ours: &str) -> &'static str {
     if ours.starts_with("[dynamic module") {
-        "reflection-emit module (metadata not read)"
+        "reflection-emit module (no saved metadata)"
     } else if ours.contains("<token 0x") {
         "fallback"
     } else if name.contains("dynamicClass::IL_STUB") {
@@ -56,9 +58,11 @@ fn kind(name: &str, ours: &str) -> &'static str {
 fn check_names(rt: &Runtime, dump: Option<&str>) {
     let what = dump.unwrap_or("live");
     let (t, d) = (rt.target(), rt.descriptor());
+    // The map first: the live process keeps JIT'ing (tiering up), so code enumerated after
+    // the map was read includes everything in it, but not the other way round.
+    let live = live_entries(dump);
     let en = enumerate_code(t, d).expect("enumerate_code");
     let by_start: HashMap<u64, _> = en.entries.iter().map(|e| (e.start, *e)).collect();
-    let live = live_entries(dump);
     assert!(
         live.len() > 1000,
         "{what}: only {} perf-map entries",
@@ -118,6 +122,14 @@ fn check_names(rt: &Runtime, dump: Option<&str>) {
         }
     }
     assert!(rate >= 0.99, "{what}: name match rate {rate}");
+    // Every live method's module has readable metadata, Reflection.Emit ones included.
+    for k in ["reflection-emit module (no saved metadata)", "fallback"] {
+        assert!(
+            !mismatches.contains_key(k),
+            "{what}: {} methods named by the fallback",
+            mismatches[k].len()
+        );
+    }
 }
 
 fn check_modules(rt: &Runtime, what: &str) {
@@ -150,13 +162,28 @@ fn check_modules(rt: &Runtime, what: &str) {
             "{what}: image {path} mapped at {bases:x?}, module base {base:x?}"
         );
     }
+    // Every module has metadata: images from their PE files, Reflection.Emit modules from
+    // the copy the runtime saved; the workload's three emitted assemblies are among them.
     let mut with_metadata = 0;
+    let mut dynamic_assemblies = Vec::new();
     for m in &mods {
-        if module_metadata(t, d, m).expect("module_metadata").is_some() {
-            with_metadata += 1;
-        } else {
-            assert!(m.is_dynamic, "{what}: no metadata for {m:?}");
+        let blob = module_metadata(t, d, m).expect("module_metadata");
+        let blob = blob.unwrap_or_else(|| panic!("{what}: no metadata for {m:?}"));
+        with_metadata += 1;
+        if m.is_dynamic {
+            let md = Metadata::parse(&blob).expect("saved metadata parses");
+            dynamic_assemblies.push(md.assembly_name().expect("assembly name").into_owned());
         }
+    }
+    for name in [
+        "Cdac.Testbed.Emitted",
+        "Cdac.Testbed.Collectible",
+        "Cdac.Testbed.Types",
+    ] {
+        assert!(
+            dynamic_assemblies.iter().any(|a| a == name),
+            "{what}: dynamic assemblies {dynamic_assemblies:?} lack {name}"
+        );
     }
     eprintln!(
         "{what}: {} modules ({} dynamic), {} .dll images mapped, metadata for {with_metadata}",

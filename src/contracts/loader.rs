@@ -8,8 +8,9 @@
 //!
 //! This reads the .NET 8 meanings of the fields (descriptors/README.md): the path and base
 //! come through the PE image, and whether a module is dynamic comes from its Assembly.
-//! Dynamic (Reflection.Emit) modules have no PE image, so [`module_metadata`] returns `None`
-//! for them: their metadata lives in the runtime's writable metadata, which is not read yet.
+//! Dynamic (Reflection.Emit) modules have no PE image: their metadata is the copy the
+//! runtime saves each time a type is created (`Module.DynamicMetadata`, see
+//! [`dynamic_metadata`]).
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -104,6 +105,19 @@ impl<'a> Fields<'a> {
 
     pub fn u32(&self, addr: u64, ty: &str, field: &str) -> Result<u32, ContractError> {
         Ok(self.t.read_u32(addr.wrapping_add(self.off(ty, field)?))?)
+    }
+
+    /// A flag read with the width the descriptor declares (`bool`/`uint8`: one byte,
+    /// `uint16`: two, otherwise four: .NET 8's `BOOL`s are four bytes, later runtimes'
+    /// `bool`s one).
+    pub fn flag(&self, addr: u64, ty: &str, field: &str) -> Result<bool, ContractError> {
+        let f = self.d.ty(ty)?.field(field)?;
+        let at = addr.wrapping_add(u64::from(f.offset));
+        Ok(match f.type_name.as_deref() {
+            Some("bool" | "uint8" | "int8") => self.t.read_u8(at)? != 0,
+            Some("uint16" | "int16") => self.t.read_u16(at)? != 0,
+            _ => self.t.read_u32(at)? != 0,
+        })
     }
 }
 
@@ -218,8 +232,8 @@ fn module_info(
 ) -> Result<ModuleInfo, ContractError> {
     let (is_dynamic, is_collectible) = if assembly != 0 {
         (
-            f.u32(assembly, "Assembly", "IsDynamic")? != 0,
-            f.u32(assembly, "Assembly", "IsCollectible")? != 0,
+            f.flag(assembly, "Assembly", "IsDynamic")?,
+            f.flag(assembly, "Assembly", "IsCollectible")?,
         )
     } else {
         (false, false)
@@ -271,18 +285,72 @@ fn module_info(
     Ok(info)
 }
 
+/// The metadata a dynamic module's runtime saved for debuggers, or `None` when the runtime
+/// has saved none (no type created yet) or the descriptor does not describe it.
+///
+/// `Module.DynamicMetadata` points either at a `DynamicMetadata` (size, then the bytes
+/// inline: .NET 9 and later) or, in .NET 8, at an `SBuffer` (size, and a pointer to the
+/// bytes); the descriptor says which by the type it describes. The blob is at most
+/// [`MAX_IMAGE_SIZE`] bytes.
+pub fn dynamic_metadata(
+    target: &Target,
+    descriptor: &DataDescriptor,
+    module: u64,
+) -> Result<Option<Vec<u8>>, ContractError> {
+    let f = Fields::new(target, descriptor);
+    if !f.has("Module", "DynamicMetadata") {
+        return Ok(None);
+    }
+    let holder = f.ptr(module, "Module", "DynamicMetadata")?;
+    if holder == 0 {
+        return Ok(None);
+    }
+    let (size, data) = if f.has("DynamicMetadata", "Data") {
+        (
+            f.u32(holder, "DynamicMetadata", "Size")?,
+            holder
+                .checked_add(f.off("DynamicMetadata", "Data")?)
+                .ok_or_else(|| ContractError::Corrupt {
+                    what: "DynamicMetadata",
+                    addr: holder,
+                    detail: "data offset runs past the address space".into(),
+                })?,
+        )
+    } else if f.has("SBuffer", "Buffer") {
+        (
+            f.u32(holder, "SBuffer", "Size")?,
+            f.ptr(holder, "SBuffer", "Buffer")?,
+        )
+    } else {
+        // Neither holder type described: the saved copy cannot be located.
+        return Ok(None);
+    };
+    if size == 0 || data == 0 {
+        return Ok(None);
+    }
+    if u64::from(size) > MAX_IMAGE_SIZE {
+        return Err(ContractError::LimitExceeded {
+            what: "saved metadata of a dynamic module",
+            addr: holder,
+            limit: MAX_IMAGE_SIZE,
+            unit: "bytes",
+        });
+    }
+    Ok(Some(target.read_bytes(data, size as usize)?))
+}
+
 /// The module's metadata blob (what the CLI header's MetaData directory points to): read
 /// from the image in target memory (at most [`MAX_IMAGE_SIZE`] bytes), or, when that
-/// fails, from the image file at the module's path. `None` for modules without a PE image
-/// (dynamic modules: their metadata is not read yet) or whose image cannot be read either
-/// way (a warning says why).
+/// fails, from the image file at the module's path; for dynamic modules, the copy the
+/// runtime saved ([`dynamic_metadata`]). `None` when none of these can be read (a warning
+/// says why).
 pub fn module_metadata(
     target: &Target,
-    _descriptor: &DataDescriptor,
+    descriptor: &DataDescriptor,
     module: &ModuleInfo,
 ) -> Result<Option<Vec<u8>>, ContractError> {
     if module.is_dynamic {
-        return Ok(None);
+        return dynamic_metadata(target, descriptor, module.address);
     }
     if module.base != 0 && module.size != 0 {
         if module.size > MAX_IMAGE_SIZE {

@@ -4,7 +4,7 @@
 //! Every reader implements [`MemorySource`], which only knows how to copy bytes and which
 //! files are mapped. [`Target`] wraps a source with the target's data layout (pointer size
 //! and endianness) and gives typed reads on top. All `unsafe` of the crate lives in
-//! [`sys`], the one audited file of system calls and memory maps.
+//! `sys.rs`, the one audited file of system calls and memory maps.
 
 pub mod builder;
 pub mod cache;

@@ -416,7 +416,7 @@ fn truncate_last_byte(s: &mut String) {
 pub struct PerfMapNameOptions<'x> {
     /// The declaring type's instantiation, already in runtime form (`System.__Canon`,
     /// `System.Int32`, ...). `None` prints the open form with the type's generic
-    /// parameter names (`List`1[T]`); non-generic types ignore it.
+    /// parameter names (``List`1[T]``); non-generic types ignore it.
     pub type_instantiation: Option<&'x [&'x str]>,
     /// The assembly's simple name; `None` reads it from the Assembly table.
     pub assembly_name: Option<&'x str>,
