@@ -12,6 +12,7 @@
 
 pub mod cli;
 pub mod contracts;
+pub mod coverage;
 pub mod descriptor;
 pub mod formats;
 pub mod names;

@@ -3,7 +3,9 @@
 
 mod code;
 mod info;
+mod mip;
 mod names;
+mod r2r;
 
 use std::path::PathBuf;
 
@@ -35,6 +37,15 @@ enum Command {
     Methods(names::MethodsArgs),
     /// Write a perf map (`START SIZE name`) so that `perf report` names managed frames.
     Perfmap(names::PerfmapArgs),
+    /// Write the ReadyToRun PerfMap (.ni.r2rmap) of a ReadyToRun image, offline.
+    R2rmap(r2r::R2rmapArgs),
+    /// Look RVAs up in a ReadyToRun PerfMap.
+    Symbolize(r2r::SymbolizeArgs),
+    /// Read, merge and create LLVM MIP profiles.
+    #[command(subcommand)]
+    Mip(mip::MipCommand),
+    /// Which managed methods have run, written as a MIP function-coverage profile.
+    Coverage(mip::CoverageArgs),
 }
 
 /// Which target to read, shared by every command.
@@ -92,6 +103,10 @@ pub fn main() -> i32 {
         Command::Modules(args) => names::run_modules(args),
         Command::Methods(args) => names::run_methods(args),
         Command::Perfmap(args) => names::run_perfmap(args),
+        Command::R2rmap(args) => r2r::run_r2rmap(args),
+        Command::Symbolize(args) => r2r::run_symbolize(args),
+        Command::Mip(cmd) => mip::run_mip(cmd),
+        Command::Coverage(args) => mip::run_coverage(args),
     };
     match result {
         Ok(()) => 0,
@@ -132,4 +147,14 @@ fn init_logging() {
 /// Formats an address the way every command prints one.
 pub fn hex(addr: u64) -> String {
     format!("{addr:#x}")
+}
+
+/// Writes `text` to standard output; a reader that went away (`| head`) is not an error.
+pub(crate) fn emit(text: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }

@@ -14,7 +14,7 @@ use crate::formats::perf_map::{self, PerfMapEntry};
 use crate::names::MethodNamer;
 use crate::runtime::Runtime;
 
-type CliResult = Result<(), Box<dyn std::error::Error>>;
+pub(crate) type CliResult = Result<(), Box<dyn std::error::Error>>;
 
 /// Arguments of `cdac modules`.
 #[derive(Debug, Args)]

@@ -1,5 +1,7 @@
-//! File formats cdac reads and writes: ECMA-335 metadata (`ecma`), perf maps (`perf_map`);
-//! ReadyToRun PerfMaps and MIP profiles come with the formats issue.
+//! File formats cdac reads and writes: ECMA-335 metadata (`ecma`), perf maps (`perf_map`),
+//! LLVM MIP profiles (`mip`), ReadyToRun images and their PerfMaps (`r2r`).
 
 pub mod ecma;
+pub mod mip;
 pub mod perf_map;
+pub mod r2r;

@@ -101,7 +101,7 @@ pub enum Primitive {
 }
 
 impl Primitive {
-    fn from_element_type(et: u8) -> Option<Primitive> {
+    pub(crate) fn from_element_type(et: u8) -> Option<Primitive> {
         use element_type as e;
         Some(match et {
             e::VOID => Primitive::Void,

@@ -1,0 +1,135 @@
+//! `cdac r2rmap` (a ReadyToRun PerfMap made offline from an image) and `cdac symbolize`
+//! (RVAs looked up in one).
+
+/// `writeln!` into the output buffer (writing to a `String` cannot fail).
+macro_rules! outln {
+    ($o:expr, $($t:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($o, $($t)*);
+    }};
+}
+
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::json;
+
+use super::names::CliResult;
+use crate::formats::r2r::perf_map::{enum_name, ABI_NAMES, ARCH_NAMES, OS_NAMES};
+use crate::formats::r2r::{r2r_perf_map, R2rMapOptions, R2rPerfMap};
+
+/// Arguments of `cdac r2rmap`.
+#[derive(Debug, Args)]
+pub struct R2rmapArgs {
+    /// The ReadyToRun image (a .dll compiled by crossgen2).
+    image: PathBuf,
+    /// Where to write the map (default: standard output).
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// More folders to look for referenced assemblies in (the image's own is searched
+    /// first).
+    #[arg(long = "search", value_name = "DIR")]
+    search: Vec<PathBuf>,
+    /// Names without the .NET 8 runtime's one-byte truncation of some names.
+    #[arg(long)]
+    exact_names: bool,
+}
+
+/// Arguments of `cdac symbolize`.
+#[derive(Debug, Args)]
+pub struct SymbolizeArgs {
+    /// The ReadyToRun PerfMap (.ni.r2rmap) to look RVAs up in.
+    #[arg(long, value_name = "FILE")]
+    r2rmap: PathBuf,
+    /// RVAs (hex, with or without 0x).
+    #[arg(required = true)]
+    rvas: Vec<String>,
+    /// JSON output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `cdac r2rmap`.
+pub fn run_r2rmap(args: &R2rmapArgs) -> CliResult {
+    let report = r2r_perf_map(
+        &args.image,
+        &R2rMapOptions {
+            search_dirs: args.search.clone(),
+            exact_names: args.exact_names,
+        },
+    )?;
+    let text = report.map.write();
+    match &args.output {
+        Some(path) if path.as_os_str() != "-" => {
+            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        _ => super::emit(&text)?,
+    }
+    eprintln!(
+        "{}: {} entries for {} methods; {} of {} runtime functions covered; {} fallback names; signature {}",
+        args.image.display(),
+        report.map.entries.len(),
+        report.methods,
+        report.covered_functions,
+        report.runtime_functions,
+        report.fallback_names,
+        if report.signature_from_image { "from the image's PerfMap record" } else { "computed (the image has no PerfMap record)" },
+    );
+    Ok(())
+}
+
+/// Runs `cdac symbolize`.
+pub fn run_symbolize(args: &SymbolizeArgs) -> CliResult {
+    let text = std::fs::read_to_string(&args.r2rmap)
+        .map_err(|e| format!("{}: {e}", args.r2rmap.display()))?;
+    let map = R2rPerfMap::parse(&text).map_err(|e| format!("{}: {e}", args.r2rmap.display()))?;
+    let mut out = String::new();
+    let mut results = Vec::new();
+    for raw in &args.rvas {
+        let digits = raw.trim_start_matches("0x").trim_start_matches("0X");
+        let result = match u32::from_str_radix(digits, 16) {
+            Ok(rva) => match map.lookup(rva) {
+                Some(e) => {
+                    json!({"rva": format!("{rva:#x}"), "name": e.name, "start": format!("{:#x}", e.rva), "offset": format!("{:#x}", rva - e.rva), "length": e.length})
+                }
+                None => json!({"rva": format!("{rva:#x}"), "error": "no entry holds this RVA"}),
+            },
+            Err(_) => json!({"rva": raw, "error": "not a hex number"}),
+        };
+        results.push(result);
+    }
+    if args.json {
+        outln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "signature": map.signature.iter().map(|b| format!("{b:02X}")).collect::<String>(),
+                "version": map.version,
+                "os": enum_name(&OS_NAMES, map.os),
+                "architecture": enum_name(&ARCH_NAMES, map.arch),
+                "abi": enum_name(&ABI_NAMES, map.abi),
+                "results": results,
+            }))?
+        );
+    } else {
+        for r in &results {
+            match (r.get("name"), r.get("error")) {
+                (Some(name), _) => outln!(
+                    out,
+                    "{}  {}+{}",
+                    r["rva"].as_str().unwrap_or(""),
+                    name.as_str().unwrap_or(""),
+                    r["offset"].as_str().unwrap_or("")
+                ),
+                (_, Some(err)) => outln!(
+                    out,
+                    "{}  error: {}",
+                    r["rva"].as_str().unwrap_or(""),
+                    err.as_str().unwrap_or("")
+                ),
+                _ => {}
+            }
+        }
+    }
+    super::emit(&out)
+}

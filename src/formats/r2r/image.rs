@@ -1,0 +1,317 @@
+//! A ReadyToRun PE image read from its file: the PE headers (through `object`), the
+//! READYTORUN_HEADER and its section table, the runtime functions, the metadata and the
+//! PerfMap debug-directory entry.
+
+use object::pe::{ImageDebugDirectory, ImageDosHeader, ImageNtHeaders32, ImageNtHeaders64};
+use object::read::pe::{ImageNtHeaders, SectionTable};
+use object::LittleEndian as LE;
+
+use super::R2rError;
+use crate::formats::ecma::pe::{cli_header, PeLayout};
+
+/// `RTR` in the READYTORUN_HEADER's signature field.
+pub const READYTORUN_SIGNATURE: u32 = 0x0052_5452;
+/// ReadyToRun section types this module reads.
+pub mod section {
+    pub const RUNTIME_FUNCTIONS: u32 = 102;
+    pub const METHOD_DEF_ENTRY_POINTS: u32 = 103;
+    pub const INSTANCE_METHOD_ENTRY_POINTS: u32 = 109;
+    pub const HOT_COLD_MAP: u32 = 120;
+}
+/// The debug-directory entry type of a ReadyToRun PerfMap (`R2RM` record).
+pub const IMAGE_DEBUG_TYPE_PERFMAP: u32 = 21;
+/// `R2RM` little-endian.
+const PERFMAP_ENTRY_MAGIC: u32 = 0x4D52_3252;
+/// Most sections a header may list (the format defines a few dozen types).
+const MAX_SECTIONS: u32 = 1024;
+
+/// The target operating system, from the PE machine field: ReadyToRun images for other
+/// systems than Windows XOR the architecture's machine value with an OS constant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetOs {
+    Windows,
+    Linux,
+    Osx,
+    FreeBsd,
+    NetBsd,
+    SunOs,
+}
+
+/// The target architecture, from the PE machine field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetArch {
+    X64,
+    X86,
+    Arm64,
+    Arm,
+    Unknown(u16),
+}
+
+impl TargetArch {
+    /// Bytes of one RUNTIME_FUNCTION entry: x64 and x86 keep an end address, the ARM
+    /// family only begin and unwind data.
+    pub fn runtime_function_size(self) -> usize {
+        match self {
+            TargetArch::X64 | TargetArch::X86 | TargetArch::Unknown(_) => 12,
+            TargetArch::Arm64 | TargetArch::Arm => 8,
+        }
+    }
+}
+
+fn split_machine(machine: u16) -> (TargetOs, TargetArch) {
+    const OS_XOR: [(u16, TargetOs); 6] = [
+        (0, TargetOs::Windows),
+        (0x7B79, TargetOs::Linux),
+        (0x4644, TargetOs::Osx),
+        (0xADC4, TargetOs::FreeBsd),
+        (0x1993, TargetOs::NetBsd),
+        (0x1992, TargetOs::SunOs),
+    ];
+    for (xor, os) in OS_XOR {
+        let arch = match machine ^ xor {
+            0x8664 => TargetArch::X64,
+            0x014C => TargetArch::X86,
+            0xAA64 => TargetArch::Arm64,
+            0x01C4 => TargetArch::Arm,
+            _ => continue,
+        };
+        return (os, arch);
+    }
+    (TargetOs::Windows, TargetArch::Unknown(machine))
+}
+
+/// One entry of the READYTORUN_HEADER's section table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct R2rSection {
+    pub kind: u32,
+    pub rva: u32,
+    pub size: u32,
+}
+
+/// One RUNTIME_FUNCTION: a contiguous piece of compiled code (a method's main body, one
+/// of its funclets, or a cold part). `end` is 0 where the architecture stores none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeFunction {
+    pub begin: u32,
+    pub end: u32,
+    pub unwind: u32,
+}
+
+/// The image's PerfMap debug-directory record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerfMapDebugEntry {
+    pub signature: [u8; 16],
+    pub version: u32,
+    /// The r2rmap file name the compiler chose.
+    pub file_name: String,
+}
+
+/// A ReadyToRun image parsed from its file bytes.
+pub struct R2rImage<'a> {
+    bytes: &'a [u8],
+    sections: SectionTable<'a>,
+    pub os: TargetOs,
+    pub arch: TargetArch,
+    pub major_version: u16,
+    pub minor_version: u16,
+    pub flags: u32,
+    pub r2r_sections: Vec<R2rSection>,
+    pub runtime_functions: Vec<RuntimeFunction>,
+    /// The ECMA-335 metadata blob.
+    pub metadata: &'a [u8],
+    pub perf_map_entry: Option<PerfMapDebugEntry>,
+}
+
+fn pe(e: impl std::fmt::Display) -> R2rError {
+    R2rError::Pe(e.to_string())
+}
+
+struct Headers<'a> {
+    machine: u16,
+    sections: SectionTable<'a>,
+    debug_dir: Option<(u32, u32)>,
+}
+
+fn headers<'a, H: ImageNtHeaders>(bytes: &'a [u8]) -> Result<Headers<'a>, R2rError> {
+    let dos = ImageDosHeader::parse(bytes).map_err(pe)?;
+    let mut offset = dos.nt_headers_offset().into();
+    let (nt, dirs) = H::parse(bytes, &mut offset).map_err(pe)?;
+    let sections = nt.sections(bytes, offset).map_err(pe)?;
+    let debug_dir = dirs
+        .get(object::pe::IMAGE_DIRECTORY_ENTRY_DEBUG)
+        .map(|d| (d.virtual_address.get(LE), d.size.get(LE)))
+        .filter(|&(rva, size)| rva != 0 && size != 0);
+    Ok(Headers {
+        machine: nt.file_header().machine.get(LE).0,
+        sections,
+        debug_dir,
+    })
+}
+
+impl<'a> R2rImage<'a> {
+    /// Parses the image file. Not a PE file, not a .NET image, or no ReadyToRun header:
+    /// a typed error.
+    pub fn parse(bytes: &'a [u8]) -> Result<R2rImage<'a>, R2rError> {
+        let h = match object::read::pe::optional_header_magic(bytes).map_err(pe)? {
+            object::pe::IMAGE_NT_OPTIONAL_HDR32_MAGIC => headers::<ImageNtHeaders32>(bytes)?,
+            object::pe::IMAGE_NT_OPTIONAL_HDR64_MAGIC => headers::<ImageNtHeaders64>(bytes)?,
+            m => return Err(pe(format!("unknown optional header magic {m:#x}"))),
+        };
+        let (os, arch) = split_machine(h.machine);
+        let cli = cli_header(bytes, PeLayout::File).map_err(|e| pe(e.to_string()))?;
+        let mut img = R2rImage {
+            bytes,
+            sections: h.sections,
+            os,
+            arch,
+            major_version: 0,
+            minor_version: 0,
+            flags: 0,
+            r2r_sections: Vec::new(),
+            runtime_functions: Vec::new(),
+            metadata: &[],
+            perf_map_entry: None,
+        };
+        img.metadata = img.at(cli.metadata_rva, cli.metadata_size, "metadata")?;
+        if cli.managed_native_header_rva == 0 {
+            return Err(R2rError::NotReadyToRun);
+        }
+        let header = img.at(cli.managed_native_header_rva, 16, "ReadyToRun header")?;
+        let u32_at = |b: &[u8], k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
+        let signature = u32_at(header, 0);
+        if signature != READYTORUN_SIGNATURE {
+            return Err(R2rError::NotReadyToRun);
+        }
+        img.major_version = u16::from_le_bytes([header[4], header[5]]);
+        img.minor_version = u16::from_le_bytes([header[6], header[7]]);
+        img.flags = u32_at(header, 8);
+        let count = u32_at(header, 12);
+        if count > MAX_SECTIONS {
+            return Err(R2rError::Corrupt(format!(
+                "ReadyToRun header lists {count} sections"
+            )));
+        }
+        let table = img.at(
+            cli.managed_native_header_rva + 16,
+            count * 12,
+            "ReadyToRun section table",
+        )?;
+        img.r2r_sections = table
+            .chunks_exact(12)
+            .map(|c| R2rSection {
+                kind: u32_at(c, 0),
+                rva: u32_at(c, 4),
+                size: u32_at(c, 8),
+            })
+            .collect();
+        let rf = img
+            .section_bytes(section::RUNTIME_FUNCTIONS)?
+            .ok_or(R2rError::MissingSection(section::RUNTIME_FUNCTIONS))?;
+        let size = arch.runtime_function_size();
+        img.runtime_functions = rf
+            .chunks_exact(size)
+            .map(|c| {
+                if size == 12 {
+                    RuntimeFunction {
+                        begin: u32_at(c, 0),
+                        end: u32_at(c, 4),
+                        unwind: u32_at(c, 8),
+                    }
+                } else {
+                    RuntimeFunction {
+                        begin: u32_at(c, 0),
+                        end: 0,
+                        unwind: u32_at(c, 4),
+                    }
+                }
+            })
+            .collect();
+        if let Some((rva, size)) = h.debug_dir {
+            img.perf_map_entry = img.read_perf_map_entry(rva, size);
+        }
+        Ok(img)
+    }
+
+    /// `size` bytes of the file at `rva`.
+    pub fn at(&self, rva: u32, size: u32, what: &str) -> Result<&'a [u8], R2rError> {
+        let (offset, available) =
+            self.sections
+                .pe_file_range_at(rva)
+                .ok_or_else(|| R2rError::OutOfImage {
+                    what: what.to_string(),
+                    rva,
+                    size,
+                })?;
+        if available < size {
+            return Err(R2rError::OutOfImage {
+                what: what.to_string(),
+                rva,
+                size,
+            });
+        }
+        let start = offset as usize;
+        self.bytes
+            .get(start..start + size as usize)
+            .ok_or_else(|| R2rError::OutOfImage {
+                what: what.to_string(),
+                rva,
+                size,
+            })
+    }
+
+    /// The section of `kind`, if the header lists it.
+    pub fn section(&self, kind: u32) -> Option<R2rSection> {
+        self.r2r_sections.iter().copied().find(|s| s.kind == kind)
+    }
+
+    /// The bytes of the section of `kind`, if the header lists it.
+    pub fn section_bytes(&self, kind: u32) -> Result<Option<&'a [u8]>, R2rError> {
+        match self.section(kind) {
+            Some(s) => Ok(Some(self.at(s.rva, s.size, "ReadyToRun section")?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The bytes of a hot or cold part: RVA `begin` up to the next runtime function's
+    /// `end` where the architecture stores none.
+    pub fn function_end(&self, index: usize) -> Option<u32> {
+        let rf = self.runtime_functions.get(index)?;
+        if rf.end != 0 {
+            return Some(rf.end);
+        }
+        // ARM: no end address; the next function's start bounds this one.
+        self.runtime_functions.get(index + 1).map(|n| n.begin)
+    }
+
+    fn read_perf_map_entry(&self, rva: u32, size: u32) -> Option<PerfMapDebugEntry> {
+        let entry_size = std::mem::size_of::<ImageDebugDirectory>() as u32;
+        let dir = self
+            .at(rva, size - size % entry_size, "debug directory")
+            .ok()?;
+        for raw in dir.chunks_exact(entry_size as usize) {
+            let (entry, _) = object::pod::from_bytes::<ImageDebugDirectory>(raw).ok()?;
+            if entry.typ.get(LE).0 != IMAGE_DEBUG_TYPE_PERFMAP {
+                continue;
+            }
+            let len = entry.size_of_data.get(LE) as usize;
+            let start = entry.pointer_to_raw_data.get(LE) as usize;
+            let data = self.bytes.get(start..start.checked_add(len)?)?;
+            if data.len() < 24
+                || u32::from_le_bytes(data[0..4].try_into().ok()?) != PERFMAP_ENTRY_MAGIC
+            {
+                return None;
+            }
+            let mut signature = [0u8; 16];
+            signature.copy_from_slice(&data[4..20]);
+            let version = u32::from_le_bytes(data[20..24].try_into().ok()?);
+            let name = &data[24..];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            return Some(PerfMapDebugEntry {
+                signature,
+                version,
+                file_name: String::from_utf8_lossy(name).into_owned(),
+            });
+        }
+        None
+    }
+}
