@@ -15,6 +15,7 @@ pub mod contracts;
 pub mod coverage;
 pub mod descriptor;
 pub mod formats;
+pub mod limits;
 pub mod names;
 pub mod runtime;
 pub mod target;

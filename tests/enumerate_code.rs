@@ -19,11 +19,11 @@ use std::time::Instant;
 
 use cdac::contracts::execution_manager::enumerate::{
     all_code, enumerate_code, enumerate_code_with, CodeEntry, CodeEnumeration, ErrorSite,
-    MAX_ENUMERATED_BUCKETS, MAX_HEAP_UNITS,
 };
 use cdac::contracts::execution_manager::range_section_map::all_range_sections;
 use cdac::contracts::execution_manager::{execution_manager, JitType};
 use cdac::contracts::ContractError;
+use cdac::limits::{Limit, Limits};
 use cdac::runtime::{OpenOptions, Runtime};
 use cdac::target::DataLayout;
 use common::{hex, perf_map, scratch, testbed, SyntheticHost};
@@ -598,7 +598,7 @@ fn mock_damaged_lists_and_sizes_are_bounded() {
         // Heap A's map runs into other allocations and then unmapped memory: the scan
         // stops after a few unreadable chunks, or at its cap.
         assert!(
-            a.units_read <= MAX_HEAP_UNITS,
+            a.units_read <= Limits::default().max_map_scan,
             "{c}: {} units",
             a.units_read
         );
@@ -618,7 +618,12 @@ fn mock_damaged_lists_and_sizes_are_bounded() {
         assert!(
             en.errors.iter().any(|e| matches!(
                 e.error,
-                ContractError::LimitExceeded { what: "entry point map walk", limit, .. } if limit == MAX_ENUMERATED_BUCKETS
+                ContractError::LimitExceeded {
+                    what: "entry point map walk",
+                    limit: Limit::ListLength,
+                    cap,
+                    ..
+                } if cap == Limits::default().max_list_length
             )),
             "{c}: {sites:?}"
         );

@@ -7,9 +7,10 @@
 //! * nothing saved yet (null holder, zero size), no field in the descriptor, a size past
 //!   the limit (typed error, nothing read), bytes that cannot be read (typed error).
 
-use cdac::contracts::loader::{dynamic_metadata, MAX_IMAGE_SIZE};
+use cdac::contracts::loader::dynamic_metadata;
 use cdac::contracts::ContractError;
 use cdac::descriptor::{json, DataDescriptor};
+use cdac::limits::{Limit, Limits};
 use cdac::target::builder::MemoryBuilder;
 use cdac::target::DataLayout;
 
@@ -147,12 +148,15 @@ fn nothing_saved_is_none() {
 fn a_size_past_the_limit_is_a_typed_error() {
     for layout in DataLayout::ALL {
         for form in [Form::Inline, Form::SBuffer] {
-            let huge = u32::try_from(MAX_IMAGE_SIZE + 1).unwrap_or(u32::MAX);
-            let (t, module) = lay_out(layout, form, huge, Some(&blob(16)));
+            let (t, module) = lay_out(layout, form, 4097, Some(&blob(16)));
+            let t = t.with_limits(Limits {
+                max_read_bytes: 4096,
+                ..Limits::default()
+            });
             let d = descriptor(layout, form);
             match dynamic_metadata(&t, &d, module) {
-                Err(ContractError::LimitExceeded { limit, .. }) => {
-                    assert_eq!(limit, MAX_IMAGE_SIZE)
+                Err(ContractError::LimitExceeded { limit, cap, .. }) => {
+                    assert_eq!((limit, cap), (Limit::ReadSize, 4096))
                 }
                 other => panic!("{layout:?} {form:?}: {other:?}"),
             }

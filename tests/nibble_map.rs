@@ -21,6 +21,7 @@ use cdac::contracts::execution_manager::nibble_map::{
 };
 use cdac::contracts::ContractError;
 use cdac::descriptor::{json, DataDescriptor};
+use cdac::limits::Limit;
 use cdac::target::builder::{BuiltMemory, MemoryBuilder};
 use cdac::target::{
     DataLayout, MappedFile, MemorySource, ReadError, Target, TargetKind, ThreadInfo,
@@ -784,8 +785,14 @@ fn linear_scan_limit() {
         );
         let short = heap.map.with_scan_limit(needed - 1);
         match short.find_method_start(&heap.target, last) {
-            Err(ContractError::LimitExceeded { addr, limit, .. }) => {
-                assert_eq!((addr, limit), (last, needed - 1), "{layout:?}");
+            Err(ContractError::LimitExceeded {
+                addr, limit, cap, ..
+            }) => {
+                assert_eq!(
+                    (addr, limit, cap),
+                    (last, Limit::MapScan, needed - 1),
+                    "{layout:?}"
+                );
             }
             other => panic!("{layout:?}: expected LimitExceeded, got {other:?}"),
         }

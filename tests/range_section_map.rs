@@ -14,6 +14,7 @@
 //! ([`geometry`]), never from the library's constants; the descriptor the library reads is
 //! JSON built from the same tables. Everything runs over all of `DataLayout::ALL`.
 
+use cdac::limits::{Limit, Limits};
 use std::collections::{BTreeMap, BTreeSet};
 
 use cdac::contracts::execution_manager::nibble_map::{NibbleMap, NibbleMapVersion};
@@ -991,7 +992,7 @@ fn cyclic_fragment_list() {
             for (ip, head) in [(base + 0x150, a), (other + 0x10, c)] {
                 match find_range_section(&target, &d, ip) {
                     Err(ContractError::LimitExceeded { addr, limit, .. }) => {
-                        assert_eq!((addr, limit), (head, 65_536), "{layout:?}")
+                        assert_eq!((addr, limit), (head, Limit::ListLength), "{layout:?}")
                     }
                     other => panic!("{layout:?}: expected LimitExceeded, got {other:?}"),
                 }
@@ -1004,8 +1005,8 @@ fn cyclic_fragment_list() {
     }
 }
 
-/// A list longer than 65,536 fragments (not a cycle) is `LimitExceeded`; one of exactly
-/// 65,536 is walked to its end.
+/// Under a list-length limit of 65,536, a list longer than that (not a cycle) is
+/// `LimitExceeded` naming the limit; one of exactly 65,536 is walked to its end.
 #[test]
 fn long_fragment_list_hits_limit() {
     for layout in [DataLayout::LE64, DataLayout::BE32] {
@@ -1039,11 +1040,20 @@ fn long_fragment_list_hits_limit() {
             }
             w.set_leaf(base, first);
             let (target, d) = w.build();
+            let target = target.with_limits(Limits {
+                max_list_length: 65_536,
+                ..Limits::default()
+            });
             let got = find_range_section(&target, &d, base + 0x10);
             match (ok, got) {
                 (true, Ok(Some(found))) => assert_eq!(found.address, s),
-                (false, Err(ContractError::LimitExceeded { addr, limit, .. })) => {
-                    assert_eq!((addr, limit), (first, 65_536))
+                (
+                    false,
+                    Err(ContractError::LimitExceeded {
+                        addr, limit, cap, ..
+                    }),
+                ) => {
+                    assert_eq!((addr, limit, cap), (first, Limit::ListLength, 65_536))
                 }
                 (_, other) => panic!("{layout:?} {len}: got {other:?}"),
             }

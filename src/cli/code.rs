@@ -161,60 +161,61 @@ pub fn run_ip2md(args: &Ip2mdArgs) -> Result<(), Box<dyn std::error::Error>> {
             },
         };
         if !args.json {
-            print_ip2md(&value);
+            print_ip2md(&value)?;
         }
         results.push(value);
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        out!("{}", serde_json::to_string_pretty(&results)?);
     }
     Ok(())
 }
 
-fn print_ip2md(v: &Value) {
+fn print_ip2md(v: &Value) -> Result<(), Box<dyn std::error::Error>> {
     let s = |k: &str| match &v[k] {
         Value::Null => "-".to_string(),
         Value::String(t) => t.clone(),
         other => other.to_string(),
     };
     if let Some(e) = v.get("error") {
-        println!("{}: {}", s("address"), e.as_str().unwrap_or_default());
-        return;
+        out!("{}: {}", s("address"), e.as_str().unwrap_or_default());
+        return Ok(());
     }
-    println!("{}", s("address"));
-    println!("  method desc     {}", s("method_desc"));
-    println!("  name            {}", s("name"));
-    println!(
+    out!("{}", s("address"));
+    out!("  method desc     {}", s("method_desc"));
+    out!("  name            {}", s("name"));
+    out!(
         "  start           {} (+{:#x}), {}",
         s("start"),
         v["relative_offset"].as_u64().unwrap_or(0),
         s("jit_type")
     );
-    println!("  hot size        {}", s("hot_size"));
+    out!("  hot size        {}", s("hot_size"));
     if !v["cold_start"].is_null() {
-        println!(
+        out!(
             "  cold            {} ({} bytes)",
             s("cold_start"),
             s("cold_size")
         );
     }
-    println!(
+    out!(
         "  funclet         {} (is funclet: {})",
         s("funclet_start"),
         s("is_funclet")
     );
-    println!(
+    out!(
         "  gc info         {} (version {})",
         s("gc_info"),
         s("gc_info_version")
     );
-    println!("  unwind info     {}", s("unwind_info"));
-    println!("  debug info      {}", s("debug_info"));
+    out!("  unwind info     {}", s("unwind_info"));
+    out!("  debug info      {}", s("debug_info"));
     if let Some(Value::Object(errors)) = v.get("errors") {
         for (k, e) in errors {
-            println!("  ({k} unavailable: {})", e.as_str().unwrap_or_default());
+            out!("  ({k} unavailable: {})", e.as_str().unwrap_or_default());
         }
     }
+    Ok(())
 }
 
 fn block_at(
@@ -243,22 +244,26 @@ pub fn run_eh(args: &AddressArgs) -> Result<(), Box<dyn std::error::Error>> {
             "start": hex(b.start),
             "clauses": clauses,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        out!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    println!(
+    out!(
         "method desc {} starting at {}: {} clause(s)",
         hex(b.method_desc),
         hex(b.start),
         clauses.len()
     );
     for (i, c) in clauses.iter().enumerate() {
-        print_clause(i, c, b.start);
+        print_clause(i, c, b.start)?;
     }
     Ok(())
 }
 
-fn print_clause(i: usize, c: &ExceptionClause, start: u64) {
+fn print_clause(
+    i: usize,
+    c: &ExceptionClause,
+    start: u64,
+) -> Result<(), Box<dyn std::error::Error>> {
     let kind = format!("{:?}", c.kind).to_uppercase();
     let extra = match (c.filter_offset, c.class_token, c.type_handle) {
         (Some(f), _, _) => format!(
@@ -269,7 +274,7 @@ fn print_clause(i: usize, c: &ExceptionClause, start: u64) {
         (_, _, Some(th)) => format!(" type handle {}", hex(th)),
         _ => String::new(),
     };
-    println!(
+    out!(
         "  [{i}] {kind:<7}{} try [+{:#x}, +{:#x}) handler [+{:#x}, +{:#x}){extra}",
         if c.duplicated { " (duplicated)" } else { "" },
         c.try_start,
@@ -277,6 +282,7 @@ fn print_clause(i: usize, c: &ExceptionClause, start: u64) {
         c.handler_start,
         c.handler_end
     );
+    Ok(())
 }
 
 /// Runs `cdac unwind`.
@@ -314,15 +320,15 @@ pub fn run_unwind(args: &AddressArgs) -> Result<(), Box<dyn std::error::Error>> 
             "unwind_data": hex(base.wrapping_add(unwind)),
             "unwind": decoded,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        out!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(());
     }
-    println!(
+    out!(
         "method at {} (method desc {})",
         hex(b.start),
         hex(b.method_desc)
     );
-    println!(
+    out!(
         "  RUNTIME_FUNCTION at {}: begin {}{}, unwind data {} (relative to {})",
         hex(rf),
         hex(base.wrapping_add(begin)),
@@ -332,7 +338,7 @@ pub fn run_unwind(args: &AddressArgs) -> Result<(), Box<dyn std::error::Error>> 
         hex(base)
     );
     if let Some(u) = decoded {
-        println!(
+        out!(
             "  version {}, flags {:#x}, prolog {} bytes, frame register {}",
             u.version,
             u.flags,
@@ -343,7 +349,7 @@ pub fn run_unwind(args: &AddressArgs) -> Result<(), Box<dyn std::error::Error>> 
             ))
         );
         for op in &u.codes {
-            println!("    +{:#04x}  {}", op.code_offset, op.operation);
+            out!("    +{:#04x}  {}", op.code_offset, op.operation);
         }
     }
     Ok(())

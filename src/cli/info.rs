@@ -161,26 +161,27 @@ pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
     let rt = args.target.open(&args.descriptor)?;
     let r = report(&rt);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        out!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
     }
     let unknown = || "unknown".to_string();
-    println!("target            {}", r.target);
-    println!(
+    out!("target            {}", r.target);
+    out!(
         "runtime module    {} at {}",
-        r.runtime_module.path, r.runtime_module.base
+        r.runtime_module.path,
+        r.runtime_module.base
     );
-    println!(
+    out!(
         "build id          {}",
         r.runtime_module.build_id.clone().unwrap_or_else(unknown)
     );
-    println!(
+    out!(
         "runtime version   {} (file version {}, commit {})",
         r.runtime_version.clone().unwrap_or_else(unknown),
         r.runtime_file_version.clone().unwrap_or_else(unknown),
         r.runtime_commit.clone().unwrap_or_else(unknown)
     );
-    println!(
+    out!(
         "architecture      {} ({}-bit pointers, {}-endian)",
         r.architecture,
         u32::from(r.pointer_size) * 8,
@@ -191,9 +192,10 @@ pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
         .fit
         .map(|f| format!(", {f}"))
         .unwrap_or_default();
-    println!(
+    out!(
         "descriptor        {}: {}{fit}",
-        r.descriptor_source.kind, r.descriptor_source.name
+        r.descriptor_source.kind,
+        r.descriptor_source.name
     );
     let contracts: Vec<String> = r
         .contracts
@@ -205,7 +207,7 @@ pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
             )
         })
         .collect();
-    println!(
+    out!(
         "contracts         {}",
         if contracts.is_empty() {
             "none".to_string()
@@ -213,20 +215,20 @@ pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
             contracts.join(", ")
         }
     );
-    println!("types             {}", r.types_count);
-    println!("globals           {}", r.globals_count);
-    println!("threads           {}", r.threads.len());
+    out!("types             {}", r.types_count);
+    out!("globals           {}", r.globals_count);
+    out!("threads           {}", r.threads.len());
     for t in &r.threads {
         match (&t.ip, &t.sp) {
-            (Some(ip), Some(sp)) => println!("  tid {:<8} ip {ip:<18} sp {sp}", t.tid),
-            _ => println!("  tid {}", t.tid),
+            (Some(ip), Some(sp)) => out!("  tid {:<8} ip {ip:<18} sp {sp}", t.tid),
+            _ => out!("  tid {}", t.tid),
         }
     }
     for s in &r.sub_descriptors {
         match (&s.address, &s.skipped) {
-            (Some(a), None) => println!("sub-descriptor    {} at {a}", s.name),
-            (_, Some(why)) => println!("sub-descriptor    {} not loaded: {why}", s.name),
-            (None, None) => println!("sub-descriptor    {}", s.name),
+            (Some(a), None) => out!("sub-descriptor    {} at {a}", s.name),
+            (_, Some(why)) => out!("sub-descriptor    {} not loaded: {why}", s.name),
+            (None, None) => out!("sub-descriptor    {}", s.name),
         }
     }
     Ok(())

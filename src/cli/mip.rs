@@ -108,7 +108,7 @@ pub fn run_mip(cmd: &MipCommand) -> CliResult {
             }
             let merged = merge(&profiles)?;
             write(&a.output, &merged.to_bytes()?)?;
-            eprintln!(
+            status!(
                 "merged {} profile(s): {} functions",
                 profiles.len(),
                 merged.functions.len()
@@ -120,7 +120,7 @@ pub fn run_mip(cmd: &MipCommand) -> CliResult {
                 MipMap::parse(&read(&a.map)?).map_err(|e| format!("{}: {e}", a.map.display()))?;
             let profile = create_from_map(&map)?;
             write(&a.output, &profile.to_bytes()?)?;
-            eprintln!("created a profile of {} functions", profile.functions.len());
+            status!("created a profile of {} functions", profile.functions.len());
             Ok(())
         }
     }
@@ -174,7 +174,7 @@ fn show(a: &ShowArgs) -> CliResult {
                         r.name.as_deref().unwrap_or("<unnamed>")
                     );
                 }
-                eprintln!(
+                status!(
                     "{} function(s), {} covered",
                     rows.len(),
                     rows.iter().filter(|r| r.covered).count()
@@ -246,7 +246,7 @@ pub fn run_coverage(args: &CoverageArgs) -> CliResult {
     )?;
     write(&args.output, &profile.to_bytes()?)?;
     let covered = report.functions.iter().filter(|f| f.covered).count();
-    eprintln!(
+    status!(
         "wrote {}: {} functions, {covered} covered ({} code blocks; {} module(s) without metadata; {} enumeration error(s))",
         args.output.display(),
         report.functions.len(),

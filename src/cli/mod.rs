@@ -1,6 +1,28 @@
 //! The `cdac` command line: argument parsing and output. Every command is a thin user of
 //! the library API.
 
+/// Writes a line to standard error, like `eprintln!` but never panicking: a closed or
+/// full stderr (`cdac … 2>&1 | head`) must not turn a finished command into a crash.
+macro_rules! status {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `println!` for a command's output, in a function returning `Result<_, Box<dyn Error>>`:
+/// a reader that went away (`cdac … | head`) ends the output quietly instead of panicking;
+/// other write errors (a full disk) are returned.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        match writeln!(std::io::stdout(), $($arg)*) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
+            _ => {}
+        }
+    }};
+}
+
 mod code;
 mod info;
 mod mip;
@@ -11,6 +33,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::limits::{Limit, Limits};
 use crate::runtime::{OpenOptions, Runtime, RuntimeError};
 
 /// Read the internals of a running .NET process or its core dump, from outside.
@@ -60,12 +83,83 @@ pub struct TargetArgs {
     pub dump: Option<PathBuf>,
 }
 
-/// Descriptor options, shared by every command.
+/// Descriptor and limit options, shared by every command that reads a target.
 #[derive(Debug, Args)]
 pub struct DescriptorArgs {
     /// Use this data descriptor instead of the runtime's own or a shipped one.
     #[arg(long, value_name = "FILE")]
     pub descriptor: Option<PathBuf>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// Help heading of the `--max-*` options.
+const LIMITS: &str = "Limits (counts and sizes take K, M, G suffixes)";
+
+/// The `--max-*` options: each raises or lowers one of [`Limits`] (defaults suit any real
+/// runtime; a damaged dump that passes one gets an error naming the option).
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Most entries of one list or array walked (modules, code heaps, clauses, ...)
+    /// [default: 1M]
+    #[arg(long, value_name = "N", value_parser = parse_amount, help_heading = LIMITS)]
+    pub max_list_length: Option<u64>,
+    /// Most probes of one hash lookup [default: 1024]
+    #[arg(long, value_name = "N", value_parser = parse_amount, help_heading = LIMITS)]
+    pub max_hash_chain: Option<u64>,
+    /// Most nibble-map units one code lookup scans or one heap walk visits [default: 4M]
+    #[arg(long, value_name = "N", value_parser = parse_amount, help_heading = LIMITS)]
+    pub max_map_scan: Option<u64>,
+    /// Longest string or name read, in bytes or UTF-16 units [default: 64K]
+    #[arg(long, value_name = "N", value_parser = parse_amount, help_heading = LIMITS)]
+    pub max_string_length: Option<u64>,
+    /// Largest data descriptor, in bytes [default: 16M]
+    #[arg(long, value_name = "BYTES", value_parser = parse_amount, help_heading = LIMITS)]
+    pub max_descriptor_bytes: Option<u64>,
+    /// Largest single read from the target, in bytes [default: 256M]
+    #[arg(long, value_name = "BYTES", value_parser = parse_amount, help_heading = LIMITS)]
+    pub max_read_bytes: Option<u64>,
+    /// Most bytes one command reads from the target [default: 16G]
+    #[arg(long, value_name = "BYTES", value_parser = parse_amount, help_heading = LIMITS)]
+    pub max_total_read: Option<u64>,
+}
+
+impl LimitArgs {
+    /// The default limits with the options given applied.
+    pub fn limits(&self) -> Limits {
+        let mut limits = Limits::default();
+        let given = [
+            (Limit::ListLength, self.max_list_length),
+            (Limit::HashChain, self.max_hash_chain),
+            (Limit::MapScan, self.max_map_scan),
+            (Limit::StringLength, self.max_string_length),
+            (Limit::DescriptorSize, self.max_descriptor_bytes),
+            (Limit::ReadSize, self.max_read_bytes),
+            (Limit::TotalRead, self.max_total_read),
+        ];
+        for (limit, value) in given {
+            if let Some(value) = value {
+                limits.set(limit, value);
+            }
+        }
+        limits
+    }
+}
+
+/// Parses a count or size: digits with an optional K, M or G (powers of 1024) suffix.
+pub fn parse_amount(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, shift) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 30),
+        _ => (t, 0),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("not a number (with an optional K, M or G): {t:?}"))?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("{t:?} does not fit in 64 bits"))
 }
 
 impl TargetArgs {
@@ -73,7 +167,7 @@ impl TargetArgs {
     pub fn open(&self, descriptor: &DescriptorArgs) -> Result<Runtime, RuntimeError> {
         let options = OpenOptions {
             descriptor: descriptor.descriptor.clone(),
-            ..OpenOptions::default()
+            limits: descriptor.limits.limits(),
         };
         match (&self.pid, &self.dump) {
             (Some(pid), _) => Runtime::attach(*pid, &options),
@@ -110,11 +204,28 @@ pub fn main() -> i32 {
     };
     match result {
         Ok(()) => 0,
+        // The reader of our output went away (`| head`): like other Unix tools, stop quietly.
+        Err(e) if is_broken_pipe(&*e) => 0,
         Err(e) => {
-            eprintln!("cdac: error: {}", error_chain(&*e));
+            status!("cdac: error: {}", error_chain(&*e));
             1
         }
     }
+}
+
+/// True when the error, or one of its sources, is a write to a closed pipe.
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        {
+            return true;
+        }
+        cur = err.source();
+    }
+    false
 }
 
 /// The error and its sources on one line, without repeating a message that a wrapper
@@ -138,6 +249,9 @@ fn init_logging() {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Its own report of a failed write would go through `eprintln!`, which panics
+        // when stderr is closed.
+        .log_internal_errors(false)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
@@ -156,5 +270,66 @@ pub(crate) fn emit(text: &str) -> Result<(), Box<dyn std::error::Error>> {
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn amounts_take_binary_suffixes() {
+        assert_eq!(parse_amount("1024"), Ok(1024));
+        assert_eq!(parse_amount("64K"), Ok(64 << 10));
+        assert_eq!(parse_amount("16g"), Ok(16 << 30));
+        assert_eq!(parse_amount(" 3M "), Ok(3 << 20));
+        assert!(parse_amount("").is_err());
+        assert!(parse_amount("1T").is_err());
+        assert!(parse_amount("-1").is_err());
+        assert!(parse_amount("17179869184G").is_err());
+    }
+
+    /// The defaults the help text states are the library's.
+    #[test]
+    fn help_states_the_library_defaults() {
+        let cmd = Cli::command();
+        let info = cmd.find_subcommand("info").expect("info command");
+        let defaults = Limits::default();
+        for limit in Limit::ADJUSTABLE {
+            let option = limit.option().expect("adjustable");
+            let arg = info
+                .get_arguments()
+                .find(|a| a.get_long() == option.strip_prefix("--"))
+                .unwrap_or_else(|| panic!("{option} missing"));
+            let help = arg.get_help().expect("help").to_string();
+            let stated = help
+                .rsplit_once("[default: ")
+                .and_then(|(_, d)| d.strip_suffix(']'))
+                .unwrap_or_else(|| panic!("{option}: no default in {help:?}"));
+            assert_eq!(parse_amount(stated), Ok(defaults.get(limit)), "{option}");
+        }
+    }
+
+    #[test]
+    fn options_given_override_only_their_limit() {
+        let cli = Cli::try_parse_from([
+            "cdac",
+            "modules",
+            "--dump",
+            "x.core",
+            "--max-list-length",
+            "10",
+            "--max-total-read",
+            "1G",
+        ])
+        .expect("parses");
+        let Command::Modules(args) = cli.command else {
+            panic!("modules")
+        };
+        let limits = args.descriptor.limits.limits();
+        assert_eq!(limits.max_list_length, 10);
+        assert_eq!(limits.max_total_read_bytes, 1 << 30);
+        assert_eq!(limits.max_hash_chain, Limits::default().max_hash_chain);
     }
 }

@@ -22,7 +22,7 @@ pub struct ModulesArgs {
     #[command(flatten)]
     target: TargetArgs,
     #[command(flatten)]
-    descriptor: DescriptorArgs,
+    pub(super) descriptor: DescriptorArgs,
     /// Print a JSON array, one object per module.
     #[arg(long)]
     json: bool,
@@ -137,7 +137,7 @@ fn named_methods(rt: &Runtime) -> Result<Vec<NamedEntry>, Box<dyn std::error::Er
     let (t, d) = (rt.target(), rt.descriptor());
     let en = enumerate_code(t, d)?;
     for e in en.errors.iter().take(10) {
-        tracing::warn!("code enumeration: {e:?}");
+        tracing::warn!("code enumeration: {}: {}", e.site, e.error);
     }
     if en.errors.len() > 10 {
         tracing::warn!("code enumeration: {} more errors", en.errors.len() - 10);
@@ -275,7 +275,7 @@ pub fn run_perfmap(args: &PerfmapArgs) -> CliResult {
             out.flush()?;
         }
         std::fs::rename(&tmp, &output).map_err(|e| format!("{}: {e}", output.display()))?;
-        eprintln!("wrote {} method(s) to {}", entries.len(), output.display());
+        status!("wrote {} method(s) to {}", entries.len(), output.display());
     }
     Ok(())
 }

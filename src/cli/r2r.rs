@@ -65,7 +65,7 @@ pub fn run_r2rmap(args: &R2rmapArgs) -> CliResult {
         }
         _ => super::emit(&text)?,
     }
-    eprintln!(
+    status!(
         "{}: {} entries for {} methods; {} of {} runtime functions covered; {} fallback names; signature {}",
         args.image.display(),
         report.map.entries.len(),

@@ -20,17 +20,9 @@ use serde::Serialize;
 use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::formats::ecma::pe::{metadata_from_pe, PeLayout};
+use crate::limits::Limit;
 use crate::target::Target;
 
-/// Most assemblies read from the AppDomain's list (a damaged count cannot make the walk
-/// longer than this).
-pub const MAX_ASSEMBLIES: u64 = 100_000;
-/// Most blocks of the assembly list followed.
-const MAX_BLOCKS: u64 = 10_000;
-/// Largest image read from target memory to find its metadata.
-pub const MAX_IMAGE_SIZE: u64 = 256 << 20;
-/// Longest module path read (UTF-16 code units).
-const MAX_PATH_CHARS: usize = 4096;
 /// `PEImageLayout.Flags`: the image is laid out as the loader maps it (RVA = offset).
 const LAYOUT_FLAG_MAPPED: u32 = 0x1;
 
@@ -134,11 +126,13 @@ pub fn domain_assemblies(
     }
     let list = app_domain.wrapping_add(f.off("AppDomain", "DomainAssemblyList")?);
     let count = u64::from(f.u32(list, "ArrayListBase", "Count")?);
-    if count > MAX_ASSEMBLIES {
+    let max_list = target.limits().max_list_length;
+    if count > max_list {
         return Err(ContractError::LimitExceeded {
             what: "AppDomain assembly list",
             addr: list,
-            limit: MAX_ASSEMBLIES,
+            limit: Limit::ListLength,
+            cap: max_list,
             unit: "assemblies",
         });
     }
@@ -150,16 +144,17 @@ pub fn domain_assemblies(
     let mut blocks = 0u64;
     while left > 0 && block != 0 {
         blocks += 1;
-        if blocks > MAX_BLOCKS || !seen_blocks.insert(block) {
+        if blocks > max_list || !seen_blocks.insert(block) {
             return Err(ContractError::LimitExceeded {
                 what: "AppDomain assembly list blocks",
                 addr: list,
-                limit: MAX_BLOCKS,
+                limit: Limit::ListLength,
+                cap: max_list,
                 unit: "blocks (or a cycle)",
             });
         }
         let size = u64::from(f.u32(block, "ArrayListBlock", "Size")?);
-        if size == 0 || size > MAX_ASSEMBLIES {
+        if size == 0 || size > max_list {
             return Err(ContractError::Corrupt {
                 what: "ArrayListBlock",
                 addr: block,
@@ -266,7 +261,7 @@ fn module_info(
     }
     let path_buf = f.ptr(image, "PEImage", "Path")?;
     if path_buf != 0 {
-        match f.t.read_utf16_c_string(path_buf, MAX_PATH_CHARS) {
+        match f.t.read_utf16_c_string(path_buf, f.t.limits().string_cap()) {
             Ok(p) if !p.is_empty() => {
                 let path = PathBuf::from(p);
                 info.file_name = path.file_name().map(|n| n.to_string_lossy().into_owned());
@@ -290,8 +285,8 @@ fn module_info(
 ///
 /// `Module.DynamicMetadata` points either at a `DynamicMetadata` (size, then the bytes
 /// inline: .NET 9 and later) or, in .NET 8, at an `SBuffer` (size, and a pointer to the
-/// bytes); the descriptor says which by the type it describes. The blob is at most
-/// [`MAX_IMAGE_SIZE`] bytes.
+/// bytes); the descriptor says which by the type it describes. The blob is at most the
+/// target's read-size limit.
 pub fn dynamic_metadata(
     target: &Target,
     descriptor: &DataDescriptor,
@@ -328,11 +323,13 @@ pub fn dynamic_metadata(
     if size == 0 || data == 0 {
         return Ok(None);
     }
-    if u64::from(size) > MAX_IMAGE_SIZE {
+    let max_read = target.limits().max_read_bytes;
+    if u64::from(size) > max_read {
         return Err(ContractError::LimitExceeded {
             what: "saved metadata of a dynamic module",
             addr: holder,
-            limit: MAX_IMAGE_SIZE,
+            limit: Limit::ReadSize,
+            cap: max_read,
             unit: "bytes",
         });
     }
@@ -340,7 +337,7 @@ pub fn dynamic_metadata(
 }
 
 /// The module's metadata blob (what the CLI header's MetaData directory points to): read
-/// from the image in target memory (at most [`MAX_IMAGE_SIZE`] bytes), or, when that
+/// from the image in target memory (at most the target's read-size limit), or, when that
 /// fails, from the image file at the module's path; for dynamic modules, the copy the
 /// runtime saved ([`dynamic_metadata`]). `None` when none of these can be read (a warning
 /// says why).
@@ -353,12 +350,14 @@ pub fn module_metadata(
         return dynamic_metadata(target, descriptor, module.address);
     }
     if module.base != 0 && module.size != 0 {
-        if module.size > MAX_IMAGE_SIZE {
+        let max_read = target.limits().max_read_bytes;
+        if module.size > max_read {
             tracing::warn!(
-                "module {:#x}: image of {} bytes is larger than the {} read from memory",
+                "module {:#x}: image of {} bytes is larger than the {} read from memory \
+                 (--max-read-bytes)",
                 module.address,
                 module.size,
-                MAX_IMAGE_SIZE
+                max_read
             );
         } else {
             match target.read_bytes(module.base, module.size as usize) {

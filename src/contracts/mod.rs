@@ -16,6 +16,7 @@ pub mod unwind_codes;
 pub mod unwind_info;
 
 use crate::descriptor::{ContractVersion, DataDescriptor, DescriptorError};
+use crate::limits::Limit;
 use crate::target::ReadError;
 
 /// Why a contract operation failed.
@@ -60,15 +61,27 @@ pub enum ContractError {
         detail: String,
     },
 
-    /// A walk over target data went past a limit (a cycle, or a list longer than any
-    /// real runtime builds).
-    #[error("{what} at {addr:#x} exceeds the limit of {limit} {unit}")]
+    /// A walk over target data went past one of the [`crate::limits::Limits`] (a cycle,
+    /// or a list longer than any real runtime builds), or past a bound of the format.
+    #[error("{what} at {addr:#x} exceeds {limit}, which is {cap} {unit}")]
     LimitExceeded {
         what: &'static str,
         addr: u64,
-        limit: u64,
+        limit: Limit,
+        cap: u64,
         unit: &'static str,
     },
+}
+
+impl ContractError {
+    /// The limit this error reports passing, if it is a limit error (also through a read).
+    pub fn limit(&self) -> Option<Limit> {
+        match self {
+            ContractError::LimitExceeded { limit, .. } => Some(*limit),
+            ContractError::Read(e) => e.limit(),
+            _ => None,
+        }
+    }
 }
 
 /// The CoreCLR version number of `contract` as the runtime advertises it, checked against

@@ -15,6 +15,7 @@ use serde::Serialize;
 use super::loader::Fields;
 use super::ContractError;
 use crate::descriptor::DataDescriptor;
+use crate::limits::Limit;
 use crate::target::Target;
 
 /// `MethodDesc.Flags`: classification bits.
@@ -34,14 +35,10 @@ const MTF_CATEGORY_MASK: u32 = 0x000F_0000;
 /// Array categories (`Array` 0x8, `SZArray` 0xA in the category nibble).
 const MTF_CATEGORY_ARRAY: u32 = 0x0008_0000;
 const MTF_CATEGORY_SZARRAY: u32 = 0x000A_0000;
-/// Longest dynamic method name read.
-const MAX_NAME_BYTES: usize = 64 * 1024;
 /// Longest stored signature read.
 const MAX_SIG_BYTES: u32 = 64 * 1024;
 /// Most parents followed from one MethodTable.
 const MAX_PARENTS: usize = 256;
-/// Most generic arguments read for one type.
-pub const MAX_GENERIC_ARGS: usize = 1024;
 /// Low bit of a TypeHandle that is a TypeDesc, not a MethodTable.
 pub const TYPE_HANDLE_TYPE_DESC: u64 = 0x2;
 
@@ -177,7 +174,7 @@ pub fn method_desc_info(
         info.is_il_stub = ext & EXT_IS_IL_STUB != 0;
         let name = f.ptr(md, "DynamicMethodDesc", "MethodName")?;
         if name != 0 {
-            let bytes = target.read_c_bytes(name, MAX_NAME_BYTES)?;
+            let bytes = target.read_c_bytes(name, target.limits().string_cap())?;
             info.dynamic_name = Some(String::from_utf8_lossy(&bytes).into_owned());
         }
     }
@@ -274,11 +271,13 @@ pub fn type_instantiation(
     if count == 0 || !mt.has_per_inst_info() || mt.is_array() || mt.per_inst_info == 0 {
         return Ok(Vec::new());
     }
-    if count > MAX_GENERIC_ARGS {
+    let max_list = target.limits().max_list_length;
+    if count as u64 > max_list {
         return Err(ContractError::LimitExceeded {
             what: "generic instantiation",
             addr: mt.address,
-            limit: MAX_GENERIC_ARGS as u64,
+            limit: Limit::ListLength,
+            cap: max_list,
             unit: "arguments",
         });
     }
@@ -291,7 +290,8 @@ pub fn type_instantiation(
             return Err(ContractError::LimitExceeded {
                 what: "MethodTable parent chain",
                 addr: mt.address,
-                limit: MAX_PARENTS as u64,
+                limit: Limit::Fixed,
+                cap: MAX_PARENTS as u64,
                 unit: "parents",
             });
         }

@@ -13,6 +13,7 @@ use super::error::DescriptorError;
 use super::json::{self, GlobalSource};
 use super::model::{resolve_index, DataDescriptor, SubDescriptorInfo};
 use super::Limits;
+use crate::limits::Limit;
 use crate::target::{decode_unsigned, DataLayout, Endian, ReadError, Target};
 
 /// "DNCCDAC\0" as it lies in memory on a little-endian target.
@@ -114,6 +115,7 @@ pub fn pointer_data(
         return Err(DescriptorError::TooLarge {
             descriptor: "main".into(),
             what: "pointer-data count",
+            limit: Limit::Fixed,
             value: header.pointer_data_count.into(),
             cap: limits.max_pointer_data.into(),
         });
@@ -178,6 +180,7 @@ impl Walk<'_> {
         let too_large = |what, value: u64, cap: u64| DescriptorError::TooLarge {
             descriptor: name.to_string(),
             what,
+            limit: Limit::DescriptorSize,
             value,
             cap,
         };
@@ -282,6 +285,7 @@ impl Walk<'_> {
                 Err(DescriptorError::TooLarge {
                     descriptor: parent.to_string(),
                     what: "number of sub-descriptors",
+                    limit: Limit::Fixed,
                     value: u64::from(self.limits.max_sub_descriptors) + 1,
                     cap: self.limits.max_sub_descriptors.into(),
                 }),
@@ -294,6 +298,7 @@ impl Walk<'_> {
                 Err(DescriptorError::TooLarge {
                     descriptor: parent.to_string(),
                     what: "sub-descriptor nesting",
+                    limit: Limit::Fixed,
                     value: u64::from(depth + 1),
                     cap: self.limits.max_sub_descriptor_depth.into(),
                 }),

@@ -1,6 +1,7 @@
 //! Errors of descriptor loading and lookup. Each names the descriptor, type, field or
 //! global involved.
 
+use crate::limits::Limit;
 use crate::target::ReadError;
 
 /// Why a descriptor could not be loaded, or a lookup in it failed.
@@ -24,10 +25,11 @@ pub enum DescriptorError {
     BadFlags { addr: u64, flags: u32 },
 
     /// A size or count read from the target is beyond its cap.
-    #[error("descriptor {descriptor}: {what} is {value}, over the limit of {cap}")]
+    #[error("descriptor {descriptor}: {what} is {value}, over {limit}, which is {cap}")]
     TooLarge {
         descriptor: String,
         what: &'static str,
+        limit: Limit,
         value: u64,
         cap: u64,
     },

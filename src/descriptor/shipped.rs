@@ -20,6 +20,7 @@ use serde::Deserialize;
 use super::error::DescriptorError;
 use super::json::{self, PhysicalDescriptor};
 use super::{DataDescriptor, Limits};
+use crate::limits::Limit;
 use crate::target::Target;
 
 /// The descriptors built into `cdac`, as (file name, text).
@@ -172,6 +173,7 @@ pub fn instantiate(
                 return Err(DescriptorError::TooLarge {
                     descriptor: shipped.source.clone(),
                     what: "pointer-data count",
+                    limit: Limit::Fixed,
                     value: src.count.into(),
                     cap: limits.max_pointer_data.into(),
                 });

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::descriptor::shipped::{self, Fit};
-use crate::descriptor::{embedded, DataDescriptor, DescriptorError, Limits};
+use crate::descriptor::{embedded, DataDescriptor, DescriptorError};
+use crate::limits::{Limit, Limits};
 use crate::target::cache::PageCache;
 use crate::target::core_dump::CoreDump;
 use crate::target::elf_image::ImageError;
@@ -91,7 +92,8 @@ impl DescriptorSource {
 pub struct OpenOptions {
     /// Use this descriptor file instead of discovering one.
     pub descriptor: Option<PathBuf>,
-    /// Caps on descriptor loading.
+    /// Limits on what target data can make cdac do (descriptor size, list lengths, bytes
+    /// read, ...).
     pub limits: Limits,
 }
 
@@ -154,7 +156,7 @@ impl Runtime {
         options: &OpenOptions,
     ) -> Result<Runtime, RuntimeError> {
         let layout = source.native_layout().unwrap_or(DataLayout::LE64);
-        let target = Target::new(source, layout);
+        let target = Target::new(source, layout).with_limits(options.limits);
         let mut found = discovery::find_runtime_modules(&target)?;
         if found.is_empty() {
             return Err(RuntimeError::NoRuntime(format!(
@@ -234,6 +236,7 @@ fn load_descriptor(
     version: Option<&RuntimeVersion>,
     options: &OpenOptions,
 ) -> Result<(DataDescriptor, DescriptorSource), RuntimeError> {
+    let descriptor_limits = options.limits.descriptor();
     let resolve = |name: &str| {
         module
             .exports
@@ -247,25 +250,27 @@ fn load_descriptor(
             detail,
         };
         let text = crate::target::map_regular_file(path).map_err(|e| file_err(e.to_string()))?;
-        if text.len() as u64 > u64::from(options.limits.max_descriptor_bytes) {
-            return Err(file_err(format!(
-                "{} bytes, over the limit of {}",
-                text.len(),
-                options.limits.max_descriptor_bytes
-            ))
+        if text.len() as u64 > options.limits.max_descriptor_bytes {
+            return Err(DescriptorError::TooLarge {
+                descriptor: path.display().to_string(),
+                what: "file size",
+                limit: Limit::DescriptorSize,
+                value: text.len() as u64,
+                cap: options.limits.max_descriptor_bytes,
+            }
             .into());
         }
         let name = path.display().to_string();
         let physical = crate::descriptor::json::parse(&name, &text)?;
         let descriptor = if physical.extras.contains_key("cdac") {
             let parsed = shipped::from_physical(&name, physical)?;
-            shipped::instantiate(&parsed, target, &resolve, &options.limits)?
+            shipped::instantiate(&parsed, target, &resolve, &descriptor_limits)?
         } else {
             {
                 // A plain descriptor (a corrected copy of the runtime's own, say): its
                 // indirect globals index the runtime's own pointer data, when it has one.
                 let pointer_data = match found.contract_descriptor {
-                    Some(address) => embedded::pointer_data(target, address, &options.limits)?,
+                    Some(address) => embedded::pointer_data(target, address, &descriptor_limits)?,
                     None => Vec::new(),
                 };
                 let mut d = DataDescriptor::new(target.layout());
@@ -279,7 +284,7 @@ fn load_descriptor(
         ));
     }
     if let Some(address) = found.contract_descriptor {
-        let descriptor = embedded::load(target, address, &options.limits)?;
+        let descriptor = embedded::load(target, address, &descriptor_limits)?;
         return Ok((descriptor, DescriptorSource::Embedded { address }));
     }
     let candidates = shipped::builtin()?;
@@ -296,7 +301,7 @@ fn load_descriptor(
             "this runtime build was not verified against the shipped descriptor; offsets may differ"
         );
     }
-    let descriptor = shipped::instantiate(chosen, target, &resolve, &options.limits)?;
+    let descriptor = shipped::instantiate(chosen, target, &resolve, &descriptor_limits)?;
     Ok((
         descriptor,
         DescriptorSource::Shipped {

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::limits::Limit;
+
 /// Why bytes could not be read from the target. Every variant names the address involved.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -25,17 +27,20 @@ pub enum ReadError {
     #[error("permission denied reading process {pid} at {addr:#x}: {hint}")]
     PermissionDenied { pid: i32, addr: u64, hint: String },
 
-    /// A read request larger than the configured cap.
-    #[error("read of {len} bytes at {addr:#x} exceeds the limit of {cap} bytes")]
-    TooLarge { addr: u64, len: usize, cap: usize },
+    /// A read, or the reads of one command, passed one of the [`crate::limits::Limits`]:
+    /// a single read larger than the read-size limit, all reads together past the
+    /// total-read limit, or a string with no terminator within the string-length limit.
+    #[error("reading at {addr:#x}: {value} exceeds {limit}, which is {cap}")]
+    LimitExceeded {
+        limit: Limit,
+        addr: u64,
+        value: u64,
+        cap: u64,
+    },
 
     /// `addr + len` does not fit in the target's address space.
     #[error("address range {addr:#x} + {len} overflows the address space")]
     AddressOverflow { addr: u64, len: usize },
-
-    /// A NUL-terminated string did not end within its cap.
-    #[error("string at {addr:#x} has no terminator within {cap} units")]
-    StringTooLong { addr: u64, cap: usize },
 
     /// The bytes read are not valid text in the expected encoding.
     #[error("string at {addr:#x} is not valid {encoding}")]
@@ -58,11 +63,28 @@ impl ReadError {
             | ReadError::NotCaptured { addr, .. }
             | ReadError::ProcessExited { addr, .. }
             | ReadError::PermissionDenied { addr, .. }
-            | ReadError::TooLarge { addr, .. }
+            | ReadError::LimitExceeded { addr, .. }
             | ReadError::AddressOverflow { addr, .. }
-            | ReadError::StringTooLong { addr, .. }
             | ReadError::InvalidString { addr, .. }
             | ReadError::Io { addr, .. } => *addr,
+        }
+    }
+
+    /// A string at `addr` with no terminator within `cap` units.
+    pub(crate) fn string_too_long(addr: u64, cap: usize) -> ReadError {
+        ReadError::LimitExceeded {
+            limit: Limit::StringLength,
+            addr,
+            value: cap as u64 + 1,
+            cap: cap as u64,
+        }
+    }
+
+    /// The limit this error reports passing, if it is a limit error.
+    pub fn limit(&self) -> Option<Limit> {
+        match self {
+            ReadError::LimitExceeded { limit, .. } => Some(*limit),
+            _ => None,
         }
     }
 

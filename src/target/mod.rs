@@ -15,9 +15,12 @@ pub mod live;
 mod sys;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use error::{OpenError, ReadError};
+
+use crate::limits::{Limit, Limits};
 
 /// Byte order of the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -138,16 +141,16 @@ pub fn map_regular_file(path: &std::path::Path) -> std::io::Result<memmap2::Mmap
     sys::map_regular_file(path)
 }
 
-/// Largest single read the typed API allows, so that a wild length read from a damaged
-/// target cannot allocate without bound.
-pub const DEFAULT_MAX_READ: usize = 256 << 20;
-
-/// Target memory with its data layout: typed, endian-aware reads.
+/// Target memory with its data layout: typed, endian-aware reads, bounded by [`Limits`].
+///
+/// Clones share one count of the bytes read, so that a command's total is bounded however
+/// many views of the target it makes.
 #[derive(Clone)]
 pub struct Target {
     source: Arc<dyn MemorySource>,
     layout: DataLayout,
-    max_read: usize,
+    limits: Limits,
+    bytes_read: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Target {
@@ -165,7 +168,8 @@ impl Target {
         Target {
             source,
             layout,
-            max_read: DEFAULT_MAX_READ,
+            limits: Limits::default(),
+            bytes_read: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -178,10 +182,26 @@ impl Target {
         }
     }
 
-    /// Sets the largest read allowed in one call.
-    pub fn with_max_read(mut self, max_read: usize) -> Target {
-        self.max_read = max_read;
+    /// The same memory read under other limits (the count of bytes read goes on).
+    pub fn with_limits(mut self, limits: Limits) -> Target {
+        self.limits = limits;
         self
+    }
+
+    /// The limits reads and walks over this target obey.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Bytes read so far through this target and its clones (as requested: cached bytes
+    /// count too).
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    /// Starts counting bytes read from zero again (between commands of one session).
+    pub fn reset_bytes_read(&self) {
+        self.bytes_read.store(0, Ordering::Relaxed);
     }
 
     /// The layout reads use.
@@ -217,16 +237,27 @@ impl Target {
             return Ok(());
         }
         check_range(addr, buf.len())?;
+        let len = buf.len() as u64;
+        let total = self.bytes_read.fetch_add(len, Ordering::Relaxed) + len;
+        if total > self.limits.max_total_read_bytes {
+            return Err(ReadError::LimitExceeded {
+                limit: Limit::TotalRead,
+                addr,
+                value: total,
+                cap: self.limits.max_total_read_bytes,
+            });
+        }
         self.source.read_exact(addr, buf)
     }
 
-    /// Reads `len` bytes at `addr` into a new vector (at most the read cap).
+    /// Reads `len` bytes at `addr` into a new vector (at most [`Limits::max_read_bytes`]).
     pub fn read_bytes(&self, addr: u64, len: usize) -> Result<Vec<u8>, ReadError> {
-        if len > self.max_read {
-            return Err(ReadError::TooLarge {
+        if len as u64 > self.limits.max_read_bytes {
+            return Err(ReadError::LimitExceeded {
+                limit: Limit::ReadSize,
                 addr,
-                len,
-                cap: self.max_read,
+                value: len as u64,
+                cap: self.limits.max_read_bytes,
             });
         }
         let mut buf = vec![0u8; len];
@@ -322,7 +353,7 @@ impl Target {
             }
             out.extend_from_slice(&buf[..want]);
             if out.len() > max_len {
-                return Err(ReadError::StringTooLong { addr, cap: max_len });
+                return Err(ReadError::string_too_long(addr, max_len));
             }
             cur = cur
                 .checked_add(want as u64)
@@ -353,10 +384,7 @@ impl Target {
                 break;
             }
             if units.len() == max_chars {
-                return Err(ReadError::StringTooLong {
-                    addr,
-                    cap: max_chars,
-                });
+                return Err(ReadError::string_too_long(addr, max_chars));
             }
             units.push(unit);
             cur = cur.checked_add(2).ok_or(ReadError::AddressOverflow {

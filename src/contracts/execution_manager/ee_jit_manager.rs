@@ -6,9 +6,7 @@ use super::nibble_map::NibbleMap;
 use super::range_section_map::RangeSection;
 use super::{search, CodeBlock, Core, DebugInfoRef, JitType, Origin};
 use crate::contracts::ContractError;
-
-/// Most unwind entries (main body plus funclets) one method may have.
-const MAX_UNWIND_INFOS: u32 = 1 << 16;
+use crate::limits::Limit;
 
 /// The JIT'ed method that `ip` is in.
 pub(super) fn code_block(
@@ -62,11 +60,13 @@ pub(super) fn unwind_info(
     header: u64,
 ) -> Result<Option<u64>, ContractError> {
     let count = core.u32(header, "RealCodeHeader", "NumUnwindInfos")?;
-    if count > MAX_UNWIND_INFOS {
+    let max_list = core.target.limits().max_list_length;
+    if u64::from(count) > max_list {
         return Err(ContractError::LimitExceeded {
             what: "unwind infos of a method",
             addr: header,
-            limit: MAX_UNWIND_INFOS.into(),
+            limit: Limit::ListLength,
+            cap: max_list,
             unit: "entries",
         });
     }

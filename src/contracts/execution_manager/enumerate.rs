@@ -45,15 +45,9 @@ use super::{execution_manager, hash_map, ExecutionManager, JitType};
 use crate::contracts::gc_info::{self, GcInfoArch};
 use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
+use crate::limits::Limit;
 use crate::target::{decode_unsigned, ReadError, Target};
 
-/// Most code heaps followed on the EEJitManager's list.
-pub const MAX_CODE_HEAPS: u64 = 65_536;
-/// Most nibble-map units scanned in one heap (1 GiB of code).
-pub const MAX_HEAP_UNITS: u64 = 1 << 22;
-/// Most buckets of one entry-point map walked (64 MiB of buckets on 64-bit targets; CoreLib
-/// fills a few thousand).
-pub const MAX_ENUMERATED_BUCKETS: u64 = 1 << 20;
 /// Consecutive unreadable chunks (of a nibble map or a bucket array) before its walk stops.
 pub const MAX_READ_FAILURES: u32 = 8;
 /// Most errors kept; later ones are only counted ([`EnumerationStats::errors_dropped`]).
@@ -406,8 +400,9 @@ impl Walk<'_> {
         let mut nodes = Vec::new();
         let mut seen = BTreeSet::new();
         while node != 0 {
-            if !seen.insert(node) || nodes.len() as u64 == MAX_CODE_HEAPS {
-                let cyclic = nodes.len() < MAX_CODE_HEAPS as usize;
+            let max_list = self.target.limits().max_list_length;
+            if !seen.insert(node) || nodes.len() as u64 == max_list {
+                let cyclic = (nodes.len() as u64) < max_list;
                 self.error(
                     ErrorSite::CodeHeapList { node },
                     ContractError::LimitExceeded {
@@ -417,7 +412,8 @@ impl Walk<'_> {
                             "code heap list"
                         },
                         addr: node,
-                        limit: MAX_CODE_HEAPS,
+                        limit: Limit::ListLength,
+                        cap: max_list,
                         unit: "heaps",
                     },
                 );
@@ -473,17 +469,19 @@ impl Walk<'_> {
         let first = (map.heap_start - map.map_base) / 256;
         let last = (map.heap_end.saturating_sub(1).max(map.heap_start) - map.map_base) / 256;
         let mut end = last + 1;
-        if end - first > MAX_HEAP_UNITS {
+        let max_units = self.target.limits().max_map_scan;
+        if end - first > max_units {
             self.error(
                 site,
                 ContractError::LimitExceeded {
                     what: "code heap nibble map",
                     addr: node,
-                    limit: MAX_HEAP_UNITS,
+                    limit: Limit::MapScan,
+                    cap: max_units,
                     unit: "map units",
                 },
             );
-            end = first + MAX_HEAP_UNITS;
+            end = first + max_units;
         }
         let endian = self.target.layout().endian;
         let mut last_start = LastStart::Known(None);
@@ -527,7 +525,8 @@ impl Walk<'_> {
                         ContractError::LimitExceeded {
                             what: "unreadable code heap nibble map",
                             addr,
-                            limit: MAX_READ_FAILURES.into(),
+                            limit: Limit::Fixed,
+                            cap: MAX_READ_FAILURES.into(),
                             unit: "consecutive chunks",
                         },
                     );
@@ -757,17 +756,19 @@ impl Walk<'_> {
             );
             return Vec::new();
         }
-        let count = if count > MAX_ENUMERATED_BUCKETS {
+        let max_list = self.target.limits().max_list_length;
+        let count = if count > max_list {
             self.error(
                 site,
                 ContractError::LimitExceeded {
                     what: "entry point map walk",
                     addr: map,
-                    limit: MAX_ENUMERATED_BUCKETS,
+                    limit: Limit::ListLength,
+                    cap: max_list,
                     unit: "buckets",
                 },
             );
-            MAX_ENUMERATED_BUCKETS
+            max_list
         } else {
             count
         };
@@ -815,7 +816,8 @@ impl Walk<'_> {
                         ContractError::LimitExceeded {
                             what: "unreadable entry point map",
                             addr,
-                            limit: MAX_READ_FAILURES.into(),
+                            limit: Limit::Fixed,
+                            cap: MAX_READ_FAILURES.into(),
                             unit: "consecutive chunks",
                         },
                     );

@@ -6,6 +6,7 @@ use serde::Serialize;
 
 use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
+use crate::limits::Limit;
 use crate::target::Target;
 
 /// Clause flag bits (`CorExceptionFlag` plus the runtime's own).
@@ -21,9 +22,6 @@ pub mod flags {
     /// The union holds a resolved type handle instead of a class token.
     pub const CACHED_CLASS: u32 = 0x1000_0000;
 }
-
-/// Most clauses read for one method; real methods have a handful.
-pub const MAX_CLAUSES: u64 = 65_536;
 
 /// What a clause handles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -94,11 +92,13 @@ pub fn read_jit_clauses(
         detail: "pointer below the clause count".into(),
     })?;
     let count = target.read_pointer(count_addr)?;
-    if count > MAX_CLAUSES {
+    let max_list = target.limits().max_list_length;
+    if count > max_list {
         return Err(ContractError::LimitExceeded {
             what: "exception clause count",
             addr: count_addr,
-            limit: MAX_CLAUSES,
+            limit: Limit::ListLength,
+            cap: max_list,
             unit: "clauses",
         });
     }
@@ -146,11 +146,13 @@ pub fn read_r2r_clauses(
     first: u64,
     count: u64,
 ) -> Result<Vec<ExceptionClause>, ContractError> {
-    if count > MAX_CLAUSES {
+    let max_list = target.limits().max_list_length;
+    if count > max_list {
         return Err(ContractError::LimitExceeded {
             what: "ReadyToRun exception clause count",
             addr: first,
-            limit: MAX_CLAUSES,
+            limit: Limit::ListLength,
+            cap: max_list,
             unit: "clauses",
         });
     }

@@ -8,15 +8,11 @@
 
 use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
+use crate::limits::Limit;
 use crate::target::Target;
 
 /// Largest bucket count accepted (a damaged count must not make a lookup probe forever).
 pub const MAX_BUCKETS: u64 = 1 << 28;
-
-/// Most buckets one lookup probes. Real maps keep chains short (their load is bounded);
-/// a damaged map whose every bucket claims a collision must not make each lookup read
-/// the whole table.
-pub const MAX_PROBES: u64 = 1024;
 
 /// Most slots a bucket may declare.
 pub const MAX_SLOTS: u64 = 64;
@@ -69,7 +65,10 @@ pub fn lookup(
     // The runtime hashes with 32-bit arithmetic.
     let mut seed = (key >> 2) as u32;
     let incr = 1 + (((key >> 5) as u32).wrapping_add(1) % (size as u32 - 1));
-    for _ in 0..size.min(MAX_PROBES) {
+    // Real maps keep chains short (their load is bounded); a damaged map whose every
+    // bucket claims a collision must not make each lookup read the whole table.
+    let max_probes = target.limits().max_hash_chain;
+    for _ in 0..size.min(max_probes) {
         let b = buckets.wrapping_add((1 + u64::from(seed) % size) * bucket_size);
         for j in 0..slots {
             if target.read_pointer(b.wrapping_add(keys_off + j * ps))? == key {
@@ -83,11 +82,12 @@ pub fn lookup(
         }
         seed = seed.wrapping_add(incr);
     }
-    if size > MAX_PROBES {
+    if size > max_probes {
         return Err(ContractError::LimitExceeded {
             what: "hash map probe chain",
             addr: map,
-            limit: MAX_PROBES,
+            limit: Limit::HashChain,
+            cap: max_probes,
             unit: "buckets",
         });
     }

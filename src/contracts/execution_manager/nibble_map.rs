@@ -22,6 +22,7 @@
 
 use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
+use crate::limits::Limit;
 use crate::target::{decode_unsigned, ReadError, Target};
 
 /// Bytes of code address space one nibble covers.
@@ -139,7 +140,7 @@ impl NibbleMap {
     }
 
     /// The map of the `CodeHeapListNode` at `node` (fields `StartAddress`, `EndAddress`,
-    /// `MapBase`, `HeaderMap`).
+    /// `MapBase`, `HeaderMap`), scanning at most the target's map-scan limit.
     pub fn from_heap_list_node(
         target: &Target,
         descriptor: &DataDescriptor,
@@ -161,7 +162,8 @@ impl NibbleMap {
             field("HeaderMap")?,
             field("StartAddress")?,
             field("EndAddress")?,
-        ))
+        )
+        .with_scan_limit(target.limits().max_map_scan))
     }
 
     /// The same map with another linear-scan limit (in map units).
@@ -335,7 +337,8 @@ impl Lookup<'_> {
                 return Err(ContractError::LimitExceeded {
                     what: "backward nibble-map scan for code address",
                     addr: self.addr,
-                    limit: self.map.scan_limit,
+                    limit: Limit::MapScan,
+                    cap: self.map.scan_limit,
                     unit: "map units",
                 });
             }

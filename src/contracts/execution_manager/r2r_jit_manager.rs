@@ -11,9 +11,7 @@ use super::{
 use crate::contracts::gc_info;
 use crate::contracts::unwind_info;
 use crate::contracts::ContractError;
-
-/// Most runtime functions accepted in one image (CoreLib has about 37,500).
-const MAX_RUNTIME_FUNCTIONS: u32 = 1 << 24;
+use crate::limits::Limit;
 
 /// Most entries walked back from a funclet to its method's entry point.
 const MAX_FUNCLET_WALK: u64 = 256;
@@ -35,11 +33,13 @@ struct Image<'c, 'a> {
 impl<'c, 'a> Image<'c, 'a> {
     fn read(core: &'c Core<'a>, info: u64, base: u64) -> Result<Self, ContractError> {
         let count = core.u32(info, "ReadyToRunInfo", "NumRuntimeFunctions")?;
-        if count > MAX_RUNTIME_FUNCTIONS {
+        let max_list = core.target.limits().max_list_length;
+        if u64::from(count) > max_list {
             return Err(ContractError::LimitExceeded {
                 what: "ReadyToRun runtime functions",
                 addr: info,
-                limit: MAX_RUNTIME_FUNCTIONS.into(),
+                limit: Limit::ListLength,
+                cap: max_list,
                 unit: "entries",
             });
         }
@@ -94,12 +94,14 @@ impl<'c, 'a> Image<'c, 'a> {
                 detail: format!("{n} entries, not pairs"),
             });
         }
-        if n > 2 * MAX_RUNTIME_FUNCTIONS {
+        let max_list = self.core.target.limits().max_list_length;
+        if u64::from(n) > max_list.saturating_mul(2) {
             return Err(ContractError::LimitExceeded {
                 what: "ReadyToRun hot/cold map",
                 addr: self.info,
-                limit: (2 * MAX_RUNTIME_FUNCTIONS).into(),
-                unit: "entries",
+                limit: Limit::ListLength,
+                cap: max_list.saturating_mul(2),
+                unit: "entries (twice the list length)",
             });
         }
         Ok((
@@ -499,7 +501,8 @@ fn section(core: &Core<'_>, info: u64, kind: u32) -> Result<Option<(u64, u64)>, 
         return Err(ContractError::LimitExceeded {
             what: "ReadyToRun sections",
             addr: header,
-            limit: 1024,
+            limit: Limit::Fixed,
+            cap: 1024,
             unit: "sections",
         });
     }

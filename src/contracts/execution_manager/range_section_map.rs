@@ -21,16 +21,14 @@ use std::collections::BTreeSet;
 
 use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
+use crate::limits::Limit;
 use crate::target::{ReadError, Target};
 
 /// Entries in one level of the map.
 pub const ENTRIES_PER_LEVEL: usize = 256;
-/// Most fragments one chunk's list may hold before the walk gives up (a cycle, or garbage).
-pub const MAX_FRAGMENTS_PER_LIST: u64 = 65_536;
-/// Most level arrays [`RangeSectionMap::sections`] reads (each 256 pointers).
+/// Most level arrays [`RangeSectionMap::sections`] reads (each 256 pointers): more than a
+/// fully populated five-level map of a real address space ever needs.
 pub const MAX_LEVEL_ARRAYS: u64 = 16_384;
-/// Most fragments [`RangeSectionMap::sections`] visits in all.
-pub const MAX_FRAGMENTS_TOTAL: u64 = 1 << 20;
 
 /// `RangeSection.Flags`: the section belongs to a collectible assembly.
 pub const FLAG_COLLECTIBLE: u32 = 0x01;
@@ -296,7 +294,8 @@ impl<'d> RangeSectionMap<'d> {
 
     /// Every range section reachable from the map, once each, in the order of the first chunk
     /// that names it (ascending addresses), leaving out sections being deleted. Reads at most
-    /// [`MAX_LEVEL_ARRAYS`] level arrays and [`MAX_FRAGMENTS_TOTAL`] fragments.
+    /// [`MAX_LEVEL_ARRAYS`] level arrays and as many fragments in all as the target's
+    /// list-length limit allows.
     pub fn sections(&self, target: &Target) -> Result<Vec<RangeSection>, ContractError> {
         let mut walk = SectionWalk {
             map: self,
@@ -323,18 +322,20 @@ impl<'d> RangeSectionMap<'d> {
     }
 
     /// Calls `visit` on each fragment of the list at `head` until it returns false or the
-    /// list ends. A list longer than [`MAX_FRAGMENTS_PER_LIST`], or one that loops (found
-    /// early with Brent's cycle detection), is [`ContractError::LimitExceeded`].
+    /// list ends. A list longer than the target's list-length limit, or one that loops
+    /// (found early with Brent's cycle detection), is [`ContractError::LimitExceeded`].
     fn walk_list(
         &self,
         target: &Target,
         head: u64,
         mut visit: impl FnMut(&Fragment) -> bool,
     ) -> Result<u64, ContractError> {
+        let max_list = target.limits().max_list_length;
         let exceeded = |what| ContractError::LimitExceeded {
             what,
             addr: head,
-            limit: MAX_FRAGMENTS_PER_LIST,
+            limit: Limit::ListLength,
+            cap: max_list,
             unit: "fragments",
         };
         let mut cursor = head;
@@ -342,7 +343,7 @@ impl<'d> RangeSectionMap<'d> {
         // Brent: compare with a fragment saved at power-of-two steps.
         let (mut saved, mut power, mut since) = (head, 1u64, 0u64);
         while cursor != 0 {
-            if count == MAX_FRAGMENTS_PER_LIST {
+            if count == max_list {
                 return Err(exceeded("range section fragment list"));
             }
             count += 1;
@@ -396,7 +397,8 @@ impl SectionWalk<'_, '_> {
             return Err(ContractError::LimitExceeded {
                 what: "range section map walk",
                 addr: self.map.top_level,
-                limit: MAX_LEVEL_ARRAYS,
+                limit: Limit::Fixed,
+                cap: MAX_LEVEL_ARRAYS,
                 unit: "level arrays",
             });
         }
@@ -423,11 +425,13 @@ impl SectionWalk<'_, '_> {
             true
         })?;
         self.fragments += count;
-        if self.fragments > MAX_FRAGMENTS_TOTAL {
+        let max_list = self.target.limits().max_list_length;
+        if self.fragments > max_list {
             return Err(ContractError::LimitExceeded {
                 what: "range section map walk",
                 addr: self.map.top_level,
-                limit: MAX_FRAGMENTS_TOTAL,
+                limit: Limit::ListLength,
+                cap: max_list,
                 unit: "fragments",
             });
         }

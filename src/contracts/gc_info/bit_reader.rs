@@ -12,6 +12,7 @@
 //! cannot make it read without bound.
 
 use crate::contracts::ContractError;
+use crate::limits::Limit;
 use crate::target::{decode_unsigned, Endian, Target};
 
 /// Default cap on how far past its start a stream may be read: 1 MiB, far more than the
@@ -90,7 +91,8 @@ impl<'t> BitReader<'t> {
         ContractError::LimitExceeded {
             what: "GC info bit stream",
             addr: self.start,
-            limit: self.max_bytes,
+            limit: Limit::Fixed,
+            cap: self.max_bytes,
             unit: "bytes",
         }
     }
