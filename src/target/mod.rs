@@ -434,3 +434,54 @@ pub fn decode_unsigned(bytes: &[u8], endian: Endian) -> u64 {
         Endian::Little => bytes.iter().rev().fold(0, fold),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::builder::MemoryBuilder;
+    use super::*;
+
+    fn memory() -> Target {
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        b.region(0x1000, 0x1000).bytes(0, b"abcdefgh\0").u64(64, 7);
+        b.into_target()
+    }
+
+    #[test]
+    fn clones_share_one_count_and_the_total_limit_names_itself() {
+        let t = memory().with_limits(Limits {
+            max_total_read_bytes: 24,
+            ..Limits::default()
+        });
+        let view = t.with_layout(DataLayout::LE32);
+        assert_eq!(t.read_u64(0x1040).ok(), Some(7));
+        assert_eq!(view.read_u64(0x1040).ok(), Some(7));
+        assert_eq!((t.bytes_read(), view.bytes_read()), (16, 16));
+        t.read_u64(0x1040).expect("24 bytes: at the limit");
+        match view.read_u8(0x1040) {
+            Err(e @ ReadError::LimitExceeded { .. }) => {
+                assert_eq!(e.limit(), Some(Limit::TotalRead));
+                assert!(e.to_string().contains("(--max-total-read), which is 24"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        t.reset_bytes_read();
+        assert_eq!(view.read_u8(0x1000).ok(), Some(b'a'));
+    }
+
+    #[test]
+    fn read_size_and_string_limits_name_themselves() {
+        let t = memory().with_limits(Limits {
+            max_read_bytes: 8,
+            ..Limits::default()
+        });
+        assert_eq!(t.read_bytes(0x1000, 8).ok(), Some(b"abcdefgh".to_vec()));
+        let e = t.read_bytes(0x1000, 9).expect_err("over the read size");
+        assert_eq!(e.limit(), Some(Limit::ReadSize));
+        assert_eq!(t.read_c_string(0x1000, 8).ok().as_deref(), Some("abcdefgh"));
+        let e = t.read_c_string(0x1000, 7).expect_err("no NUL within 7");
+        assert_eq!(e.limit(), Some(Limit::StringLength));
+        assert!(e.to_string().contains("(--max-string-length), which is 7"), "{e}");
+        // Not a limit: memory that is not there.
+        assert_eq!(t.read_u8(0x9000).expect_err("unmapped").limit(), None);
+    }
+}
