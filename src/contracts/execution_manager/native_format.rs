@@ -1,7 +1,8 @@
-//! ReadyToRun's native format: variable-length integers and the sparse `NativeArray`,
-//! read from an image in target memory, bounded to one section.
+//! ReadyToRun's native format over an image in target memory, bounded to one section: the
+//! decoders are those of [`crate::formats::r2r::native`], which reads image files.
 
 use crate::contracts::ContractError;
+use crate::formats::r2r::native;
 use crate::target::Target;
 
 /// A reader over `[start, end)` of an image; offsets are image-relative (RVAs).
@@ -23,13 +24,25 @@ impl<'t> NativeReader<'t> {
         }
     }
 
-    fn corrupt(&self, offset: u64, detail: &str) -> ContractError {
-        ContractError::Corrupt {
-            what: "ReadyToRun native data",
-            addr: self.base.wrapping_add(offset),
-            detail: detail.to_string(),
+    /// Decodes an unsigned integer at `offset`; returns it and the offset after it.
+    pub fn decode_unsigned(&self, offset: u64) -> Result<(u64, u64), ContractError> {
+        let (value, next) = native::read_unsigned(self, offset)?;
+        Ok((value.into(), next))
+    }
+
+    /// The data offset of element `index` of the `NativeArray` at `offset`, if present.
+    pub fn array_get(&self, offset: u64, index: u64) -> Result<Option<u64>, ContractError> {
+        // The format's indices are 32-bit: a larger one is past every array's end.
+        match u32::try_from(index) {
+            Ok(index) => native::read_array_element(self, offset, index),
+            Err(_) => Ok(None),
         }
     }
+}
+
+/// The image's section in target memory, for the decoders of [`native`].
+impl native::NativeBytes for NativeReader<'_> {
+    type Error = ContractError;
 
     fn byte(&self, offset: u64) -> Result<u8, ContractError> {
         if offset < self.start || offset >= self.end {
@@ -38,66 +51,12 @@ impl<'t> NativeReader<'t> {
         Ok(self.target.read_u8(self.base.wrapping_add(offset))?)
     }
 
-    /// Decodes an unsigned integer at `offset`; returns it and the offset after it. The low
-    /// bits of the first byte give the length: `…0` 1 byte, `…01` 2, `…011` 3, `…0111` 4,
-    /// `…01111` 5 (the value in the next 4 bytes).
-    pub fn decode_unsigned(&self, offset: u64) -> Result<(u64, u64), ContractError> {
-        let b0 = u64::from(self.byte(offset)?);
-        let le = |n: u64| -> Result<u64, ContractError> {
-            (0..n).try_fold(0u64, |acc, i| {
-                Ok(acc | u64::from(self.byte(offset + i)?) << (8 * i))
-            })
-        };
-        Ok(if b0 & 1 == 0 {
-            (b0 >> 1, offset + 1)
-        } else if b0 & 2 == 0 {
-            (le(2)? >> 2, offset + 2)
-        } else if b0 & 4 == 0 {
-            (le(3)? >> 3, offset + 3)
-        } else if b0 & 8 == 0 {
-            (le(4)? >> 4, offset + 4)
-        } else if b0 & 16 == 0 {
-            ((le(5)? >> 8) & 0xffff_ffff, offset + 5)
-        } else {
-            return Err(self.corrupt(offset, "invalid integer encoding"));
-        })
-    }
-
-    /// The data offset of element `index` of the `NativeArray` at `offset`, if present.
-    pub fn array_get(&self, offset: u64, index: u64) -> Result<Option<u64>, ContractError> {
-        let (header, base_offset) = self.decode_unsigned(offset)?;
-        let entry_size = 1u64 << (header & 3);
-        if header & 3 == 3 {
-            return Err(self.corrupt(offset, "invalid block index entry size"));
+    fn corrupt(&self, offset: u64, what: &'static str) -> ContractError {
+        ContractError::Corrupt {
+            what: "ReadyToRun native data",
+            addr: self.base.wrapping_add(offset),
+            detail: what.to_string(),
         }
-        if index >= header >> 2 {
-            return Ok(None);
-        }
-        let slot = base_offset + entry_size * (index / 16);
-        let block = (0..entry_size).try_fold(0u64, |acc, i| {
-            Ok::<u64, ContractError>(acc | u64::from(self.byte(slot + i)?) << (8 * i))
-        })?;
-        let mut off = base_offset + block;
-        // Each block is a binary tree of depth 4 over the low bits of the index.
-        for bit in [8u64, 4, 2, 1] {
-            let node = off;
-            let (v, next) = self.decode_unsigned(node)?;
-            if index & bit != 0 {
-                if v & 2 != 0 {
-                    off = node + (v >> 2);
-                    continue;
-                }
-            } else if v & 1 != 0 {
-                off = next;
-                continue;
-            }
-            // No child that way: a leaf for exactly this index, or nothing.
-            if v & 3 == 0 && (v >> 2) == (index & 15) {
-                return Ok(Some(next));
-            }
-            return Ok(None);
-        }
-        Ok(Some(off))
     }
 }
 

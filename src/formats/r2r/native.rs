@@ -12,33 +12,112 @@ fn bad(what: &'static str, offset: usize) -> R2rError {
     R2rError::Native { what, offset }
 }
 
-/// Reads a Native Format unsigned integer at `off`: (value, offset after it).
-pub fn decode_unsigned(buf: &[u8], off: usize) -> Result<(u32, usize), R2rError> {
-    let b = |i: usize| -> Result<u32, R2rError> {
-        buf.get(off + i)
-            .map(|&v| u32::from(v))
-            .ok_or(bad("integer past the section's end", off))
-    };
-    let first = b(0)?;
+/// The bytes of a Native Format section, wherever they are: a slice of an image file, or
+/// an image in target memory. The decoders below are written once over this.
+pub trait NativeBytes {
+    /// What a failed read or a bad encoding becomes.
+    type Error;
+    /// The byte at `offset` (an error past the section's end).
+    fn byte(&self, offset: u64) -> Result<u8, Self::Error>;
+    /// A bad encoding at `offset`.
+    fn corrupt(&self, offset: u64, what: &'static str) -> Self::Error;
+}
+
+impl NativeBytes for [u8] {
+    type Error = R2rError;
+
+    fn byte(&self, offset: u64) -> Result<u8, R2rError> {
+        usize::try_from(offset)
+            .ok()
+            .and_then(|i| self.get(i).copied())
+            .ok_or(bad("read past the section's end", offset as usize))
+    }
+
+    fn corrupt(&self, offset: u64, what: &'static str) -> R2rError {
+        bad(what, usize::try_from(offset).unwrap_or(usize::MAX))
+    }
+}
+
+/// Reads a Native Format unsigned integer at `off` of any [`NativeBytes`]: (value, offset
+/// after it). The low bits of the first byte give the length: `…0` 1 byte, `…01` 2, `…011`
+/// 3, `…0111` 4, `…01111` 5 (the value is then the next 4 bytes).
+pub fn read_unsigned<B: NativeBytes + ?Sized>(b: &B, off: u64) -> Result<(u32, u64), B::Error> {
+    // Offsets saturate: one past the end of the address space is past every section.
+    let at = |i: u64| -> Result<u32, B::Error> { Ok(u32::from(b.byte(off.saturating_add(i))?)) };
+    let first = at(0)?;
     Ok(if first & 1 == 0 {
-        (first >> 1, off + 1)
+        (first >> 1, off.saturating_add(1))
     } else if first & 2 == 0 {
-        ((first >> 2) | (b(1)? << 6), off + 2)
+        ((first >> 2) | (at(1)? << 6), off.saturating_add(2))
     } else if first & 4 == 0 {
-        ((first >> 3) | (b(1)? << 5) | (b(2)? << 13), off + 3)
+        (
+            (first >> 3) | (at(1)? << 5) | (at(2)? << 13),
+            off.saturating_add(3),
+        )
     } else if first & 8 == 0 {
         (
-            (first >> 4) | (b(1)? << 4) | (b(2)? << 12) | (b(3)? << 20),
-            off + 4,
+            (first >> 4) | (at(1)? << 4) | (at(2)? << 12) | (at(3)? << 20),
+            off.saturating_add(4),
         )
     } else if first & 16 == 0 {
         (
-            b(1)? | (b(2)? << 8) | (b(3)? << 16) | (b(4)? << 24),
-            off + 5,
+            at(1)? | (at(2)? << 8) | (at(3)? << 16) | (at(4)? << 24),
+            off.saturating_add(5),
         )
     } else {
-        return Err(bad("integer with an unknown length prefix", off));
+        return Err(b.corrupt(off, "integer with an unknown length prefix"));
     })
+}
+
+/// Element `index` of the `NativeArray` at `array` in any [`NativeBytes`]: the offset of
+/// its data, or `None` when the array has no element there.
+pub fn read_array_element<B: NativeBytes + ?Sized>(
+    b: &B,
+    array: u64,
+    index: u32,
+) -> Result<Option<u64>, B::Error> {
+    let (header, base) = read_unsigned(b, array)?;
+    let entry_size: u64 = match header & 3 {
+        0 => 1,
+        1 => 2,
+        2 => 4,
+        _ => return Err(b.corrupt(array, "array with an unknown entry size")),
+    };
+    if index >= header >> 2 {
+        return Ok(None);
+    }
+    // One root offset per block of 16 elements, then a 4-level tree inside the block.
+    let slot = base.saturating_add(entry_size * u64::from(index / 16));
+    let mut block = 0u64;
+    for k in 0..entry_size {
+        block |= u64::from(b.byte(slot.saturating_add(k))?) << (8 * k);
+    }
+    let mut offset = base.saturating_add(block);
+    for bit in [8u32, 4, 2, 1] {
+        let (v, next) = read_unsigned(b, offset)?;
+        if index & bit != 0 {
+            if v & 2 != 0 {
+                offset = offset.saturating_add(u64::from(v >> 2));
+                continue;
+            }
+        } else if v & 1 != 0 {
+            offset = next;
+            continue;
+        }
+        // A leaf: present only if it is this element's.
+        if v & 3 == 0 && (v >> 2) == (index & 15) {
+            return Ok(Some(next));
+        }
+        return Ok(None);
+    }
+    // Four levels descended: the element is here.
+    Ok(Some(offset))
+}
+
+/// Reads a Native Format unsigned integer at `off`: (value, offset after it).
+pub fn decode_unsigned(buf: &[u8], off: usize) -> Result<(u32, usize), R2rError> {
+    let (value, next) = read_unsigned(buf, off as u64)?;
+    Ok((value, next as usize))
 }
 
 /// Reads a Native Format signed integer at `off`: (value, offset after it).
@@ -70,45 +149,7 @@ pub fn relative_offset(buf: &[u8], off: usize) -> Result<(usize, usize), R2rErro
 /// A `NativeArray` at the start of `buf`: element `index`'s offset in `buf`, or `None`
 /// when the array has no element there.
 pub fn array_get(buf: &[u8], index: u32) -> Result<Option<usize>, R2rError> {
-    let (header, base) = decode_unsigned(buf, 0)?;
-    let entry_size = match header & 3 {
-        0 => 1usize,
-        1 => 2,
-        2 => 4,
-        _ => return Err(bad("array with an unknown entry size", 0)),
-    };
-    if index >= header >> 2 {
-        return Ok(None);
-    }
-    // One root offset per block of 16 elements, then a 4-level tree inside the block.
-    let slot = base + entry_size * (index as usize / 16);
-    let mut block = 0usize;
-    for k in 0..entry_size {
-        let byte = *buf
-            .get(slot + k)
-            .ok_or(bad("array root past the end", slot))?;
-        block |= usize::from(byte) << (8 * k);
-    }
-    let mut offset = base + block;
-    for bit in [8u32, 4, 2, 1] {
-        let (v, next) = decode_unsigned(buf, offset)?;
-        if index & bit != 0 {
-            if v & 2 != 0 {
-                offset += (v >> 2) as usize;
-                continue;
-            }
-        } else if v & 1 != 0 {
-            offset = next;
-            continue;
-        }
-        // A leaf: present only if it is this element's.
-        if v & 3 == 0 && (v >> 2) == (index & 15) {
-            return Ok(Some(next));
-        }
-        return Ok(None);
-    }
-    // Four levels descended: the element is here.
-    Ok(Some(offset))
+    Ok(read_array_element(buf, 0, index)?.map(|o| o as usize))
 }
 
 /// Every entry of the `NativeHashtable` at `start` in `buf`: the offsets of the entries'
