@@ -460,7 +460,10 @@ mod tests {
         match view.read_u8(0x1040) {
             Err(e @ ReadError::LimitExceeded { .. }) => {
                 assert_eq!(e.limit(), Some(Limit::TotalRead));
-                assert!(e.to_string().contains("(--max-total-read), which is 24"), "{e}");
+                assert!(
+                    e.to_string().contains("(--max-total-read), which is 24"),
+                    "{e}"
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -480,7 +483,10 @@ mod tests {
         assert_eq!(t.read_c_string(0x1000, 8).ok().as_deref(), Some("abcdefgh"));
         let e = t.read_c_string(0x1000, 7).expect_err("no NUL within 7");
         assert_eq!(e.limit(), Some(Limit::StringLength));
-        assert!(e.to_string().contains("(--max-string-length), which is 7"), "{e}");
+        assert!(
+            e.to_string().contains("(--max-string-length), which is 7"),
+            "{e}"
+        );
         // Not a limit: memory that is not there.
         assert_eq!(t.read_u8(0x9000).expect_err("unmapped").limit(), None);
     }
