@@ -165,3 +165,39 @@ fn lowered_walk_limits_give_partial_results_and_warnings_naming_them() {
     assert!(method_count(&out) > 4000);
     assert!(err.contains("(--max-read-bytes)"), "{err}");
 }
+
+/// A reader that goes away (`cdac … | head -1`, `2>&1 | head -1`) ends the command quietly:
+/// exit 0, never a panic on the failed write. The pipe is closed before the command writes
+/// anything, so every write fails.
+#[test]
+fn closed_output_streams_end_the_command_quietly() {
+    use std::process::Stdio;
+    let pid = testbed().pid.to_string();
+    for (args, close_stdout) in [
+        (&["methods"][..], true),
+        (&["info"][..], true),
+        (&["modules", "--json"][..], true),
+        (&["ip2md", "0x1000"][..], true),
+        // Every module path over the string limit: one warning each, on a closed stderr.
+        (&["modules", "--max-string-length", "4"][..], false),
+    ] {
+        let piped = || Stdio::piped();
+        let (out, err) = if close_stdout {
+            (piped(), Stdio::null())
+        } else {
+            (Stdio::null(), piped())
+        };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cdac"))
+            .args(args)
+            .args(["--pid", &pid])
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("run cdac");
+        // Close our read end at once.
+        drop(child.stdout.take());
+        drop(child.stderr.take());
+        let status = child.wait().expect("wait");
+        assert_eq!(status.code(), Some(0), "{args:?}: {status}");
+    }
+}
