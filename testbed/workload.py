@@ -45,6 +45,10 @@ def parse_args(argv):
                    help="exit as soon as the parent process goes away")
     p.add_argument("--busy", action="store_true",
                    help="keep running managed code after writing the manifest instead of idling")
+    p.add_argument("--rounds", type=int, default=0, metavar="N",
+                   help="deterministic mode: after writing the manifest, wait for a line on stdin, "
+                        "run N rounds of managed computations printing 'round I CHECKSUM' for each "
+                        "on stdout, print 'done', and exit at the end of stdin (tests/live_safety.rs)")
     return p.parse_args(argv)
 
 
@@ -702,6 +706,41 @@ def exercise(d, rounds, per_round, pause):
     return total
 
 
+def checksum_rounds(fw, d, lambdas, rounds, out):
+    """Deterministic mode: `rounds` rounds of managed computations (emitted methods with their
+    exception handlers, framework code, LINQ over LCG lambdas, sorting), one checksum line per
+    round. Nothing depends on addresses, time or hash seeds, so every run prints the same
+    lines: a reader that disturbed the process (stopped it, wrote to it) would show."""
+    import hashlib
+    from System import Array, Int32, String, StringComparer
+    from System.Linq import Enumerable
+    for rnd in range(rounds):
+        h = hashlib.sha256()
+        vals = [fw.run_all()]
+        for k in range(60):
+            v = (k * 7 + rnd) % 50 - 3  # -3..-1 and 0 make the handlers run
+            for name in ("TryCatchTyped", "TryFinally", "TryFilter", "NestedTryCatchFinally",
+                         "TwoCatches", "Guarded"):
+                vals.append(d[name](v))
+            vals.append(d["TryFault"](abs(v)))
+            vals.append(d["Large"](k + rnd))
+            vals.append(d["SumTo"](k * 10))
+        vals.append(d["Drive"](200 + rnd))
+        vals.append(call_expect_throw(d["TryFilter"], -5000))
+        # LINQ over the LCG lambdas, then sorts of numbers and strings.
+        nums = Enumerable.ToArray[Int32](Enumerable.Select[Int32, Int32](
+            Enumerable.Range(rnd, 20000), lambdas["select"]))
+        Array.Sort[Int32](nums)
+        vals += [nums[0], nums[nums.Length // 2], nums[nums.Length - 1],
+                 Enumerable.Count[Int32](nums, lambdas["where"])]
+        words = Array[String]([f"{(i * 2654435761 + rnd) & 0xFFFFFFF:07x}-{i % 13}"
+                               for i in range(3000)])
+        Array.Sort[String](words, StringComparer.Ordinal)
+        h.update(String.Join(",", words).encode())
+        h.update(",".join(str(int(x)) for x in vals).encode())
+        print(f"round {rnd} {h.hexdigest()}", file=out, flush=True)
+
+
 # --------------------------------------------------------------------------------------------
 # Type-system and loader ground truth (what reflection says, for the Loader and
 # RuntimeTypeSystem layouts: tests/net8_type_layouts.rs)
@@ -1297,6 +1336,16 @@ def main(argv):
     }
     write_manifest(args.manifest, manifest)
     log(f"manifest written to {args.manifest} after {manifest['ready_time'] - START_TIME:.2f}s")
+
+    if args.rounds:
+        sys.stdin.readline()
+        t0 = time.time()
+        checksum_rounds(fw, delegates, named, args.rounds, sys.stdout)
+        log(f"{args.rounds} rounds in {time.time() - t0:.2f}s")
+        print("done", flush=True)
+        sys.stdin.readline()  # the caller may still look at the process: wait for EOF
+        remove_perf_files(pid)
+        os._exit(0)
 
     while True:
         if args.busy:

@@ -369,8 +369,16 @@ struct Parsed {
 }
 
 fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, String> {
+    let header_size = std::mem::size_of::<Elf>();
+    if data.len() < header_size {
+        return Err(format!(
+            "the file is {} bytes, shorter than its {header_size}-byte ELF header: it is truncated",
+            data.len()
+        ));
+    }
     let header = Elf::parse(data).map_err(|e| e.to_string())?;
     let endian = header.endian().map_err(|e| e.to_string())?;
+    check_program_header_table(header, endian, data.len() as u64)?;
     if header.e_type(endian) != elf::ET_CORE {
         return Err(format!(
             "ELF type is {:#x}, not a core file (ET_CORE)",
@@ -470,6 +478,32 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, St
         threads,
         warnings,
     })
+}
+
+/// A program header table that does not fit in the file is named as such (a dump cut in
+/// its headers), rather than with the ELF reader's generic complaint. `PN_XNUM` counts (the
+/// real count is in a section header) are left to the ELF reader.
+fn check_program_header_table<Elf: FileHeader<Endian = Endianness>>(
+    header: &Elf,
+    endian: Endianness,
+    file_len: u64,
+) -> Result<(), String> {
+    let count = header.e_phnum(endian);
+    if count == elf::PN_XNUM {
+        return Ok(());
+    }
+    let offset: u64 = header.e_phoff(endian).into();
+    let entry = u64::from(header.e_phentsize(endian));
+    let end = u64::from(count)
+        .checked_mul(entry)
+        .and_then(|len| offset.checked_add(len));
+    if end.is_none_or(|end| end > file_len) {
+        return Err(format!(
+            "program headers: {count} entries of {entry} bytes at offset {offset} end past the \
+             end of the file ({file_len} bytes): it is truncated, or its ELF header is damaged"
+        ));
+    }
+    Ok(())
 }
 
 /// Parses `NT_FILE`: count and page size, `count` triples (start, end, page offset), then
@@ -710,6 +744,40 @@ mod tests {
         let t = parse_prstatus(&vec![0u8; 336], DataLayout::LE64, 0xffff).unwrap();
         assert_eq!((t.ip, t.sp), (None, None));
         assert!(parse_prstatus(&[0u8; 20], DataLayout::LE64, elf::EM_X86_64.0).is_none());
+    }
+
+    /// A core cut inside its ELF header or its program header table is reported as truncated
+    /// (the ELF reader alone says "Invalid ELF program header size or alignment").
+    #[test]
+    fn truncated_headers_are_named() {
+        let mut core = vec![0u8; 64 + 3 * 56];
+        core[..4].copy_from_slice(b"\x7fELF");
+        core[4] = 2; // ELFCLASS64
+        core[5] = 1; // little-endian
+        core[6] = 1; // EV_CURRENT
+        core[16..18].copy_from_slice(&elf::ET_CORE.0.to_le_bytes());
+        core[18..20].copy_from_slice(&elf::EM_X86_64.0.to_le_bytes());
+        core[20..24].copy_from_slice(&1u32.to_le_bytes());
+        core[32..40].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
+        core[52..54].copy_from_slice(&64u16.to_le_bytes()); // e_ehsize
+        core[54..56].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
+        core[56..58].copy_from_slice(&3u16.to_le_bytes()); // e_phnum
+        let whole = parse::<elf::FileHeader64<Endianness>>(&core);
+        assert!(whole.is_ok(), "{:?}", whole.err());
+        let cut = parse::<elf::FileHeader64<Endianness>>(&core[..64 + 56 + 10]).err();
+        let cut = cut.expect("a table cut in its second entry is refused");
+        assert!(
+            cut.contains("program headers") && cut.contains("truncated"),
+            "{cut}"
+        );
+        let short = parse::<elf::FileHeader64<Endianness>>(&core[..40]).err();
+        assert!(short.expect("refused").contains("truncated"));
+        // An offset that overflows is the same error, not an overflow.
+        core[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
+        let huge = parse::<elf::FileHeader64<Endianness>>(&core).err();
+        assert!(huge
+            .expect("refused")
+            .contains("end past the end of the file"));
     }
 
     #[test]

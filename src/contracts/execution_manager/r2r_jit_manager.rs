@@ -278,9 +278,11 @@ pub(super) fn code_block(
         },
     };
     // In the cold part, offsets continue after the hot code.
+    let mut in_cold = false;
     if let Some(cold) = cold_index {
         let cold_start = img.base.wrapping_add(img.begin(cold)?);
         if index >= cold && ip >= cold_start {
+            in_cold = true;
             let region = region_info(core, &block)?;
             block.relative_offset =
                 region
@@ -292,6 +294,15 @@ pub(super) fn code_block(
                         detail: format!("hot size {:#x} overflows", region.hot_size),
                     })?;
         }
+    }
+    // Hot code starts at or before the address (a damaged hot/cold map or runtime function
+    // table can name a method that starts after it).
+    if !in_cold && ip < start {
+        return Err(ContractError::Corrupt {
+            what: "ReadyToRun runtime functions",
+            addr: info,
+            detail: format!("method at {start:#x} found for {ip:#x}, which lies before it"),
+        });
     }
     Ok(Some(block))
 }

@@ -102,7 +102,9 @@ fn hex_u32(text: &str, line: usize) -> Result<u32, R2rPerfMapError> {
 
 /// Splits `RVA LENGTH NAME` (the name may hold spaces; it may be empty only in headers).
 fn split_line(text: &str, line: usize) -> Result<(u32, u32, &str), R2rPerfMapError> {
-    let text = text.strip_suffix('\r').unwrap_or(text);
+    // A CRLF file's `\r`, and any more before it: a name cannot end in `\r`, which the
+    // writer's line could not carry back (it would read as part of the line ending).
+    let text = text.trim_end_matches('\r');
     let mut it = text.splitn(3, ' ');
     let (Some(rva), Some(len), Some(name)) = (it.next(), it.next(), it.next()) else {
         return Err(R2rPerfMapError::Shape { line });
