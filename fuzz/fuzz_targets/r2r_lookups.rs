@@ -20,7 +20,6 @@ use cdac::contracts::execution_manager::{execution_manager, hash_map, JitType};
 use cdac::formats::r2r::image::R2rImage;
 use cdac::formats::r2r::{native, r2r_perf_map_from_bytes, R2rMapOptions};
 use cdac_fuzz::{descriptor, layout, memory, Input, BASE};
-use em_mock::{Clause, R2rSpec, Rf, World};
 use libfuzzer_sys::fuzz_target;
 
 fn slices(input: &mut Input<'_>) {
@@ -105,91 +104,8 @@ fn memory_readers(input: &mut Input<'_>) {
     }
 }
 
-const MD: u64 = 0x0101_aaa0;
-const MD2: u64 = 0x0201_aaa0;
-const MD3: u64 = 0x0301_aaa0;
-
-fn clause(flags: u32, try_: (u32, u32), handler: (u32, u32), union: u32) -> Clause {
-    Clause {
-        flags,
-        try_start: try_.0,
-        try_end: try_.1,
-        handler_start: handler.0,
-        handler_end: handler.1,
-        union,
-        type_handle: 0,
-    }
-}
-
 fn mock_runtime(input: &mut Input<'_>) {
-    let flags = input.u8();
-    let layout = layout(flags);
-    let version = 1 + u64::from(flags >> 2 & 1);
-    let split = flags & 0x08 != 0;
-    let mut w = World::new(layout, version);
-    let mut spec = R2rSpec::new(
-        vec![
-            Rf::method_len(0x100, 0x140, if split { 0xa0 } else { 0x80 }),
-            if split {
-                Rf::part(0x140, 0x160)
-            } else {
-                Rf::method(0x140, 0x160)
-            },
-            Rf::method(0x200, 0x280),
-            Rf::method(0x280, 0x300),
-            Rf::part(0x400, 0x440),
-        ],
-        if split {
-            vec![(0x100, MD), (0x200, MD2)]
-        } else {
-            vec![(0x100, MD), (0x140, MD3), (0x200, MD2)]
-        },
-    );
-    spec.base = 0x0c0c_0000;
-    spec.hot_cold = vec![4, 0];
-    spec.thunks = Some((0x3000, 0x100));
-    spec.eh = vec![(0x100, vec![clause(4, (0, 4), (0x40, 0x60), 0)])];
-    let knobs = input.u8();
-    if knobs & 1 != 0 {
-        spec.major = 5 + u16::from(input.u8() % 6);
-        spec.minor = u16::from(input.u8() % 4);
-    }
-    if knobs & 2 != 0 {
-        spec.num_functions_override = Some(u32::from(input.u8()));
-    }
-    if knobs & 4 != 0 {
-        spec.num_hot_cold_override = Some(u32::from(input.u8()));
-    }
-    if knobs & 8 != 0 {
-        spec.buckets = Some(2 + u64::from(input.u8() % 32));
-    }
-    spec.composite = knobs & 0x10 != 0;
-    spec.eh_section = knobs & 0x20 == 0;
-    let img = w.add_r2r(&spec);
-    // Damage: (allocation, offset, length, bytes)...
-    let allocs = w.mem.allocations.clone();
-    let mut damages = 0;
-    while !input.is_empty() && damages < 16 {
-        damages += 1;
-        let (addr, size) = allocs[usize::from(input.u8()) % allocs.len()];
-        let len = u64::from(input.u8() % 9).min(size);
-        let at = addr + u64::from(input.u16()) % (size - len + 1);
-        let bytes = input.bytes(len as usize).to_vec();
-        w.mem.bytes(at, &bytes);
-    }
-    let b = spec.base;
-    let ips = [
-        b + 0x100,
-        b + 0x13f,
-        b + 0x150,
-        b + 0x210,
-        b + 0x290,
-        b + 0x420,
-        b + 0x3010,
-        b + 0x180,
-        b,
-        img.base + spec.size - 1,
-    ];
+    let (w, ips) = em_mock::damaged_r2r::damaged_r2r_world(input.rest());
     let (t, d) = w.into_parts();
     let Ok(em) = execution_manager(&t, &d) else {
         return;

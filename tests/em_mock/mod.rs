@@ -15,6 +15,8 @@ use cdac::target::builder::MemoryBuilder;
 use cdac::target::{DataLayout, Endian, Target};
 use serde_json::{json, Map, Value};
 
+pub mod damaged_r2r;
+
 // ---------------------------------------------------------------------------------------------
 // Constants from the runtime (digest §7.3, §7.4, §7.15, §12.4)
 // ---------------------------------------------------------------------------------------------
