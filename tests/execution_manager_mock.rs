@@ -2013,29 +2013,8 @@ fn full_world_with(layout: DataLayout, version: u64, split_funclet: bool) -> (Wo
     let ee = w.ee_jit_manager;
     let rl = w.write_section(0x0b0b_0000, 0x0b0b_1000, FLAG_RANGE_LIST, ee, 0, 0, 0);
     w.map_range(0x0b0b_0000, 0x0b0b_1000, rl);
-    let mut spec = R2rSpec::new(
-        vec![
-            // Hot 0x40 (+ a 0x20 hot funclet) + cold 0x40.
-            Rf::method_len(0x100, 0x140, if split_funclet { 0xa0 } else { 0x80 }),
-            if split_funclet {
-                Rf::part(0x140, 0x160)
-            } else {
-                Rf::method(0x140, 0x160)
-            },
-            Rf::method(0x200, 0x280),
-            Rf::method(0x280, 0x300),
-            Rf::part(0x400, 0x440),
-        ],
-        if split_funclet {
-            vec![(0x100, MD), (0x200, MD2)]
-        } else {
-            vec![(0x100, MD), (0x140, MD3), (0x200, MD2)]
-        },
-    );
-    spec.base = 0x0c0c_0000;
-    spec.hot_cold = vec![4, 0];
-    spec.thunks = Some((0x3000, 0x100));
-    spec.eh = vec![(0x100, vec![clause(CLAUSE_FAULT, (0, 4), (0x40, 0x60), 0)])];
+    // Hot 0x40 (+ a 0x20 hot funclet) + cold 0x40.
+    let spec = em_mock::damaged_r2r::split_image(split_funclet);
     w.add_r2r(&spec);
     let b = spec.base;
     let ips = vec![

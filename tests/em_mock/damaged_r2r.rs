@@ -41,6 +41,39 @@ fn clause(flags: u32, try_: (u32, u32), handler: (u32, u32)) -> Clause {
     }
 }
 
+/// The ReadyToRun image both the mock tests and the fuzz target look up in: five runtime
+/// functions at 0x100.. of an image at 0x0c0c_0000 (a method with a 0x40 hot part, a 0x20
+/// hot funclet that is its own method unless `split_funclet`, and a 0x40 cold part; two
+/// plain methods), a hot/cold map, a 0x100-byte thunk range at 0x3000 and one fault clause.
+pub fn split_image(split_funclet: bool) -> R2rSpec {
+    let mut spec = R2rSpec::new(
+        vec![
+            Rf::method_len(0x100, 0x140, if split_funclet { 0xa0 } else { 0x80 }),
+            if split_funclet {
+                Rf::part(0x140, 0x160)
+            } else {
+                Rf::method(0x140, 0x160)
+            },
+            Rf::method(0x200, 0x280),
+            Rf::method(0x280, 0x300),
+            Rf::part(0x400, 0x440),
+        ],
+        if split_funclet {
+            vec![(0x100, MD), (0x200, MD2)]
+        } else {
+            vec![(0x100, MD), (0x140, MD3), (0x200, MD2)]
+        },
+    );
+    spec.base = 0x0c0c_0000;
+    spec.hot_cold = vec![4, 0];
+    spec.thunks = Some((0x3000, 0x100));
+    spec.eh = vec![(
+        0x100,
+        vec![clause(super::CLAUSE_FAULT, (0, 4), (0x40, 0x60))],
+    )];
+    spec
+}
+
 /// The world built from `data` (layout, contract version, hot/cold split, header knobs, up
 /// to 16 writes of up to 8 bytes into any allocation) and the ten addresses to look up.
 pub fn damaged_r2r_world(data: &[u8]) -> (World, [u64; 10]) {
@@ -50,28 +83,7 @@ pub fn damaged_r2r_world(data: &[u8]) -> (World, [u64; 10]) {
     let version = 1 + u64::from(flags >> 2 & 1);
     let split = flags & 0x08 != 0;
     let mut w = World::new(layout, version);
-    let mut spec = R2rSpec::new(
-        vec![
-            Rf::method_len(0x100, 0x140, if split { 0xa0 } else { 0x80 }),
-            if split {
-                Rf::part(0x140, 0x160)
-            } else {
-                Rf::method(0x140, 0x160)
-            },
-            Rf::method(0x200, 0x280),
-            Rf::method(0x280, 0x300),
-            Rf::part(0x400, 0x440),
-        ],
-        if split {
-            vec![(0x100, MD), (0x200, MD2)]
-        } else {
-            vec![(0x100, MD), (0x140, MD3), (0x200, MD2)]
-        },
-    );
-    spec.base = 0x0c0c_0000;
-    spec.hot_cold = vec![4, 0];
-    spec.thunks = Some((0x3000, 0x100));
-    spec.eh = vec![(0x100, vec![clause(4, (0, 4), (0x40, 0x60))])];
+    let mut spec = split_image(split);
     let knobs = input.u8();
     if knobs & 1 != 0 {
         spec.major = 5 + u16::from(input.u8() % 6);
