@@ -4,7 +4,7 @@
 //! ReadyToRun entry point (both found by `execution_manager::enumerate`). Methods with a
 //! MethodDef are listed once per definition, for every module whose metadata can be read,
 //! covered or not (the name is the definition's, generic types in open form:
-//! `List`1[T]::Add(!0)`); dynamic methods (no MethodDef: LCG and IL stubs) are listed
+//! ``List`1[T]::Add(!0)``); dynamic methods (no MethodDef: LCG and IL stubs) are listed
 //! when they have code, under the name the perf map gives them.
 
 use std::collections::HashSet;

@@ -11,15 +11,12 @@ macro_rules! status {
 }
 
 /// `println!` for a command's output, in a function returning `Result<_, Box<dyn Error>>`:
-/// a reader that went away (`cdac … | head`) ends the output quietly instead of panicking;
-/// other write errors (a full disk) are returned.
+/// a failed write is returned instead of panicking (a reader that went away, `cdac … |
+/// head`, then ends the command quietly in [`main`]).
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        match writeln!(std::io::stdout(), $($arg)*) {
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
-            _ => {}
-        }
+        writeln!(std::io::stdout(), $($arg)*)?;
     }};
 }
 
@@ -263,14 +260,13 @@ pub fn hex(addr: u64) -> String {
     format!("{addr:#x}")
 }
 
-/// Writes `text` to standard output; a reader that went away (`| head`) is not an error.
+/// Writes `text` to standard output (a reader that went away is handled in [`main`]).
 pub(crate) fn emit(text: &str) -> Result<(), Box<dyn std::error::Error>> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => Ok(other?),
-    }
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -27,9 +27,9 @@
 //! what it could read, and one [`EnumerationError`] per part it could not (capped at
 //! [`MAX_ERRORS`]). [`all_code`] is the strict form: the first such error fails it.
 //!
-//! Every walk is bounded: heaps per list ([`MAX_CODE_HEAPS`], cycles detected), map units per
-//! heap ([`MAX_HEAP_UNITS`]), buckets per map ([`MAX_ENUMERATED_BUCKETS`]), and consecutive
-//! unreadable chunks ([`MAX_READ_FAILURES`]). A live process that exits mid-walk ends it.
+//! Every walk is bounded by the target's [`Limits`](crate::limits::Limits): heaps per list
+//! and buckets per map by the list-length limit (cycles detected), map units per heap by
+//! the map-scan limit; and consecutive unreadable chunks by [`MAX_READ_FAILURES`]. A live process that exits mid-walk ends it.
 //! A live process keeps compiling and freeing code: call `Target::flush` before walking it
 //! again, and expect a walk to be a moving snapshot (a method compiled meanwhile may be
 //! missing, or, rarely, reported as an error).
