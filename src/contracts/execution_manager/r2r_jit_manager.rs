@@ -242,6 +242,18 @@ pub(super) fn code_block(
     let mut method_index = hot;
     let method_desc = loop {
         let begin = img.begin(method_index)?;
+        // The table is sorted: the address's method, at or before its entry, starts at or
+        // before it (a damaged table or hot/cold map can name one that starts after).
+        if begin > rel {
+            return Err(ContractError::Corrupt {
+                what: "ReadyToRun runtime functions",
+                addr: info,
+                detail: format!(
+                    "runtime function {method_index} starts at {begin:#x}, after the \
+                     address's {rel:#x} (entry {index}): the table is not sorted"
+                ),
+            });
+        }
         if let Some(md) = img.method_desc_at(img.base.wrapping_add(begin))? {
             // Only a real method has GC info; funclet entries in between have none.
             if method_index != hot {
@@ -278,11 +290,9 @@ pub(super) fn code_block(
         },
     };
     // In the cold part, offsets continue after the hot code.
-    let mut in_cold = false;
     if let Some(cold) = cold_index {
         let cold_start = img.base.wrapping_add(img.begin(cold)?);
         if index >= cold && ip >= cold_start {
-            in_cold = true;
             let region = region_info(core, &block)?;
             block.relative_offset =
                 region
@@ -294,15 +304,6 @@ pub(super) fn code_block(
                         detail: format!("hot size {:#x} overflows", region.hot_size),
                     })?;
         }
-    }
-    // Hot code starts at or before the address (a damaged hot/cold map or runtime function
-    // table can name a method that starts after it).
-    if !in_cold && ip < start {
-        return Err(ContractError::Corrupt {
-            what: "ReadyToRun runtime functions",
-            addr: info,
-            detail: format!("method at {start:#x} found for {ip:#x}, which lies before it"),
-        });
     }
     Ok(Some(block))
 }
