@@ -74,6 +74,25 @@ pub struct MethodNamer<'t> {
     modules: HashMap<u64, ModuleInfo>,
     /// Metadata blobs by `Module*`; `None`: none could be read.
     blobs: HashMap<u64, Option<Vec<u8>>>,
+    /// Reproduce early .NET 8's one-byte truncation of some names.
+    net8_truncation: bool,
+}
+
+/// The first .NET 8 servicing build seen printing whole names in its perf map.
+const FIRST_UNTRUNCATED_NET8_PATCH: u32 = 29;
+
+/// Whether a runtime of this product version drops the last character of some names in
+/// its perf map ([`net8_printf_drops_last_byte`](crate::formats::ecma::names::net8_printf_drops_last_byte)):
+/// seen in 8.0.4, not in 8.0.29 and later nor in .NET 9 and 10. The 8.0 builds in between
+/// could not be tried (no runtime of them is served here) and are taken to truncate.
+pub fn runtime_truncates_names(product_version: Option<&str>) -> bool {
+    let Some(patch) = product_version.and_then(|v| v.strip_prefix("8.0.")) else {
+        return false;
+    };
+    let digits: String = patch.chars().take_while(char::is_ascii_digit).collect();
+    digits
+        .parse::<u32>()
+        .is_ok_and(|p| p < FIRST_UNTRUNCATED_NET8_PATCH)
 }
 
 impl<'t> MethodNamer<'t> {
@@ -92,7 +111,21 @@ impl<'t> MethodNamer<'t> {
             descriptor,
             modules,
             blobs: HashMap::new(),
+            net8_truncation: false,
         }
+    }
+
+    /// A namer for a runtime: over its modules, naming methods exactly as that runtime
+    /// build's perf map does (early .NET 8 builds truncate some names).
+    pub fn for_runtime(rt: &'t crate::runtime::Runtime) -> MethodNamer<'t> {
+        let truncates = runtime_truncates_names(rt.version().map(|v| v.product_version.as_str()));
+        MethodNamer::new(rt.target(), rt.descriptor()).with_net8_truncation(truncates)
+    }
+
+    /// Whether names reproduce early .NET 8's one-byte truncation of some names.
+    pub fn with_net8_truncation(mut self, on: bool) -> MethodNamer<'t> {
+        self.net8_truncation = on;
+        self
     }
 
     /// A namer over a given module list (for tests and callers that already have one).
@@ -106,6 +139,7 @@ impl<'t> MethodNamer<'t> {
             descriptor,
             modules: modules.into_iter().map(|m| (m.address, m)).collect(),
             blobs: HashMap::new(),
+            net8_truncation: false,
         }
     }
 
@@ -344,6 +378,7 @@ impl<'n, 't> Ctx<'n, 't> {
             .map(|a| a.iter().map(String::as_str).collect());
         let options = PerfMapNameOptions {
             type_instantiation: arg_refs.as_deref(),
+            net8_truncation: self.namer.net8_truncation,
             ..PerfMapNameOptions::default()
         };
         Ok(md.perf_map_method_name(rid, &options)?)
@@ -392,7 +427,14 @@ impl<'n, 't> Ctx<'n, 't> {
             }
         };
         let il = IlFormatter::new(md).with_internal_namer(&namer);
-        let text = format_perf_map_name(&il, &assembly, "dynamicClass", name, &sig, true)?;
+        let text = format_perf_map_name(
+            &il,
+            &assembly,
+            "dynamicClass",
+            name,
+            &sig,
+            self.namer.net8_truncation,
+        )?;
         if let Some(m) = missing.into_inner() {
             return Err(NameError::NeedModule(m));
         }

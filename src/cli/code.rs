@@ -149,7 +149,7 @@ fn read_addresses(args: &[String]) -> Result<Vec<String>, Box<dyn std::error::Er
 pub fn run_ip2md(args: &Ip2mdArgs) -> Result<(), Box<dyn std::error::Error>> {
     let rt = args.target.open(&args.descriptor)?;
     let em = execution_manager(rt.target(), rt.descriptor())?;
-    let mut namer = MethodNamer::new(rt.target(), rt.descriptor());
+    let mut namer = MethodNamer::for_runtime(&rt);
     let mut results = Vec::new();
     for text in read_addresses(&args.addresses)? {
         let value = match parse_address(&text) {

@@ -36,7 +36,12 @@ pub struct InfoReport {
     pub operating_system: Option<crate::contracts::runtime_info::OperatingSystem>,
     pub runtime_flavor: Option<crate::contracts::runtime_info::RuntimeFlavor>,
     pub descriptor_source: SourceReport,
+    /// Shipped overlays that filled in what the descriptor lacks, most specific first.
+    pub overlays: Vec<OverlayReport>,
     pub contracts: BTreeMap<String, serde_json::Value>,
+    /// For each contract, the descriptor that advertised it: the runtime's own, a
+    /// sub-descriptor, a shipped descriptor or an overlay.
+    pub contract_origins: BTreeMap<String, String>,
     pub types_count: usize,
     pub globals_count: usize,
     pub sub_descriptors: Vec<SubDescriptorReport>,
@@ -68,6 +73,20 @@ pub struct SourceReport {
     /// For shipped descriptors: "verified-build" or "same-version-line".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fit: Option<&'static str>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct OverlayReport {
+    pub name: String,
+    /// "verified-build" or "same-version-line".
+    pub fit: &'static str,
+    pub added_contracts: Vec<String>,
+    pub added_types: Vec<String>,
+    /// `Type.Field` added to types the runtime describes.
+    pub added_fields: Vec<String>,
+    pub added_globals: Vec<String>,
+    /// Where the overlay says something else (the runtime's own value was kept).
+    pub conflicts: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -107,13 +126,28 @@ pub fn report(rt: &Runtime) -> InfoReport {
             kind: source.kind(),
             name: source.name(),
             fit: match source {
-                DescriptorSource::Shipped { fit, .. } => Some(match fit {
-                    crate::descriptor::shipped::Fit::VerifiedBuild => "verified-build",
-                    crate::descriptor::shipped::Fit::SameVersionLine => "same-version-line",
-                }),
+                DescriptorSource::Shipped { fit, .. } => Some(fit.as_str()),
                 _ => None,
             },
         },
+        overlays: rt
+            .overlays()
+            .iter()
+            .map(|o| OverlayReport {
+                name: o.name.clone(),
+                fit: o.fit.as_str(),
+                added_contracts: o.report.added_contracts.clone(),
+                added_types: o.report.added_types.clone(),
+                added_fields: o.report.added_fields.clone(),
+                added_globals: o.report.added_globals.clone(),
+                conflicts: o.report.conflicts.clone(),
+            })
+            .collect(),
+        contract_origins: d
+            .contracts()
+            .keys()
+            .map(|k| (k.clone(), d.contract_origin(k).unwrap_or("").to_string()))
+            .collect(),
         contracts: d
             .contracts()
             .iter()
@@ -197,14 +231,46 @@ pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
         r.descriptor_source.kind,
         r.descriptor_source.name
     );
+    for o in &r.overlays {
+        let mut added = Vec::new();
+        if !o.added_contracts.is_empty() {
+            added.push(format!("{} contract(s)", o.added_contracts.len()));
+        }
+        if !o.added_types.is_empty() {
+            added.push(format!("{} type(s)", o.added_types.len()));
+        }
+        if !o.added_fields.is_empty() {
+            added.push(format!("{} field(s)", o.added_fields.len()));
+        }
+        if !o.added_globals.is_empty() {
+            added.push(format!("{} global(s)", o.added_globals.len()));
+        }
+        if added.is_empty() {
+            continue;
+        }
+        let conflicts = if o.conflicts.is_empty() {
+            String::new()
+        } else {
+            format!("; {} conflict(s), the runtime's kept", o.conflicts.len())
+        };
+        out!(
+            "overlay           {} ({}): added {}{conflicts}",
+            o.name,
+            o.fit,
+            added.join(", ")
+        );
+    }
+    // Contracts that did not come from the descriptor itself say where they came from.
+    let own = |origin: &str| r.overlays.iter().all(|o| o.name != origin);
     let contracts: Vec<String> = r
         .contracts
         .iter()
         .map(|(k, v)| {
-            format!(
-                "{k} {}",
-                v.as_str().map_or_else(|| v.to_string(), str::to_string)
-            )
+            let version = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+            match r.contract_origins.get(k) {
+                Some(origin) if !own(origin) => format!("{k} {version} (from {origin})"),
+                _ => format!("{k} {version}"),
+            }
         })
         .collect();
     out!(

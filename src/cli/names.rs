@@ -142,7 +142,7 @@ fn named_methods(rt: &Runtime) -> Result<Vec<NamedEntry>, Box<dyn std::error::Er
     if en.errors.len() > 10 {
         tracing::warn!("code enumeration: {} more errors", en.errors.len() - 10);
     }
-    let mut namer = MethodNamer::new(t, d);
+    let mut namer = MethodNamer::for_runtime(rt);
     let mds: Vec<u64> = en.entries.iter().map(|e| e.method_desc).collect();
     let names = namer.names(&mds);
     Ok(en

@@ -30,9 +30,10 @@ pub struct R2rmapArgs {
     /// first).
     #[arg(long = "search", value_name = "DIR")]
     search: Vec<PathBuf>,
-    /// Names without the .NET 8 runtime's one-byte truncation of some names.
+    /// Names as .NET 8 builds before 8.0.29 print them in their perf maps: one character
+    /// short at some lengths (a runtime bug); by default names are exact.
     #[arg(long)]
-    exact_names: bool,
+    net8_truncated_names: bool,
 }
 
 /// Arguments of `cdac symbolize`.
@@ -55,7 +56,7 @@ pub fn run_r2rmap(args: &R2rmapArgs) -> CliResult {
         &args.image,
         &R2rMapOptions {
             search_dirs: args.search.clone(),
-            exact_names: args.exact_names,
+            net8_truncation: args.net8_truncated_names,
         },
     )?;
     let text = report.map.write();

@@ -4,10 +4,16 @@
 //! `ArrayListBase` (a first block of entries inline, then a chain of blocks) of
 //! `DomainAssembly*`s, each leading to its `Assembly` and `Module`. A module's image is
 //! `Module.PEAssembly` → `PEAssembly.PEImage` → `PEImage.LoadedImageLayout` (base, size,
-//! flags) and its path `PEImage.Path` (the UTF-16 buffer of an embedded `SString`).
+//! flags).
 //!
-//! This reads the .NET 8 meanings of the fields (descriptors/README.md): the path and base
-//! come through the PE image, and whether a module is dynamic comes from its Assembly.
+//! Runtimes describe this in two ways, and both are read:
+//! * .NET 8 (our shipped descriptor): a `DomainAssembly` type, the path in `PEImage.Path`
+//!   (the UTF-16 buffer of an embedded `SString`), and `Assembly.IsDynamic`.
+//! * .NET 9 and later, as the runtime publishes it: no `DomainAssembly` type (a list
+//!   entry's first pointer is its `Assembly*`, as upstream's contract reads it), the path
+//!   in `Module.Path` (a pointer to UTF-16), and a dynamic module is one whose `Module.Flags`
+//!   has `ReflectionEmit`.
+//!
 //! Dynamic (Reflection.Emit) modules have no PE image: their metadata is the copy the
 //! runtime saves each time a type is created (`Module.DynamicMetadata`, see
 //! [`dynamic_metadata`]).
@@ -25,6 +31,8 @@ use crate::target::Target;
 
 /// `PEImageLayout.Flags`: the image is laid out as the loader maps it (RVA = offset).
 const LAYOUT_FLAG_MAPPED: u32 = 0x1;
+/// `Module.Flags`: Reflection.Emit made the module.
+const MODULE_FLAG_REFLECTION_EMIT: u32 = 0x40;
 
 /// One loaded module.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -100,18 +108,41 @@ impl<'a> Fields<'a> {
     }
 
     /// A flag read with the width the descriptor declares (`bool`/`uint8`: one byte,
-    /// `uint16`: two, otherwise four: .NET 8's `BOOL`s are four bytes, later runtimes'
-    /// `bool`s one).
-    pub fn flag(&self, addr: u64, ty: &str, field: &str) -> Result<bool, ContractError> {
+    /// `uint16`: two, `uint32`/`int32`: four: .NET 8's `BOOL`s are four bytes, later
+    /// runtimes' `bool`s one). A field without a type has the width `untyped` the
+    /// contract gives it (runtimes publish most fields untyped).
+    pub fn flag(
+        &self,
+        addr: u64,
+        ty: &str,
+        field: &str,
+        untyped: FlagWidth,
+    ) -> Result<bool, ContractError> {
         let f = self.d.ty(ty)?.field(field)?;
         let at = addr.wrapping_add(u64::from(f.offset));
-        Ok(match f.type_name.as_deref() {
-            Some("bool" | "uint8" | "int8") => self.t.read_u8(at)? != 0,
-            Some("uint16" | "int16") => self.t.read_u16(at)? != 0,
-            _ => self.t.read_u32(at)? != 0,
+        let width = match f.type_name.as_deref() {
+            Some("bool" | "uint8" | "int8") => FlagWidth::One,
+            Some("uint16" | "int16") => FlagWidth::Two,
+            Some("uint32" | "int32") => FlagWidth::Four,
+            _ => untyped,
+        };
+        Ok(match width {
+            FlagWidth::One => self.t.read_u8(at)? != 0,
+            FlagWidth::Two => self.t.read_u16(at)? != 0,
+            FlagWidth::Four => self.t.read_u32(at)? != 0,
         })
     }
 }
+
+/// Bytes a flag field takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FlagWidth {
+    One,
+    Two,
+    Four,
+}
+
+impl Fields<'_> {}
 
 /// The `DomainAssembly*`s of the AppDomain's assembly list, in list order, without
 /// duplicates or null entries.
@@ -183,8 +214,14 @@ pub fn modules(
     let f = Fields::new(target, descriptor);
     let mut out = Vec::new();
     let mut seen = HashSet::new();
+    let described = descriptor.ty("DomainAssembly").is_ok();
     for da in domain_assemblies(target, descriptor)? {
-        let assembly = f.ptr(da, "DomainAssembly", "Assembly")?;
+        let assembly = if described {
+            f.ptr(da, "DomainAssembly", "Assembly")?
+        } else {
+            // The runtime does not describe the entry: its first pointer is the Assembly.
+            target.read_pointer(da)?
+        };
         let mut module = if f.has("DomainAssembly", "Module") {
             f.ptr(da, "DomainAssembly", "Module")?
         } else {
@@ -225,13 +262,13 @@ fn module_info(
     assembly: u64,
     module: u64,
 ) -> Result<ModuleInfo, ContractError> {
-    let (is_dynamic, is_collectible) = if assembly != 0 {
-        (
-            f.flag(assembly, "Assembly", "IsDynamic")?,
-            f.flag(assembly, "Assembly", "IsCollectible")?,
-        )
+    // Upstream's contract reads IsCollectible as one byte; .NET 8's descriptor types it.
+    let is_collectible =
+        assembly != 0 && f.flag(assembly, "Assembly", "IsCollectible", FlagWidth::One)?;
+    let is_dynamic = if f.has("Assembly", "IsDynamic") {
+        assembly != 0 && f.flag(assembly, "Assembly", "IsDynamic", FlagWidth::One)?
     } else {
-        (false, false)
+        f.u32(module, "Module", "Flags")? & MODULE_FLAG_REFLECTION_EMIT != 0
     };
     let ready_to_run_info = if f.has("Module", "ReadyToRunInfo") {
         f.ptr(module, "Module", "ReadyToRunInfo")?
@@ -252,14 +289,18 @@ fn module_info(
         ready_to_run_info,
     };
     let pe_assembly = f.ptr(module, "Module", "PEAssembly")?;
-    if pe_assembly == 0 {
-        return Ok(info);
-    }
-    let image = f.ptr(pe_assembly, "PEAssembly", "PEImage")?;
-    if image == 0 {
-        return Ok(info);
-    }
-    let path_buf = f.ptr(image, "PEImage", "Path")?;
+    let image = if pe_assembly == 0 {
+        0
+    } else {
+        f.ptr(pe_assembly, "PEAssembly", "PEImage")?
+    };
+    let path_buf = if f.has("Module", "Path") {
+        f.ptr(module, "Module", "Path")?
+    } else if image != 0 {
+        f.ptr(image, "PEImage", "Path")?
+    } else {
+        0
+    };
     if path_buf != 0 {
         match f.t.read_utf16_c_string(path_buf, f.t.limits().string_cap()) {
             Ok(p) if !p.is_empty() => {
@@ -270,6 +311,9 @@ fn module_info(
             Ok(_) => {}
             Err(e) => tracing::warn!("module {module:#x}: path: {e}"),
         }
+    }
+    if image == 0 {
+        return Ok(info);
     }
     let layout = f.ptr(image, "PEImage", "LoadedImageLayout")?;
     if layout != 0 {

@@ -14,6 +14,9 @@ pub struct Field {
     pub offset: u32,
     /// Type name when the descriptor gives one.
     pub type_name: Option<String>,
+    /// Name of the descriptor that defined the field (the type's own, or an overlay that
+    /// filled it in).
+    pub origin: String,
 }
 
 /// The layout of one runtime structure.
@@ -148,6 +151,32 @@ pub struct SubDescriptorInfo {
     pub skipped: Option<String>,
 }
 
+/// What [`DataDescriptor::fill`] added, and where the overlay disagreed with what was
+/// already there (the first definition was kept).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FillReport {
+    /// Types the descriptor did not have.
+    pub added_types: Vec<String>,
+    /// `Type.Field` (or `Type.!` for a size) added to types it had.
+    pub added_fields: Vec<String>,
+    /// Globals added.
+    pub added_globals: Vec<String>,
+    /// Contracts added.
+    pub added_contracts: Vec<String>,
+    /// Where the overlay says something else than the descriptor.
+    pub conflicts: Vec<String>,
+}
+
+impl FillReport {
+    /// True when the overlay added nothing.
+    pub fn is_empty(&self) -> bool {
+        self.added_types.is_empty()
+            && self.added_fields.is_empty()
+            && self.added_globals.is_empty()
+            && self.added_contracts.is_empty()
+    }
+}
+
 /// The logical descriptor of a runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataDescriptor {
@@ -252,6 +281,7 @@ impl DataDescriptor {
                                 Field {
                                     offset: rf.offset,
                                     type_name: rf.type_name.clone(),
+                                    origin: origin.to_string(),
                                 },
                             )
                         })
@@ -269,6 +299,144 @@ impl DataDescriptor {
             self.extras.entry(k.clone()).or_insert_with(|| v.clone());
         }
         Ok(())
+    }
+
+    /// Adds what an overlay knows and this descriptor lacks: types, fields of types it has,
+    /// sizes it leaves indeterminate, globals and contracts. What is already here is kept:
+    /// the runtime's own description wins, and every place where the overlay says something
+    /// else is reported in [`FillReport::conflicts`] (an overlay written for another build).
+    /// Indirect globals of the overlay resolve against its own `pointer_data`.
+    pub fn fill(
+        &mut self,
+        origin: &str,
+        physical: &PhysicalDescriptor,
+        pointer_data: &[u64],
+    ) -> Result<FillReport, DescriptorError> {
+        if physical.version != 0 {
+            return Err(DescriptorError::UnsupportedVersion {
+                descriptor: origin.to_string(),
+                version: physical.version.to_string(),
+            });
+        }
+        let mut report = FillReport::default();
+        // Resolve every global first, so that a failed fill leaves self intact.
+        let mut globals = Vec::new();
+        for (name, raw) in &physical.globals {
+            let (value, text, index) = match &raw.source {
+                GlobalSource::Direct(Literal::Number { value, text }) => {
+                    (Some(*value), text.clone(), None)
+                }
+                GlobalSource::Direct(Literal::Text(t)) => (None, Some(t.clone()), None),
+                GlobalSource::Indirect(i) => (
+                    Some(resolve_index(origin, name, *i, pointer_data)?),
+                    None,
+                    Some(*i),
+                ),
+            };
+            globals.push(Global {
+                name: name.clone(),
+                value,
+                text,
+                type_name: raw.type_name.clone(),
+                pointer_data_index: index,
+                origin: origin.to_string(),
+            });
+        }
+        for g in globals {
+            match self.globals.get(&g.name) {
+                Some(have) if have.value != g.value || have.text != g.text => {
+                    if have.value.is_some() && g.value.is_some() {
+                        report.conflicts.push(format!(
+                            "global {}: runtime {:#x}, overlay {:#x}",
+                            g.name,
+                            have.value.unwrap_or_default(),
+                            g.value.unwrap_or_default()
+                        ));
+                    } else {
+                        report
+                            .conflicts
+                            .push(format!("global {}: runtime and overlay differ", g.name));
+                    }
+                }
+                Some(_) => {}
+                None => {
+                    report.added_globals.push(g.name.clone());
+                    self.globals.insert(g.name.clone(), g);
+                }
+            }
+        }
+        for (name, raw) in &physical.types {
+            let field_of = |rf: &super::json::RawField| Field {
+                offset: rf.offset,
+                type_name: rf.type_name.clone(),
+                origin: origin.to_string(),
+            };
+            match self.types.get_mut(name) {
+                None => {
+                    report.added_types.push(name.clone());
+                    self.types.insert(
+                        name.clone(),
+                        TypeLayout {
+                            name: name.clone(),
+                            size: raw.size,
+                            fields: raw
+                                .fields
+                                .iter()
+                                .map(|(f, rf)| (f.clone(), field_of(rf)))
+                                .collect(),
+                            origin: origin.to_string(),
+                        },
+                    );
+                }
+                Some(have) => {
+                    match (have.size, raw.size) {
+                        (None, Some(s)) => {
+                            have.size = Some(s);
+                            report.added_fields.push(format!("{name}.!"));
+                        }
+                        (Some(a), Some(b)) if a != b => report
+                            .conflicts
+                            .push(format!("size of {name}: runtime {a}, overlay {b}")),
+                        _ => {}
+                    }
+                    for (f, rf) in &raw.fields {
+                        match have.fields.get(f) {
+                            None => {
+                                have.fields.insert(f.clone(), field_of(rf));
+                                report.added_fields.push(format!("{name}.{f}"));
+                            }
+                            Some(field) if field.offset != rf.offset => {
+                                report.conflicts.push(format!(
+                                    "{name}.{f}: runtime offset {}, overlay {}",
+                                    field.offset, rf.offset
+                                ))
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                }
+            }
+        }
+        for (name, version) in &physical.contracts {
+            match self.contracts.get(name) {
+                None => {
+                    self.contracts.insert(name.clone(), version.clone());
+                    self.contract_origin
+                        .insert(name.clone(), origin.to_string());
+                    report.added_contracts.push(name.clone());
+                }
+                Some(have) if have != version => report.conflicts.push(format!(
+                    "contract {name}: runtime {have:?}, overlay {version:?}"
+                )),
+                Some(_) => {}
+            }
+        }
+        Ok(report)
+    }
+
+    /// Name of the descriptor that advertised contract `name`.
+    pub fn contract_origin(&self, name: &str) -> Option<&str> {
+        self.contract_origin.get(name).map(String::as_str)
     }
 
     /// Records what became of a sub-descriptor.

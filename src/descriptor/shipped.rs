@@ -1,9 +1,13 @@
-//! Descriptors shipped with `cdac` for runtimes that embed none (.NET 8).
+//! Descriptors shipped with `cdac`: complete ones for runtimes that embed none (.NET 8),
+//! and overlays for what a runtime's own descriptor lacks (.NET 9 has no ExecutionManager,
+//! .NET 10 no exception-info field; the file formats' own layouts are in none).
 //!
 //! They are compact descriptor JSON plus one top-level key, `cdac`, that says which
-//! runtimes they fit and where their pointer data comes from: .NET 8 has no
-//! contract descriptor, but it exports `g_dacTable`, the DAC's table of global addresses,
-//! and its slots serve as pointer data (so `[[0],"pointer"]` is slot 0 of that table).
+//! runtimes they fit, whether they are complete or an overlay, and where their pointer data
+//! comes from: .NET 8 and 9 export `g_dacTable`, the DAC's table of global addresses, and
+//! its slots serve as pointer data (so `[[0],"pointer"]` is slot 0 of that table). An
+//! overlay only fills in: whatever the runtime describes itself is kept
+//! ([`DataDescriptor::fill`]).
 //!
 //! ```json
 //! "cdac": {
@@ -24,10 +28,24 @@ use crate::limits::Limit;
 use crate::target::Target;
 
 /// The descriptors built into `cdac`, as (file name, text).
-const BUILTIN: &[(&str, &str)] = &[(
-    "net8.0-linux-x64.json",
-    include_str!("../../descriptors/net8.0-linux-x64.json"),
-)];
+const BUILTIN: &[(&str, &str)] = &[
+    (
+        "net8.0-linux-x64.json",
+        include_str!("../../descriptors/net8.0-linux-x64.json"),
+    ),
+    (
+        "net9.0-linux-x64.overlay.json",
+        include_str!("../../descriptors/net9.0-linux-x64.overlay.json"),
+    ),
+    (
+        "net10.0-linux-x64.overlay.json",
+        include_str!("../../descriptors/net10.0-linux-x64.overlay.json"),
+    ),
+    (
+        "formats.overlay.json",
+        include_str!("../../descriptors/formats.overlay.json"),
+    ),
+];
 
 /// The `cdac` key of a shipped descriptor.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -35,10 +53,16 @@ const BUILTIN: &[(&str, &str)] = &[(
 pub struct ShippedMeta {
     /// Short name shown to users.
     pub name: String,
-    /// Runtime product versions this descriptor is for ("8.0." matches 8.0.x).
+    /// Runtime product versions this descriptor is for ("8.0." matches 8.0.x; "" matches
+    /// every version).
     pub version_prefix: String,
-    /// Architecture string as in the `Architecture` global ("x64").
+    /// Architecture string as in the `Architecture` global ("x64"; "any" for layouts a
+    /// file format fixes).
     pub architecture: String,
+    /// An overlay fills in what a runtime's own descriptor lacks; otherwise the descriptor
+    /// is complete and stands for one the runtime does not have.
+    #[serde(default)]
+    pub overlay: bool,
     /// Build ids (hex) of runtime binaries on which every offset was checked.
     #[serde(default)]
     pub verified_build_ids: Vec<String>,
@@ -74,6 +98,8 @@ pub enum Fit {
     VerifiedBuild,
     /// Same product version line, a build nobody verified: offsets may differ.
     SameVersionLine,
+    /// Made for every runtime (the layouts a file format fixes).
+    EveryRuntime,
 }
 
 /// Parses a shipped descriptor (also used for `--descriptor FILE`).
@@ -115,34 +141,76 @@ pub fn builtin() -> Result<Vec<ShippedDescriptor>, DescriptorError> {
         .collect()
 }
 
-/// Picks the descriptor for a runtime: one verified on its exact build first, else one
-/// for its version line and architecture.
+impl Fit {
+    /// "verified-build" or "same-version-line".
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fit::VerifiedBuild => "verified-build",
+            Fit::SameVersionLine => "same-version-line",
+            Fit::EveryRuntime => "every-runtime",
+        }
+    }
+}
+
+/// How well one shipped descriptor fits a runtime, if at all.
+fn fit_of(
+    d: &ShippedDescriptor,
+    build_id: Option<&str>,
+    product_version: Option<&str>,
+    architecture: &str,
+) -> Option<Fit> {
+    let verified = build_id.is_some_and(|id| {
+        d.meta
+            .verified_build_ids
+            .iter()
+            .any(|b| b.eq_ignore_ascii_case(id))
+    });
+    if verified {
+        return Some(Fit::VerifiedBuild);
+    }
+    if d.meta.version_prefix.is_empty() && d.meta.architecture == "any" {
+        return Some(Fit::EveryRuntime);
+    }
+    let arch =
+        d.meta.architecture == "any" || d.meta.architecture.eq_ignore_ascii_case(architecture);
+    let version = product_version.is_some_and(|v| v.starts_with(&d.meta.version_prefix));
+    (arch && version).then_some(Fit::SameVersionLine)
+}
+
+/// The overlays that fit a runtime, most specific first (a version line's before the
+/// formats' own, which fit every runtime), each with how well it fits.
+pub fn overlays_for<'a>(
+    candidates: &'a [ShippedDescriptor],
+    build_id: Option<&str>,
+    product_version: Option<&str>,
+    architecture: &str,
+) -> Vec<(&'a ShippedDescriptor, Fit)> {
+    let mut out: Vec<(&ShippedDescriptor, Fit)> = candidates
+        .iter()
+        .filter(|d| d.meta.overlay)
+        .filter_map(|d| Some((d, fit_of(d, build_id, product_version, architecture)?)))
+        .collect();
+    out.sort_by_key(|(d, _)| std::cmp::Reverse(d.meta.version_prefix.len()));
+    out
+}
+
+/// Picks the complete descriptor for a runtime: one verified on its exact build first,
+/// else one for its version line and architecture.
 pub fn select<'a>(
     candidates: &'a [ShippedDescriptor],
     build_id: Option<&str>,
     product_version: Option<&str>,
     architecture: &str,
 ) -> Result<(&'a ShippedDescriptor, Fit), DescriptorError> {
-    if let Some(id) = build_id {
-        if let Some(d) = candidates.iter().find(|d| {
-            d.meta
-                .verified_build_ids
-                .iter()
-                .any(|b| b.eq_ignore_ascii_case(id))
-        }) {
-            return Ok((d, Fit::VerifiedBuild));
+    let complete = || candidates.iter().filter(|d| !d.meta.overlay);
+    for wanted in [Fit::VerifiedBuild, Fit::SameVersionLine] {
+        if let Some(d) =
+            complete().find(|d| fit_of(d, build_id, product_version, architecture) == Some(wanted))
+        {
+            return Ok((d, wanted));
         }
     }
-    if let Some(v) = product_version {
-        if let Some(d) = candidates.iter().find(|d| {
-            v.starts_with(&d.meta.version_prefix)
-                && d.meta.architecture.eq_ignore_ascii_case(architecture)
-        }) {
-            return Ok((d, Fit::SameVersionLine));
-        }
-    }
-    let have: Vec<String> = candidates
-        .iter()
+    let have: Vec<String> = complete()
         .map(|d| {
             format!(
                 "{} ({}x {})",
@@ -166,7 +234,33 @@ pub fn instantiate(
     resolve_symbol: &dyn Fn(&str) -> Option<(u64, u64)>,
     limits: &Limits,
 ) -> Result<DataDescriptor, DescriptorError> {
-    let pointer_data = match &shipped.meta.pointer_data {
+    let pointer_data = pointer_data(shipped, target, resolve_symbol, limits)?;
+    let mut out = DataDescriptor::new(target.layout());
+    out.merge(&shipped.source, &shipped.physical, &pointer_data)?;
+    Ok(out)
+}
+
+/// Fills `into` with what the overlay `shipped` has and it lacks (its pointer data read
+/// as for [`instantiate`]).
+pub fn apply_overlay(
+    shipped: &ShippedDescriptor,
+    into: &mut DataDescriptor,
+    target: &Target,
+    resolve_symbol: &dyn Fn(&str) -> Option<(u64, u64)>,
+    limits: &Limits,
+) -> Result<super::FillReport, DescriptorError> {
+    let pointer_data = pointer_data(shipped, target, resolve_symbol, limits)?;
+    into.fill(&shipped.meta.name, &shipped.physical, &pointer_data)
+}
+
+/// The shipped descriptor's pointer data: the slots of the export it names.
+fn pointer_data(
+    shipped: &ShippedDescriptor,
+    target: &Target,
+    resolve_symbol: &dyn Fn(&str) -> Option<(u64, u64)>,
+    limits: &Limits,
+) -> Result<Vec<u64>, DescriptorError> {
+    Ok(match &shipped.meta.pointer_data {
         None => Vec::new(),
         Some(src) => {
             if src.count > limits.max_pointer_data {
@@ -202,8 +296,5 @@ pub fn instantiate(
                     source,
                 })?
         }
-    };
-    let mut out = DataDescriptor::new(target.layout());
-    out.merge(&shipped.source, &shipped.physical, &pointer_data)?;
-    Ok(out)
+    })
 }

@@ -124,6 +124,17 @@ impl RuntimeModule {
     }
 }
 
+/// A shipped overlay that filled in part of the runtime's descriptor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppliedOverlay {
+    /// Its name ("net9.0-linux-x64").
+    pub name: String,
+    /// How well it fits this build.
+    pub fit: Fit,
+    /// What it added, and where it disagreed with the runtime (the runtime was kept).
+    pub report: crate::descriptor::FillReport,
+}
+
 /// A .NET runtime in a target, with its data descriptor loaded.
 #[derive(Debug, Clone)]
 pub struct Runtime {
@@ -132,6 +143,7 @@ pub struct Runtime {
     version: Option<RuntimeVersion>,
     descriptor: DataDescriptor,
     source: DescriptorSource,
+    overlays: Vec<AppliedOverlay>,
 }
 
 impl Runtime {
@@ -191,8 +203,14 @@ impl Runtime {
             architecture: discovery::architecture_name(found.image.machine()),
             exports: found.exports.clone(),
         };
-        let (descriptor, source) =
+        let (mut descriptor, source) =
             load_descriptor(&target, &module, &found, version.as_ref(), options)?;
+        // A file given by the user is the whole description; anything else is completed
+        // by the overlays that fit this runtime.
+        let overlays = match source {
+            DescriptorSource::Override { .. } => Vec::new(),
+            _ => apply_overlays(&target, &module, version.as_ref(), &mut descriptor, options)?,
+        };
         let target = target.with_layout(descriptor.layout());
         Ok(Runtime {
             target,
@@ -200,6 +218,7 @@ impl Runtime {
             version,
             descriptor,
             source,
+            overlays,
         })
     }
 
@@ -227,6 +246,62 @@ impl Runtime {
     pub fn descriptor_source(&self) -> &DescriptorSource {
         &self.source
     }
+
+    /// The shipped overlays that completed the descriptor, most specific first.
+    pub fn overlays(&self) -> &[AppliedOverlay] {
+        &self.overlays
+    }
+}
+
+/// Fills the descriptor with the shipped overlays that fit the runtime: its version line's
+/// (for what that runtime's descriptor lacks), then the file formats'.
+fn apply_overlays(
+    target: &Target,
+    module: &RuntimeModule,
+    version: Option<&RuntimeVersion>,
+    descriptor: &mut DataDescriptor,
+    options: &OpenOptions,
+) -> Result<Vec<AppliedOverlay>, RuntimeError> {
+    let resolve = |name: &str| {
+        module
+            .exports
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| (s.address, s.size))
+    };
+    let candidates = shipped::builtin()?;
+    let fitting = shipped::overlays_for(
+        &candidates,
+        module.build_id.as_deref(),
+        version.map(|v| v.product_version.as_str()),
+        module.architecture,
+    );
+    let mut applied = Vec::new();
+    for (overlay, fit) in fitting {
+        let report = shipped::apply_overlay(
+            overlay,
+            descriptor,
+            target,
+            &resolve,
+            &options.limits.descriptor(),
+        )?;
+        if fit == Fit::SameVersionLine && !report.is_empty() {
+            tracing::warn!(
+                overlay = %overlay.meta.name,
+                build_id = module.build_id.as_deref().unwrap_or("unknown"),
+                "this runtime build was not verified against the shipped overlay; the offsets it adds may differ"
+            );
+        }
+        for c in &report.conflicts {
+            tracing::warn!(overlay = %overlay.meta.name, "the runtime's descriptor disagrees with the overlay (kept the runtime's): {c}");
+        }
+        applied.push(AppliedOverlay {
+            name: overlay.meta.name.clone(),
+            fit,
+            report,
+        });
+    }
+    Ok(applied)
 }
 
 fn load_descriptor(

@@ -103,15 +103,17 @@ pub(super) fn debug_info(
         .ok()
         .and_then(|g| g.value().ok())
         .is_some_and(|v| v != 0);
-    let manager = core.descriptor.ty("EEJitManager")?;
-    let rich = if manager.has_field("StoreRichDebugInfo") {
-        core.target.read_u8(
-            block
-                .jit_manager
-                .wrapping_add(manager.offset("StoreRichDebugInfo")?),
-        )? != 0
-    } else {
-        false
+    // Runtimes that do not describe the flag (.NET 10) have on-stack replacement on every
+    // 64-bit target, which already implies the flag byte.
+    let rich = match core.descriptor.ty("EEJitManager") {
+        Ok(manager) if manager.has_field("StoreRichDebugInfo") => {
+            core.target.read_u8(
+                block
+                    .jit_manager
+                    .wrapping_add(manager.offset("StoreRichDebugInfo")?),
+            )? != 0
+        }
+        _ => false,
     };
     Ok(DebugInfoRef {
         address,

@@ -3,8 +3,9 @@
 //! symbolizer needs to map the whole process at once, rather than one address at a time).
 //!
 //! * **JIT'ed code.** The EEJitManager's code heaps (`EEJitManager.AllCodeHeaps`, chained
-//!   through `CodeHeapListNode.Next`; when the descriptor has no `Next`, the heaps of the
-//!   code-heap range sections) are scanned *forward*, each from the map unit of its
+//!   through `CodeHeapListNode.Next`; when the descriptor has no `Next` or no
+//!   `EEJitManagerAddress`, as .NET 10's, the heaps of the code-heap range sections: every
+//!   heap has one) are scanned *forward*, each from the map unit of its
 //!   `StartAddress` to that of its last byte (`EndAddress − 1`: the runtime keeps
 //!   `EndAddress` one past the last byte it allocated), so a heap costs one read of its map
 //!   per 4 KiB of map (1 MiB of code) and never more than
@@ -263,12 +264,12 @@ impl JitLayout {
         )?;
         let node = d.ty("CodeHeapListNode")?;
         let header = d.ty("RealCodeHeader")?;
+        // The EEJitManager's list needs the manager's address, which .NET 10 does not
+        // publish; the range sections reach every heap too.
+        let has_list = node.has_field("Next") && d.global("EEJitManagerAddress").is_ok();
         Ok(JitLayout {
             version,
-            next: node
-                .has_field("Next")
-                .then(|| node.offset("Next"))
-                .transpose()?,
+            next: has_list.then(|| node.offset("Next")).transpose()?,
             method_desc: header.offset("MethodDesc")?,
             gc_info: header.offset("GCInfo")?,
             stub_last: d.global_value("StubCodeBlockLast")?,
@@ -370,8 +371,8 @@ impl Walk<'_> {
         }
     }
 
-    /// The `CodeHeapListNode`s: the EEJitManager's list, or, when nodes have no `Next`, the
-    /// heaps of the code-heap range sections.
+    /// The `CodeHeapListNode`s: the EEJitManager's list, or, when that cannot be reached,
+    /// the heaps of the code-heap range sections.
     fn heap_nodes(&mut self, layout: &JitLayout) -> Vec<u64> {
         let Some(next) = layout.next else {
             return match all_range_sections(self.target, self.descriptor) {

@@ -503,10 +503,32 @@ fn image_section(
     }
 }
 
+/// Bytes of a `READYTORUN_HEADER` before its core header: the signature and the major and
+/// minor versions (ReadyToRun format).
+const R2R_HEADER_PREFIX: u64 = 8;
+
+/// The core header whose section table holds the image's method-level sections (debug and
+/// exception info): .NET 8's descriptor reaches it through `ReadyToRunInfo.Composite`;
+/// runtimes that do not describe that field through the header of the image that holds
+/// the code (`CompositeInfo`'s: a component of a composite image keeps these sections in
+/// the composite's header, a plain image is its own `CompositeInfo`).
+fn core_header(core: &Core<'_>, info: u64) -> Result<u64, ContractError> {
+    let r2r_info = core.descriptor.ty("ReadyToRunInfo")?;
+    if r2r_info.has_field("Composite") {
+        let composite = core.ptr(info, "ReadyToRunInfo", "Composite")?;
+        return core.ptr(composite, "ReadyToRunCoreInfo", "Header");
+    }
+    let holder = match core.ptr(info, "ReadyToRunInfo", "CompositeInfo")? {
+        0 => info,
+        c => c,
+    };
+    let header = core.ptr(holder, "ReadyToRunInfo", "ReadyToRunHeader")?;
+    Ok(header.wrapping_add(R2R_HEADER_PREFIX))
+}
+
 /// The image's section directory entry of `kind`, through the core header's section table.
 fn section(core: &Core<'_>, info: u64, kind: u32) -> Result<Option<(u64, u64)>, ContractError> {
-    let composite = core.ptr(info, "ReadyToRunInfo", "Composite")?;
-    let header = core.ptr(composite, "ReadyToRunCoreInfo", "Header")?;
+    let header = core_header(core, info)?;
     let core_header = core.descriptor.ty("ReadyToRunCoreHeader")?;
     let count = core.u32(header, "ReadyToRunCoreHeader", "NumberOfSections")?;
     if count > 1024 {

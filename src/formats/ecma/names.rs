@@ -393,11 +393,12 @@ pub fn push_escaped(out: &mut String, name: &str) {
     }
 }
 
-/// Whether the .NET 8 runtime drops the last byte of a `"[%s] %s::%s"` string of `len`
-/// bytes. Its `SString` printf helper tries buffers of 40, 80, 160, ... characters and,
-/// when the text is exactly one longer than a buffer, keeps the NUL the C library wrote in
-/// the last place; the perf map then shows the name one character short
-/// (`System.Linq.Enumerable::Su` for `Sum`).
+/// Whether an early .NET 8 runtime drops the last byte of a `"[%s] %s::%s"` string of
+/// `len` bytes. Its `SString` printf helper tries buffers of 40, 80, 160, ... characters
+/// and, when the text is exactly one longer than a buffer, keeps the NUL the C library
+/// wrote in the last place; the perf map then shows the name one character short
+/// (`System.Linq.Enumerable::Su` for `Sum`). Seen in 8.0.4; 8.0.29 and later, 9 and 10
+/// print the whole name ([`crate::names::runtime_truncates_names`]).
 pub fn net8_printf_drops_last_byte(len: usize) -> bool {
     let m = len.wrapping_sub(1);
     len > 40 && m % 40 == 0 && (m / 40).is_power_of_two()
@@ -412,7 +413,7 @@ fn truncate_last_byte(s: &mut String) {
 }
 
 /// Options of [`Metadata::perf_map_method_name`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct PerfMapNameOptions<'x> {
     /// The declaring type's instantiation, already in runtime form (`System.__Canon`,
     /// `System.Int32`, ...). `None` prints the open form with the type's generic
@@ -420,18 +421,9 @@ pub struct PerfMapNameOptions<'x> {
     pub type_instantiation: Option<&'x [&'x str]>,
     /// The assembly's simple name; `None` reads it from the Assembly table.
     pub assembly_name: Option<&'x str>,
-    /// Reproduce the .NET 8 truncation described at [`net8_printf_drops_last_byte`].
+    /// Reproduce the .NET 8 truncation described at [`net8_printf_drops_last_byte`]
+    /// (off by default: only early .NET 8 builds have it).
     pub net8_truncation: bool,
-}
-
-impl Default for PerfMapNameOptions<'_> {
-    fn default() -> Self {
-        PerfMapNameOptions {
-            type_instantiation: None,
-            assembly_name: None,
-            net8_truncation: true,
-        }
-    }
 }
 
 /// Builds a perf-map method name from its parts (also for methods without metadata rows,

@@ -22,9 +22,10 @@ pub struct R2rMapOptions {
     /// Where the image's referenced assemblies are looked for (to name type arguments of
     /// other assemblies); the image's own folder is always searched first.
     pub search_dirs: Vec<PathBuf>,
-    /// Names without the .NET 8 runtime's truncation of some names by one byte (by
-    /// default names are exactly the runtime's, as `cdac ip2md` prints them).
-    pub exact_names: bool,
+    /// Names as early .NET 8 builds print them, one byte short at certain lengths
+    /// ([`net8_printf_drops_last_byte`](crate::formats::ecma::names::net8_printf_drops_last_byte)),
+    /// for comparing with such a runtime's perf map; by default names are exact.
+    pub net8_truncation: bool,
 }
 
 /// What [`r2r_perf_map`] made, with counts for the caller's report.
@@ -197,7 +198,7 @@ fn method_name(
                 *rid,
                 &PerfMapNameOptions {
                     assembly_name: Some(own_assembly),
-                    net8_truncation: !options.exact_names,
+                    net8_truncation: options.net8_truncation,
                     ..PerfMapNameOptions::default()
                 },
             )
@@ -212,7 +213,7 @@ fn method_name(
                     &PerfMapNameOptions {
                         type_instantiation: if args.is_empty() { None } else { Some(&args) },
                         assembly_name: None,
-                        net8_truncation: !options.exact_names,
+                        net8_truncation: options.net8_truncation,
                     },
                 )
                 .ok()
