@@ -1789,7 +1789,7 @@ fn shipped_net8_descriptor_parses() {
         .pointer_data
         .as_ref()
         .expect("pointer data source");
-    assert_eq!((pd.symbol.as_str(), pd.count), ("g_dacTable", 156));
+    assert_eq!((pd.symbol.as_str(), pd.count), ("g_dacTable", 23));
     assert_eq!(net8.physical.version, 0);
     assert_eq!(net8.physical.baseline.as_deref(), Some("empty"));
     assert_eq!(
@@ -1862,11 +1862,12 @@ fn shipped_instantiate_resolves_against_the_exported_table() {
     let all = shipped::builtin().expect("builtin");
     let net8 = &all[0];
     let layout = DataLayout::LE64;
-    let slots: Vec<u64> = (0..156u64).map(|i| 0x7f12_0000_0000 + i * 0x100).collect();
+    // 8.0.0's table has 155 slots; the descriptor reads only the first 23.
+    let slots: Vec<u64> = (0..155u64).map(|i| 0x7f12_0000_0000 + i * 0x100).collect();
     let mut mem = MemoryBuilder::new(layout);
     let table = put_pointers(&mut mem, layout, &slots);
     let target = mem.into_target();
-    let resolve = |name: &str| (name == "g_dacTable").then_some((table, 156 * 8));
+    let resolve = |name: &str| (name == "g_dacTable").then_some((table, 155 * 8));
 
     let d =
         shipped::instantiate(net8, &target, &resolve, &Limits::default()).expect("instantiates");
@@ -1880,15 +1881,12 @@ fn shipped_instantiate_resolves_against_the_exported_table() {
         d.global_value("EEJitManagerAddress").expect("global"),
         slots[4]
     );
+    assert_eq!(d.global_value("AppDomain").expect("global"), slots[21]);
     assert_eq!(
-        d.global_value("EEJitManagerVTable").expect("global"),
-        slots[96]
-    );
-    assert_eq!(
-        d.global("EEJitManagerVTable")
+        d.global("SystemDomain")
             .expect("global")
             .pointer_data_index(),
-        Some(96)
+        Some(22)
     );
     assert_eq!(
         d.global_value("HashMapValueMask").expect("global"),
@@ -1920,7 +1918,7 @@ fn shipped_instantiate_errors() {
     let net8 = &all[0];
     let layout = DataLayout::LE64;
     let mut mem = MemoryBuilder::new(layout);
-    // Only 10 of the 156 slots are mapped.
+    // Only 10 of the 23 slots read are mapped.
     let table = put_pointers(&mut mem, layout, &[1; 10]);
     let target = mem.into_target();
 
@@ -1940,7 +1938,7 @@ fn shipped_instantiate_errors() {
     )
     .expect_err("symbol too small");
     assert!(
-        matches!(&err, DescriptorError::Invalid { detail, .. } if detail.contains("156 slots of g_dacTable need 1248 bytes")),
+        matches!(&err, DescriptorError::Invalid { detail, .. } if detail.contains("23 slots of g_dacTable need 184 bytes")),
         "{err:?}"
     );
     // Size unknown (0): the read itself finds the table short.
@@ -1957,7 +1955,7 @@ fn shipped_instantiate_errors() {
     );
 
     let small = Limits {
-        max_pointer_data: 100,
+        max_pointer_data: 20,
         ..Limits::default()
     };
     let err = shipped::instantiate(net8, &target, &|_: &str| Some((table, 0)), &small)
@@ -1967,8 +1965,8 @@ fn shipped_instantiate_errors() {
             err,
             DescriptorError::TooLarge {
                 what: "pointer-data count",
-                value: 156,
-                cap: 100,
+                value: 23,
+                cap: 20,
                 ..
             }
         ),

@@ -20,6 +20,11 @@ pub struct InfoArgs {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Also write the runtime's whole descriptor (every part merged, every global a direct
+    /// value) to FILE, for `--descriptor FILE` on a target whose runtime module cannot be
+    /// identified (a core without its file list, say).
+    #[arg(long, value_name = "FILE")]
+    export_descriptor: Option<std::path::PathBuf>,
 }
 
 /// What `cdac info --json` prints.
@@ -193,6 +198,10 @@ pub fn report(rt: &Runtime) -> InfoReport {
 /// Runs `cdac info`.
 pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
     let rt = args.target.open(&args.descriptor)?;
+    if let Some(path) = &args.export_descriptor {
+        let text = serde_json::to_string_pretty(&rt.descriptor().to_complete_json())?;
+        std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     let r = report(&rt);
     if args.json {
         out!("{}", serde_json::to_string_pretty(&r)?);

@@ -73,9 +73,17 @@ pub fn runtime_info(descriptor: &DataDescriptor) -> Result<RuntimeInfo, Contract
         Some("riscv64") => Architecture::RiscV64,
         _ => Architecture::Unknown,
     };
-    let operating_system = match text("OperatingSystem").as_deref() {
+    // Linux builds of .NET 10 publish "1": the runtime stringifies the token `unix` after
+    // the C preprocessor has replaced it with the value of its predefined `unix` macro (its
+    // `RID` global reads "1-x64" for the same reason). No other system spells itself so.
+    let as_written = descriptor
+        .global("OperatingSystem")
+        .ok()
+        .and_then(|g| g.text())
+        .map(str::to_ascii_lowercase);
+    let operating_system = match text("OperatingSystem").or(as_written).as_deref() {
         Some("windows") => OperatingSystem::Windows,
-        Some("unix") => OperatingSystem::Unix,
+        Some("unix") | Some("1") => OperatingSystem::Unix,
         Some("browser") => OperatingSystem::Browser,
         Some("apple") => OperatingSystem::Apple,
         _ => OperatingSystem::Unknown,
@@ -131,6 +139,23 @@ mod tests {
                 OperatingSystem::Unknown,
                 RuntimeFlavor::NativeAot
             )
+        );
+        // As .NET 10.0.14 for Linux x64 publishes them (the preprocessor turned `unix`
+        // into 1); "2" is nobody's spelling.
+        let d = descriptor(
+            r#"{"contracts":{"RuntimeInfo":1},"globals":{"Architecture":["x64","string"],"OperatingSystem":["1","string"]}}"#,
+        );
+        let info = runtime_info(&d).unwrap();
+        assert_eq!(
+            (info.architecture, info.operating_system),
+            (Architecture::X64, OperatingSystem::Unix)
+        );
+        let d = descriptor(
+            r#"{"contracts":{"RuntimeInfo":1},"globals":{"OperatingSystem":["2","string"]}}"#,
+        );
+        assert_eq!(
+            runtime_info(&d).unwrap().operating_system,
+            OperatingSystem::Unknown
         );
         let d = descriptor(r#"{"contracts":{"RuntimeInfo":2}}"#);
         assert!(matches!(

@@ -434,6 +434,61 @@ impl DataDescriptor {
         Ok(report)
     }
 
+    /// This logical descriptor as one complete compact descriptor: every type and field of
+    /// every part (sub-descriptors and overlays included), every global as a direct value
+    /// (indirect ones resolved), every contract. Given back with `--descriptor`, it
+    /// describes the same runtime without reading anything from the runtime module, so it
+    /// also serves targets where that module cannot be found.
+    pub fn to_complete_json(&self) -> serde_json::Value {
+        use serde_json::{json, Map, Value};
+        let mut types = Map::new();
+        for (name, t) in &self.types {
+            let mut fields = Map::new();
+            if let Some(size) = t.size {
+                fields.insert("!".into(), json!(size));
+            }
+            for (f, field) in &t.fields {
+                let v = match &field.type_name {
+                    Some(ty) => json!([field.offset, ty]),
+                    None => json!(field.offset),
+                };
+                fields.insert(f.clone(), v);
+            }
+            types.insert(name.clone(), Value::Object(fields));
+        }
+        let mut globals = Map::new();
+        for (name, g) in &self.globals {
+            let value = match (g.value, &g.text) {
+                (Some(v), _) => Value::String(format!("{v:#x}")),
+                (None, Some(t)) => Value::String(t.clone()),
+                (None, None) => continue,
+            };
+            let v = match &g.type_name {
+                Some(ty) => json!([value, ty]),
+                None => value,
+            };
+            globals.insert(name.clone(), v);
+        }
+        let contracts: Map<String, Value> = self
+            .contracts
+            .iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    ContractVersion::Number(n) => json!(n),
+                    ContractVersion::Tag(t) => json!(t),
+                };
+                (k.clone(), v)
+            })
+            .collect();
+        json!({
+            "version": 0,
+            "baseline": "empty",
+            "types": types,
+            "globals": globals,
+            "contracts": contracts,
+        })
+    }
+
     /// Name of the descriptor that advertised contract `name`.
     pub fn contract_origin(&self, name: &str) -> Option<&str> {
         self.contract_origin.get(name).map(String::as_str)

@@ -171,6 +171,10 @@ impl Runtime {
         let target = Target::new(source, layout).with_limits(options.limits);
         let mut found = discovery::find_runtime_modules(&target)?;
         if found.is_empty() {
+            if let Some(path) = &options.descriptor {
+                // The user's descriptor is then the only source of facts about the runtime.
+                return Self::open_descriptor_only(target, path, options);
+            }
             return Err(RuntimeError::NoRuntime(format!(
                 "none of the {} mapped modules is {} or exports {} or {}",
                 crate::target::elf_image::modules(target.mapped_files()).len(),
@@ -219,6 +223,73 @@ impl Runtime {
             descriptor,
             source,
             overlays,
+        })
+    }
+
+    /// A runtime whose module cannot be identified (a core without `NT_FILE`, memory a
+    /// host hands over without its module list), described entirely by the descriptor file
+    /// `path`: its globals must be direct values, as `cdac info --export-descriptor`
+    /// writes them, since there is no runtime module to read pointer data from.
+    fn open_descriptor_only(
+        target: Target,
+        path: &Path,
+        options: &OpenOptions,
+    ) -> Result<Runtime, RuntimeError> {
+        let name = path.display().to_string();
+        let physical = read_descriptor_file(path, options)?;
+        if physical.extras.contains_key("cdac") {
+            return Err(DescriptorError::Invalid {
+                descriptor: name,
+                detail: "a shipped descriptor reads its pointer data from the runtime module's exports, \
+                         and no runtime module was found in the target; use a complete descriptor \
+                         (cdac info --export-descriptor writes one)"
+                    .into(),
+            }
+            .into());
+        }
+        let mut descriptor = DataDescriptor::new(target.layout());
+        descriptor
+            .merge(&name, &physical, &[])
+            .map_err(|e| match e {
+                DescriptorError::PointerDataIndex { name: global, .. } => {
+                    DescriptorError::Invalid {
+                        descriptor: name.clone(),
+                        detail: format!(
+                    "global {global} is an index into pointer data, and no runtime module was \
+                     found in the target to read it from; use a descriptor whose globals are \
+                     direct values (cdac info --export-descriptor writes one)"
+                ),
+                    }
+                }
+                other => other,
+            })?;
+        let architecture = match descriptor.global_string("Architecture") {
+            Ok("x64") => "x64",
+            Ok("arm64") => "arm64",
+            Ok("x86") => "x86",
+            Ok("arm") => "arm",
+            Ok("riscv64") => "riscv64",
+            Ok("loongarch64") => "loongarch64",
+            _ => "unknown",
+        };
+        let module = RuntimeModule {
+            path: PathBuf::from("(not identified: the descriptor file describes the runtime)"),
+            base: 0,
+            end: 0,
+            build_id: None,
+            architecture,
+            exports: Vec::new(),
+        };
+        let target = target.with_layout(descriptor.layout());
+        Ok(Runtime {
+            target,
+            module,
+            version: None,
+            descriptor,
+            source: DescriptorSource::Override {
+                path: path.to_path_buf(),
+            },
+            overlays: Vec::new(),
         })
     }
 
@@ -320,23 +391,8 @@ fn load_descriptor(
             .map(|s| (s.address, s.size))
     };
     if let Some(path) = &options.descriptor {
-        let file_err = |detail: String| DescriptorError::File {
-            path: path.display().to_string(),
-            detail,
-        };
-        let text = crate::target::map_regular_file(path).map_err(|e| file_err(e.to_string()))?;
-        if text.len() as u64 > options.limits.max_descriptor_bytes {
-            return Err(DescriptorError::TooLarge {
-                descriptor: path.display().to_string(),
-                what: "file size",
-                limit: Limit::DescriptorSize,
-                value: text.len() as u64,
-                cap: options.limits.max_descriptor_bytes,
-            }
-            .into());
-        }
         let name = path.display().to_string();
-        let physical = crate::descriptor::json::parse(&name, &text)?;
+        let physical = read_descriptor_file(path, options)?;
         let descriptor = if physical.extras.contains_key("cdac") {
             let parsed = shipped::from_physical(&name, physical)?;
             shipped::instantiate(&parsed, target, &resolve, &descriptor_limits)?
@@ -384,6 +440,32 @@ fn load_descriptor(
             fit,
         },
     ))
+}
+
+/// Reads and parses a descriptor file given with `--descriptor`, within the size limit.
+fn read_descriptor_file(
+    path: &Path,
+    options: &OpenOptions,
+) -> Result<crate::descriptor::PhysicalDescriptor, RuntimeError> {
+    let file_err = |detail: String| DescriptorError::File {
+        path: path.display().to_string(),
+        detail,
+    };
+    let text = crate::target::map_regular_file(path).map_err(|e| file_err(e.to_string()))?;
+    if text.len() as u64 > options.limits.max_descriptor_bytes {
+        return Err(DescriptorError::TooLarge {
+            descriptor: path.display().to_string(),
+            what: "file size",
+            limit: Limit::DescriptorSize,
+            value: text.len() as u64,
+            cap: options.limits.max_descriptor_bytes,
+        }
+        .into());
+    }
+    Ok(crate::descriptor::json::parse(
+        &path.display().to_string(),
+        &text,
+    )?)
 }
 
 fn disk_build_id(path: &Path) -> Option<Vec<u8>> {

@@ -1,6 +1,7 @@
 //! Fixtures shared by the integration tests: the synthetic .NET 10-style runtime (built
-//! with gcc) and the real .NET 8 testbed (installed from PyPI by scripts/testbed-setup).
-//! Both are started as children of the test process and die with it.
+//! with gcc) and the real-runtime testbed (`testbed/`, C#, built for .NET 10, 9 and 8 by
+//! scripts/testbed-setup). Both are started as children of the test process and die with
+//! it.
 
 #![allow(dead_code)]
 
@@ -138,10 +139,87 @@ pub fn gcore(pid: i32, path: &Path) {
     std::fs::rename(&written, path).expect("rename gcore output");
 }
 
-// ---------------------------------------------------------------- .NET 8 testbed
+// ---------------------------------------------------------------- real-runtime testbed
 
-/// One running .NET 8 testbed process and its dumps, shared by all tests of a binary.
+/// A build of the C# testbed (`testbed/`, built by `scripts/testbed-setup`): which runtime
+/// it runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// .NET 10.0.14.
+    Net10,
+    /// .NET 9.0.22.
+    Net9,
+    /// .NET 8.0.33.
+    Net8,
+    /// .NET 8.0.0, the first 8.0 build.
+    Net8_0_0,
+    /// .NET 10.0.14 with the ReadyToRun library and part of the framework in one composite
+    /// image.
+    Net10Composite,
+}
+
+impl Variant {
+    /// The three runtimes every capability is checked on, newest first.
+    pub const MAIN: [Variant; 3] = [Variant::Net10, Variant::Net9, Variant::Net8];
+
+    /// The variant's name, as `scripts/testbed-setup` and the manifest spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Net10 => "net10",
+            Variant::Net9 => "net9",
+            Variant::Net8 => "net8",
+            Variant::Net8_0_0 => "net8.0.0",
+            Variant::Net10Composite => "net10-composite",
+        }
+    }
+
+    /// The runtime version the variant runs (`Environment.Version`).
+    pub fn runtime_version(self) -> &'static str {
+        match self {
+            Variant::Net10 | Variant::Net10Composite => "10.0.14",
+            Variant::Net9 => "9.0.22",
+            Variant::Net8 => "8.0.33",
+            Variant::Net8_0_0 => "8.0.0",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            Variant::Net10 => 0,
+            Variant::Net9 => 1,
+            Variant::Net8 => 2,
+            Variant::Net8_0_0 => 3,
+            Variant::Net10Composite => 4,
+        }
+    }
+}
+
+/// Where the testbed builds live.
+pub fn testbed_dir() -> PathBuf {
+    std::env::var_os("CDAC_TESTBED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/testbed"))
+}
+
+/// Builds the variant's testbed if needed (idempotent; concurrent calls wait for each
+/// other inside the script) and returns its executable.
+pub fn testbed_exe(variant: Variant) -> PathBuf {
+    let status = Command::new(repo().join("scripts/testbed-setup"))
+        .args(["--variant", variant.name()])
+        .stdout(Stdio::null())
+        .status()
+        .expect("run scripts/testbed-setup");
+    assert!(
+        status.success(),
+        "scripts/testbed-setup --variant {} failed",
+        variant.name()
+    );
+    testbed_dir().join(variant.name()).join("Cdac.Testbed")
+}
+
+/// One running testbed process and its dumps, shared by all tests of a binary.
 pub struct Testbed {
+    pub variant: Variant,
     pub pid: i32,
     pub manifest: serde_json::Value,
     pub dir: PathBuf,
@@ -193,61 +271,90 @@ impl Testbed {
             .clone()
     }
 
-    /// The libcoreclr.so path the workload loaded.
+    /// The libcoreclr.so path the testbed loaded.
     pub fn libcoreclr(&self) -> PathBuf {
         PathBuf::from(self.manifest["libcoreclr"].as_str().expect("libcoreclr"))
     }
+
+    /// The folder holding the runtime (libcoreclr.so, createdump, the framework).
+    pub fn runtime_dir(&self) -> PathBuf {
+        PathBuf::from(self.manifest["runtime_dir"].as_str().expect("runtime_dir"))
+    }
 }
 
-/// The shared testbed: installed if needed, started once per test binary, and stopped
-/// when the test process exits (the workload polls its parent).
+impl Drop for Testbed {
+    // Only private testbeds are dropped (the shared ones live in statics).
+    fn drop(&mut self) {
+        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = child.kill();
+        let _ = child.wait();
+        for p in ["perf_map", "perfinfo", "jitdump"] {
+            if let Some(f) = self.manifest[p].as_str() {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+    }
+}
+
+/// The shared .NET 8.0.33 testbed, for the checks of the shipped .NET 8 descriptor.
 pub fn testbed() -> &'static Testbed {
-    static TESTBED: OnceLock<Testbed> = OnceLock::new();
-    TESTBED.get_or_init(start_testbed)
+    testbed_of(Variant::Net8)
 }
 
-fn start_testbed() -> Testbed {
-    let status = Command::new(repo().join("scripts/testbed-setup"))
-        .stdout(Stdio::null())
-        .status()
-        .expect("run scripts/testbed-setup");
-    assert!(
-        status.success(),
-        "scripts/testbed-setup failed (it needs PyPI)"
-    );
-    let testbed_dir = std::env::var_os("CDAC_TESTBED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/testbed"));
-    let python = testbed_dir.join("venv/bin/python");
-    let dir = scratch("testbed");
+/// The shared testbed of a variant: built if needed, started once per test binary, and
+/// stopped when the test process exits (the testbed polls its parent).
+pub fn testbed_of(variant: Variant) -> &'static Testbed {
+    static TESTBEDS: [OnceLock<Testbed>; 5] = [
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+        OnceLock::new(),
+    ];
+    TESTBEDS[variant.index()].get_or_init(|| start_testbed(variant, &[]))
+}
+
+/// Starts a private testbed of a variant (a test that runs it in a special mode or must
+/// not share it), with extra testbed arguments.
+pub fn start_testbed(variant: Variant, extra: &[&str]) -> Testbed {
+    let exe = testbed_exe(variant);
+    let dir = scratch(&format!("testbed-{}", variant.name()));
     let manifest_path = dir.join("manifest.json");
-    let child = Command::new(&python)
-        .arg(repo().join("testbed/workload.py"))
+    let child = Command::new(&exe)
         .arg("--manifest")
         .arg(&manifest_path)
         .args(["--exit-with-parent", "--max-seconds", "1800"])
+        .args(extra)
         .env("DOTNET_PerfMapEnabled", "1")
         .env("DOTNET_PerfMapShowOptimizationTiers", "1")
-        .env("CDAC_TESTBED_DIR", &testbed_dir)
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("workload.log")).expect("log"))
+        .stderr(std::fs::File::create(dir.join("testbed.log")).expect("log"))
         .spawn()
-        .expect("start testbed/workload.py");
-    let deadline = Instant::now() + Duration::from_secs(240);
+        .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
+    let deadline = Instant::now() + Duration::from_secs(120);
     while !manifest_path.exists() {
         assert!(
             Instant::now() < deadline,
-            "testbed did not write its manifest; see {}",
-            dir.join("workload.log").display()
+            "testbed {} did not write its manifest; see {}",
+            variant.name(),
+            dir.join("testbed.log").display()
         );
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(50));
     }
     let manifest: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&manifest_path).expect("manifest"))
             .expect("manifest JSON");
     let pid = manifest["pid"].as_i64().expect("pid") as i32;
     assert_eq!(pid as u32, child.id(), "manifest pid is the child's");
+    assert_eq!(
+        manifest["runtime_version"].as_str(),
+        Some(variant.runtime_version()),
+        "{} runs the pinned runtime",
+        variant.name()
+    );
     Testbed {
+        variant,
         pid,
         manifest,
         dir,

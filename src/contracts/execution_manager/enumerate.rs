@@ -165,6 +165,9 @@ pub struct EnumerationStats {
     pub stub_kinds: BTreeMap<u64, u64>,
     /// Code blocks whose GC info is not written yet (methods being compiled).
     pub incomplete: u64,
+    /// In a live process, blocks that start past the end its heap had when it was read:
+    /// code allocated during the walk (not listed).
+    pub allocated_meanwhile: u64,
     /// Range sections of ReadyToRun images.
     pub r2r_images: u64,
     /// Entry point maps walked (one per composite image).
@@ -230,6 +233,10 @@ pub fn enumerate_code_with(
         em,
         out: CodeEnumeration::default(),
         stopped: false,
+        live: matches!(
+            target.source().kind(),
+            crate::target::TargetKind::Live { .. }
+        ),
     };
     let start = Instant::now();
     walk.jit_code();
@@ -334,6 +341,8 @@ struct Walk<'a> {
     out: CodeEnumeration,
     /// Set when the target went away: nothing more can be read.
     stopped: bool,
+    /// The target is a running process (its code heaps grow while they are walked).
+    live: bool,
 }
 
 impl Walk<'_> {
@@ -590,6 +599,11 @@ impl Walk<'_> {
                 Some(s) if s >= map.heap_start && s <= map.heap_end => {
                     *last_start = LastStart::Known(Some(s));
                     self.block(layout, map, scan, s);
+                }
+                // The heap's end was read before its map: in a process still running, a
+                // block past that end is code allocated since, not damage.
+                Some(s) if s > map.heap_end && self.live => {
+                    self.out.stats.allocated_meanwhile += 1;
                 }
                 _ => self.error(
                     site,

@@ -1,0 +1,568 @@
+//! Every capability on the real runtimes people run: .NET 10.0.14 (the embedded descriptor
+//! and ExecutionManager 2), 9.0.22 (its embedded descriptor plus cdac's overlay) and 8.0.33
+//! (cdac's shipped descriptor), each live, on a `createdump --full` dump and on a `gcore`
+//! dump; 8.0.0 (the first 8.0 build) and the composite ReadyToRun build of .NET 10 live and
+//! on a full dump. The oracles are independent of cdac: the runtime's own perf map (start,
+//! size and name of every JIT'ed method), `MethodHandle.Value` and the exception clauses
+//! the testbed emitted (its manifest), and the ReadyToRun images on disk.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap};
+
+use cdac::contracts::execution_manager::enumerate::enumerate_code;
+use cdac::contracts::execution_manager::exception_clauses::ClauseKind;
+use cdac::contracts::execution_manager::{execution_manager, ExecutionManager, JitType};
+use cdac::contracts::runtime_type_system::method_desc_info;
+use cdac::names::MethodNamer;
+use cdac::runtime::{DescriptorSource, OpenOptions, Runtime};
+use common::{hex, perf_map, testbed_of, Testbed, Variant};
+
+/// Where a runtime is read from.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    Live,
+    Dump(&'static str),
+}
+
+impl Source {
+    fn dump(self) -> Option<&'static str> {
+        match self {
+            Source::Live => None,
+            Source::Dump(kind) => Some(kind),
+        }
+    }
+}
+
+fn open(tb: &Testbed, source: Source) -> Runtime {
+    match source {
+        Source::Live => Runtime::attach(tb.pid, &OpenOptions::default()).expect("attach"),
+        Source::Dump(kind) => {
+            Runtime::open_dump(tb.dump(kind), &OpenOptions::default()).expect("open dump")
+        }
+    }
+}
+
+/// The perf map's name without the tier the runtime appends (`[OptimizedTier1]`).
+fn without_tier(name: &str) -> &str {
+    match name.rfind('[') {
+        Some(i)
+            if name.ends_with(']')
+                && name[i + 1..name.len() - 1]
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric()) =>
+        {
+            &name[..i]
+        }
+        _ => name,
+    }
+}
+
+/// Managed perf-map entries whose code is still live, and how many are stale: a later entry
+/// overlapping an earlier one means the earlier code was freed and its memory reused.
+fn live_entries(tb: &Testbed, source: Source) -> (Vec<(u64, u64, String)>, usize) {
+    let managed: Vec<_> = perf_map(&tb.perf_map_for(source.dump()))
+        .into_iter()
+        .filter(|(_, size, n)| !n.starts_with("stub") && *size > 0)
+        .collect();
+    let mut ends: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut live = Vec::new();
+    let mut stale = 0;
+    // From the last entry back: an entry is stale when a later one took its memory.
+    for (start, size, name) in managed.into_iter().rev() {
+        let end = start + size;
+        let clash = ends
+            .range(..end)
+            .next_back()
+            .is_some_and(|(_, &e)| e > start);
+        if clash {
+            stale += 1;
+        } else {
+            ends.insert(start, end);
+            live.push((start, size, name));
+        }
+    }
+    live.reverse();
+    (live, stale)
+}
+
+fn kind_name(k: ClauseKind) -> &'static str {
+    match k {
+        ClauseKind::Typed => "typed",
+        ClauseKind::Finally => "finally",
+        ClauseKind::Fault => "fault",
+        ClauseKind::Filter => "filter",
+    }
+}
+
+/// The clause kinds of a method's code, without the duplicates the JIT adds for nested
+/// funclets, against the kinds the testbed emitted. Optimized code may turn a `finally`
+/// into a `fault`, or drop a `finally` whose protected code cannot throw (.NET 10's JIT
+/// clones the handler into the normal path and removes the region: `TryFinally`'s
+/// `r = x + 7`).
+fn same_clauses(found: &[&str], emitted: &[&str], optimized: bool) -> bool {
+    let mut rest: Vec<&str> = found.to_vec();
+    for e in emitted {
+        let at = rest
+            .iter()
+            .position(|f| f == e || (*e == "finally" && *f == "fault"));
+        match at {
+            Some(i) => {
+                rest.remove(i);
+            }
+            None if optimized && *e == "finally" => {}
+            None => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+/// Whether the perf map says the code was optimized (any tier but the unoptimized ones).
+fn is_optimized(perf_name: &str) -> bool {
+    !["[QuickJitted]", "[MinOptJitted]", "[InstrumentedTier]"]
+        .iter()
+        .any(|t| perf_name.ends_with(t))
+}
+
+/// Collects failures instead of stopping at the first, so one run shows them all.
+#[derive(Default)]
+struct Failures(Vec<String>);
+
+impl Failures {
+    fn check(&mut self, ok: bool, what: impl FnOnce() -> String) {
+        if !ok {
+            self.0.push(what());
+        }
+    }
+
+    fn assert_none(&self, what: &str) {
+        assert!(
+            self.0.is_empty(),
+            "{what}: {} failures, first: {:#?}",
+            self.0.len(),
+            &self.0[..self.0.len().min(12)]
+        );
+    }
+}
+
+/// `info`: the pinned version, the descriptor from where it should come, and the
+/// ExecutionManager of the version each runtime has.
+fn check_info(rt: &Runtime, variant: Variant, f: &mut Failures) {
+    let version = rt.version().map(|v| v.product_version.clone());
+    f.check(
+        version.as_deref() == Some(variant.runtime_version()),
+        || format!("runtime version {version:?}"),
+    );
+    let em = execution_manager(rt.target(), rt.descriptor()).map(|em| em.version());
+    let overlays: Vec<&str> = rt.overlays().iter().map(|o| o.name.as_str()).collect();
+    let kind = rt.descriptor_source().kind();
+    let (want_kind, want_em, want_overlay) = match variant {
+        Variant::Net10 | Variant::Net10Composite => ("embedded", 2, Some("net10.0-linux-x64")),
+        Variant::Net9 => ("embedded", 1, Some("net9.0-linux-x64")),
+        Variant::Net8 | Variant::Net8_0_0 => ("shipped", 1, None),
+    };
+    f.check(kind == want_kind, || format!("descriptor {kind}"));
+    f.check(em.as_ref().ok() == Some(&want_em), || {
+        format!("ExecutionManager {em:?}")
+    });
+    if let Some(o) = want_overlay {
+        f.check(overlays.first() == Some(&o), || {
+            format!("overlays {overlays:?}")
+        });
+        for o in rt.overlays() {
+            f.check(o.report.conflicts.is_empty(), || {
+                format!("overlay {} conflicts: {:?}", o.name, o.report.conflicts)
+            });
+        }
+    }
+    // .NET 9 advertises no ExecutionManager: it comes from the overlay, and says so.
+    if variant == Variant::Net9 {
+        let origin = rt.descriptor().contract_origin("ExecutionManager");
+        f.check(origin == Some("net9.0-linux-x64"), || {
+            format!("ExecutionManager from {origin:?}")
+        });
+    }
+}
+
+/// `ip2md` of the first, middle and last byte of every live perf-map method: the perf map's
+/// start and size, JIT'ed, with the perf map's name. Returns the MethodDesc of each entry.
+fn check_perf_map(
+    rt: &Runtime,
+    em: &dyn ExecutionManager,
+    tb: &Testbed,
+    source: Source,
+    what: &str,
+    f: &mut Failures,
+) -> Vec<(u64, u64, String, u64)> {
+    let (live, stale) = live_entries(tb, source);
+    f.check(live.len() > 1000, || {
+        format!("only {} live entries", live.len())
+    });
+    let mut resolved = Vec::new();
+    for (start, size, name) in &live {
+        let mut md = None;
+        for ip in [*start, start + size / 2, start + size - 1] {
+            match em.code_block(ip) {
+                Ok(Some(b)) => {
+                    let hot = em.method_region_info(&b).map(|r| r.hot_size);
+                    f.check(
+                        b.start == *start
+                            && hot.as_ref().ok() == Some(size)
+                            && b.jit_type == JitType::Jit
+                            && b.relative_offset == ip - start,
+                        || {
+                            format!(
+                                "{name} {ip:#x}: start {:#x} hot {hot:?} {:?}",
+                                b.start, b.jit_type
+                            )
+                        },
+                    );
+                    md.get_or_insert(b.method_desc);
+                }
+                other => f.check(false, || format!("{name} {ip:#x}: {other:?}")),
+            }
+        }
+        if let Some(md) = md {
+            resolved.push((*start, *size, name.clone(), md));
+        }
+    }
+    // Names, all at once (the namer caches each module's metadata).
+    let mut namer = MethodNamer::for_runtime(rt);
+    let mds: Vec<u64> = resolved.iter().map(|r| r.3).collect();
+    let names = namer.names(&mds);
+    let mut named = 0;
+    for ((_, _, perf, _), ours) in resolved.iter().zip(&names) {
+        if without_tier(perf) == ours {
+            named += 1;
+        } else {
+            f.check(false, || format!("name {ours:?}, perf map {perf:?}"));
+        }
+    }
+    eprintln!(
+        "{what}: {} live perf-map methods (and {stale} stale entries) checked at 3 addresses each: {} resolved to their start and size, {named} named as the runtime names them",
+        live.len(),
+        resolved.len(),
+    );
+    resolved
+}
+
+/// The MethodDescs the testbed read through `MethodHandle.Value`, by the name the perf map
+/// gives their code: `Type::Method(` with the method's own name.
+fn named_methods(tb: &Testbed) -> Vec<(String, u64)> {
+    let m = &tb.manifest;
+    let mut out = Vec::new();
+    let mut add = |needle: String, md: &serde_json::Value| {
+        if let Some(s) = md.as_str() {
+            out.push((needle, hex(&serde_json::Value::from(s))));
+        }
+    };
+    for e in m["emitted_methods"].as_array().unwrap() {
+        add(
+            format!(
+                "{}::{}(",
+                e["type"].as_str().unwrap(),
+                e["name"].as_str().unwrap()
+            ),
+            &e["method_desc"],
+        );
+    }
+    for e in m["lcg_methods"].as_array().unwrap() {
+        add(
+            format!("dynamicClass::{}(", e["method_name"].as_str().unwrap()),
+            &e["method_desc"],
+        );
+    }
+    for e in m["async_methods"].as_array().unwrap() {
+        add(
+            format!("{}(", e["move_next"].as_str().unwrap()),
+            &e["move_next_method_desc"],
+        );
+    }
+    for t in m["threads"].as_array().unwrap() {
+        let chain = t["expected_chain"].as_array().unwrap();
+        let mds = t["chain_method_descs"].as_array().unwrap();
+        for (name, md) in chain.iter().zip(mds) {
+            // The P/Invoke is inlined into its caller on every version: no code of its own.
+            if name.as_str().unwrap().starts_with("Cdac.Testbed.Libc::") {
+                continue;
+            }
+            add(format!("{}(", name.as_str().unwrap()), md);
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// `method_desc` = `MethodHandle.Value` for every named method whose code the perf map
+/// lists, and `eh` shows the clause kinds the testbed emitted. A value type's method has
+/// two MethodDescs, its unboxing stub (what reflection hands out for the async state
+/// machines' `MoveNext`) and the method its code belongs to: the two are the same method.
+fn check_manifest_methods(
+    rt: &Runtime,
+    em: &dyn ExecutionManager,
+    tb: &Testbed,
+    resolved: &[(u64, u64, String, u64)],
+    what: &str,
+    f: &mut Failures,
+) {
+    let mut matched = 0;
+    for (needle, md) in named_methods(tb) {
+        let versions: Vec<_> = resolved.iter().filter(|r| r.2.contains(&needle)).collect();
+        f.check(!versions.is_empty(), || {
+            format!("no perf-map entry for {needle}")
+        });
+        for (_, _, name, found) in versions {
+            matched += 1;
+            let same = *found == md || unboxing_twins(rt, md, *found);
+            f.check(same, || {
+                format!("{name}: MethodDesc {found:#x}, MethodHandle.Value {md:#x}")
+            });
+        }
+    }
+    let mut eh_checked = 0;
+    for m in tb.emitted() {
+        let needle = format!(
+            "{}::{}(",
+            m["type"].as_str().unwrap(),
+            m["name"].as_str().unwrap()
+        );
+        let emitted: Vec<&str> = m["clauses"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        for (start, size, name, _) in resolved.iter().filter(|r| r.2.contains(&needle)) {
+            let b = em.code_block(start + size / 2).ok().flatten();
+            let clauses = b.as_ref().map(|b| em.exception_clauses(b));
+            let Some(Ok(clauses)) = clauses else {
+                f.check(false, || format!("{name}: clauses {clauses:?}"));
+                continue;
+            };
+            let kinds: Vec<&str> = clauses
+                .iter()
+                .filter(|c| !c.duplicated)
+                .map(|c| kind_name(c.kind))
+                .collect();
+            // Drive calls the other handler methods, and .NET 10's JIT inlines methods
+            // with handlers: its optimized code may hold their clauses too.
+            let inliner = m["name"] == "Drive" && is_optimized(name);
+            let ok = if inliner {
+                kinds
+                    .iter()
+                    .all(|k| ["typed", "finally", "fault", "filter"].contains(k))
+            } else {
+                same_clauses(&kinds, &emitted, is_optimized(name))
+            };
+            f.check(ok, || {
+                format!("{name}: clauses {kinds:?}, emitted {emitted:?}")
+            });
+            eh_checked += 1;
+        }
+    }
+    f.check(eh_checked >= 15, || {
+        format!("only {eh_checked} emitted code versions had their clauses checked")
+    });
+    eprintln!("{what}: {matched} code versions of named methods have their MethodHandle.Value; {eh_checked} emitted code versions have the emitted clause kinds");
+}
+
+/// True when `stub` is the unboxing stub of the value-type method `method`: same module,
+/// token and MethodTable, the stub flagged as such.
+fn unboxing_twins(rt: &Runtime, stub: u64, method: u64) -> bool {
+    let info = |md| method_desc_info(rt.target(), rt.descriptor(), md).ok();
+    match (info(stub), info(method)) {
+        (Some(s), Some(m)) => {
+            s.is_unboxing_stub
+                && !m.is_unboxing_stub
+                && (s.module, s.token, s.method_table) == (m.module, m.token, m.method_table)
+        }
+        _ => false,
+    }
+}
+
+/// The precompiled library: methods that were called have resolved ReadyToRun code with
+/// their MethodDesc (and their clauses); methods never called are not listed.
+fn check_ready_to_run(
+    rt: &Runtime,
+    em: &dyn ExecutionManager,
+    tb: &Testbed,
+    what: &str,
+    f: &mut Failures,
+) {
+    let listing = enumerate_code(rt.target(), rt.descriptor()).expect("enumerate");
+    f.check(listing.errors.is_empty(), || {
+        format!(
+            "code enumeration errors: {:?}",
+            &listing.errors[..listing.errors.len().min(5)]
+        )
+    });
+    let by_md: HashMap<u64, Vec<_>> = listing.entries.iter().fold(HashMap::new(), |mut m, e| {
+        m.entry(e.method_desc).or_default().push(*e);
+        m
+    });
+    let mut r2r = 0;
+    for m in tb.manifest["r2r"]["methods"].as_array().unwrap() {
+        let label = m["label"].as_str().unwrap();
+        let md = hex(&m["method_desc"]);
+        let called = m["called"].as_bool().unwrap();
+        let precompiled: Vec<_> = by_md
+            .get(&md)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.jit_type == JitType::R2r)
+            .collect();
+        let generic = m["is_generic"].as_bool().unwrap_or(false)
+            || !m["generic_args"].as_array().is_none_or(|a| a.is_empty());
+        if !called {
+            f.check(precompiled.is_empty(), || {
+                format!("{label} never ran but is listed")
+            });
+            continue;
+        }
+        if generic {
+            // Instantiations over reference types share canonical code; the MethodDesc the
+            // manifest has may be an instantiating stub's.
+            continue;
+        }
+        f.check(precompiled.len() == 1, || {
+            format!(
+                "{label} (MethodDesc {md:#x}) ran; precompiled code listed {} times",
+                precompiled.len()
+            )
+        });
+        for e in precompiled {
+            r2r += 1;
+            let b = em.code_block(e.start).ok().flatten();
+            f.check(
+                b.as_ref()
+                    .is_some_and(|b| b.jit_type == JitType::R2r && b.method_desc == md),
+                || format!("{label}: ip2md of {:#x}: {b:?}", e.start),
+            );
+            let emitted: Vec<&str> = m["clauses"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.as_str().unwrap())
+                .collect();
+            if let Some(b) = b {
+                let kinds: Vec<&str> = em
+                    .exception_clauses(&b)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|c| !c.duplicated)
+                    .map(|c| kind_name(c.kind))
+                    .collect();
+                f.check(same_clauses(&kinds, &emitted, true), || {
+                    format!("{label}: clauses {kinds:?}, compiled from {emitted:?}")
+                });
+            }
+        }
+    }
+    f.check(r2r >= 3, || {
+        format!("only {r2r} precompiled methods checked")
+    });
+    eprintln!(
+        "{what}: {} methods with code listed ({} errors); {r2r} precompiled testbed methods resolve as r2r with their MethodDesc and clauses",
+        listing.entries.len(),
+        listing.errors.len()
+    );
+}
+
+fn check(variant: Variant, source: Source) {
+    let tb = testbed_of(variant);
+    let what = format!("{} {source:?}", variant.name());
+    let rt = open(tb, source);
+    let mut f = Failures::default();
+    check_info(&rt, variant, &mut f);
+    let em = execution_manager(rt.target(), rt.descriptor()).expect("ExecutionManager");
+    let resolved = check_perf_map(&rt, em.as_ref(), tb, source, &what, &mut f);
+    check_manifest_methods(&rt, em.as_ref(), tb, &resolved, &what, &mut f);
+    check_ready_to_run(&rt, em.as_ref(), tb, &what, &mut f);
+    f.assert_none(&what);
+}
+
+#[test]
+fn net10_live() {
+    check(Variant::Net10, Source::Live);
+}
+
+#[test]
+fn net10_full_dump() {
+    check(Variant::Net10, Source::Dump("full"));
+}
+
+#[test]
+fn net10_gcore() {
+    check(Variant::Net10, Source::Dump("gcore"));
+}
+
+#[test]
+fn net9_live() {
+    check(Variant::Net9, Source::Live);
+}
+
+#[test]
+fn net9_full_dump() {
+    check(Variant::Net9, Source::Dump("full"));
+}
+
+#[test]
+fn net9_gcore() {
+    check(Variant::Net9, Source::Dump("gcore"));
+}
+
+#[test]
+fn net8_live() {
+    check(Variant::Net8, Source::Live);
+}
+
+#[test]
+fn net8_full_dump() {
+    check(Variant::Net8, Source::Dump("full"));
+}
+
+#[test]
+fn net8_gcore() {
+    check(Variant::Net8, Source::Dump("gcore"));
+}
+
+#[test]
+fn net8_0_0_live() {
+    check(Variant::Net8_0_0, Source::Live);
+}
+
+#[test]
+fn net8_0_0_full_dump() {
+    check(Variant::Net8_0_0, Source::Dump("full"));
+}
+
+#[test]
+fn net10_composite_live() {
+    check(Variant::Net10Composite, Source::Live);
+}
+
+#[test]
+fn net10_composite_full_dump() {
+    check(Variant::Net10Composite, Source::Dump("full"));
+}
+
+#[test]
+fn descriptor_source_is_reported() {
+    // One runtime per descriptor origin, as `info` tells it.
+    for (variant, kind) in [
+        (Variant::Net10, "embedded"),
+        (Variant::Net9, "embedded"),
+        (Variant::Net8, "shipped"),
+    ] {
+        let rt = open(testbed_of(variant), Source::Live);
+        assert_eq!(rt.descriptor_source().kind(), kind, "{variant:?}");
+        if let DescriptorSource::Embedded { address } = rt.descriptor_source() {
+            assert_eq!(
+                Some(*address),
+                rt.module()
+                    .export(cdac::descriptor::CONTRACT_DESCRIPTOR_SYMBOL)
+            );
+        }
+    }
+}
