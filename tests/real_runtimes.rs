@@ -169,6 +169,12 @@ fn check_info(rt: &Runtime, variant: Variant, f: &mut Failures) {
         f.check(overlays.first() == Some(&o), || {
             format!("overlays {overlays:?}")
         });
+        // These exact builds are the ones the overlays were verified on (by this test).
+        let fit = rt.overlays().first().map(|o| o.fit);
+        f.check(
+            fit == Some(cdac::descriptor::shipped::Fit::VerifiedBuild),
+            || format!("overlay fit {fit:?}"),
+        );
         for o in rt.overlays() {
             f.check(o.report.conflicts.is_empty(), || {
                 format!("overlay {} conflicts: {:?}", o.name, o.report.conflicts)
@@ -199,6 +205,7 @@ fn check_perf_map(
         format!("only {} live entries", live.len())
     });
     let mut resolved = Vec::new();
+    let mut with_debug = 0;
     for (start, size, name) in &live {
         let mut md = None;
         for ip in [*start, start + size / 2, start + size - 1] {
@@ -218,6 +225,22 @@ fn check_perf_map(
                         },
                     );
                     md.get_or_insert(b.method_desc);
+                    // JIT'ed debug info starts with a flag byte (bit 0: OSR patchpoint info,
+                    // bit 1: rich debug info): its offset and the flag's presence are the
+                    // shipped overlays' on .NET 9 and 10.
+                    if ip == *start {
+                        match em.debug_info(&b) {
+                            Ok(d) if d.address != 0 => {
+                                with_debug += 1;
+                                let flag = rt.target().read_u8(d.address);
+                                f.check(d.has_flag_byte && matches!(flag, Ok(0..=3)), || {
+                                    format!("{name}: debug info {d:?}, first byte {flag:?}")
+                                });
+                            }
+                            Ok(_) => {}
+                            Err(e) => f.check(false, || format!("{name}: debug info: {e}")),
+                        }
+                    }
                 }
                 other => f.check(false, || format!("{name} {ip:#x}: {other:?}")),
             }
@@ -238,8 +261,14 @@ fn check_perf_map(
             f.check(false, || format!("name {ours:?}, perf map {perf:?}"));
         }
     }
+    f.check(with_debug * 10 >= live.len() * 9, || {
+        format!(
+            "only {with_debug} of {} methods have debug info",
+            live.len()
+        )
+    });
     eprintln!(
-        "{what}: {} live perf-map methods (and {stale} stale entries) checked at 3 addresses each: {} resolved to their start and size, {named} named as the runtime names them",
+        "{what}: {} live perf-map methods (and {stale} stale entries) checked at 3 addresses each: {} resolved to their start and size, {named} named as the runtime names them, {with_debug} with debug info led by its flag byte",
         live.len(),
         resolved.len(),
     );
@@ -469,12 +498,65 @@ fn check_ready_to_run(
     );
 }
 
+/// `modules`: every assembly reflection lists in the testbed is there, with its `Module*`,
+/// path, and whether it is dynamic or collectible; the image of each file-backed module is
+/// where the file is mapped (or loaded flat) and its metadata is found.
+fn check_modules(rt: &Runtime, tb: &Testbed, what: &str, f: &mut Failures) {
+    let modules = match cdac::contracts::loader::modules(rt.target(), rt.descriptor()) {
+        Ok(m) => m,
+        Err(e) => return f.check(false, || format!("modules: {e}")),
+    };
+    let by_address: HashMap<u64, _> = modules.iter().map(|m| (m.address, m)).collect();
+    let assemblies = tb.manifest["type_system"]["assemblies"].as_array().unwrap();
+    for a in assemblies {
+        let name = a["name"].as_str().unwrap();
+        let address = hex(&a["module_handle"]);
+        let Some(m) = by_address.get(&address) else {
+            f.check(false, || {
+                format!("assembly {name}: module {address:#x} not listed")
+            });
+            continue;
+        };
+        let location = a["location"].as_str().unwrap_or("");
+        let path = m
+            .path
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        f.check(
+            m.is_dynamic == a["is_dynamic"].as_bool().unwrap()
+                && m.is_collectible == a["is_collectible"].as_bool().unwrap()
+                && (location.is_empty() || path == location),
+            || format!("assembly {name}: listed as {m:?}, reflection says {a}"),
+        );
+        if !m.is_dynamic {
+            let md = cdac::contracts::loader::module_metadata(rt.target(), rt.descriptor(), m);
+            f.check(matches!(md, Ok(Some(_))), || {
+                format!("{name}: metadata {md:?}")
+            });
+        }
+    }
+    f.check(modules.len() >= assemblies.len(), || {
+        format!(
+            "{} modules for {} assemblies",
+            modules.len(),
+            assemblies.len()
+        )
+    });
+    eprintln!(
+        "{what}: {} modules listed; all {} assemblies reflection knows are there with their Module*, path, dynamic and collectible flags",
+        modules.len(),
+        assemblies.len()
+    );
+}
+
 fn check(variant: Variant, source: Source) {
     let tb = testbed_of(variant);
     let what = format!("{} {source:?}", variant.name());
     let rt = open(tb, source);
     let mut f = Failures::default();
     check_info(&rt, variant, &mut f);
+    check_modules(&rt, tb, &what, &mut f);
     let em = execution_manager(rt.target(), rt.descriptor()).expect("ExecutionManager");
     let resolved = check_perf_map(&rt, em.as_ref(), tb, source, &what, &mut f);
     check_manifest_methods(&rt, em.as_ref(), tb, &resolved, &what, &mut f);
@@ -565,4 +647,106 @@ fn descriptor_source_is_reported() {
             );
         }
     }
+}
+
+/// Copies a core dump, turning its `NT_FILE` note (the list of mapped files) into a note of
+/// a type nobody reads: a core from which no module can be identified.
+fn without_file_list(core: &std::path::Path, out: &std::path::Path) {
+    let mut data = std::fs::read(core).expect("read core");
+    let u16_at = |d: &[u8], o: usize| u16::from_le_bytes([d[o], d[o + 1]]) as usize;
+    let u32_at = |d: &[u8], o: usize| u32::from_le_bytes(d[o..o + 4].try_into().unwrap()) as usize;
+    let u64_at = |d: &[u8], o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap()) as usize;
+    const NT_FILE: usize = 0x4649_4c45;
+    let (phoff, phentsize, phnum) = (
+        u64_at(&data, 0x20),
+        u16_at(&data, 0x36),
+        u16_at(&data, 0x38),
+    );
+    let mut patched = 0;
+    for i in 0..phnum {
+        let ph = phoff + i * phentsize;
+        if u32_at(&data, ph) != 4 {
+            continue; // not PT_NOTE
+        }
+        let (mut at, end) = (
+            u64_at(&data, ph + 8),
+            u64_at(&data, ph + 8) + u64_at(&data, ph + 32),
+        );
+        while at + 12 <= end {
+            let (namesz, descsz, kind) = (
+                u32_at(&data, at),
+                u32_at(&data, at + 4),
+                u32_at(&data, at + 8),
+            );
+            if kind == NT_FILE {
+                data[at + 8..at + 12].copy_from_slice(&0x4649_4c00u32.to_le_bytes());
+                patched += 1;
+            }
+            at += 12 + namesz.div_ceil(4) * 4 + descsz.div_ceil(4) * 4;
+        }
+    }
+    assert_eq!(patched, 1, "one NT_FILE note in {}", core.display());
+    std::fs::write(out, data).expect("write core");
+}
+
+#[test]
+fn a_complete_descriptor_file_reads_a_core_without_its_file_list() {
+    let tb = testbed_of(Variant::Net10);
+    let rt = open(tb, Source::Dump("full"));
+    let file = tb.dir.join("complete-descriptor.json");
+    std::fs::write(&file, rt.descriptor().to_complete_json().to_string()).unwrap();
+    let stripped = tb.dir.join("full-no-nt-file.core");
+    without_file_list(&tb.dump("full"), &stripped);
+
+    // Nothing tells where the runtime is: no module list, so no runtime module.
+    let err = Runtime::open_dump(&stripped, &OpenOptions::default()).expect_err("no runtime");
+    assert!(err.to_string().contains("no .NET runtime found"), "{err}");
+
+    // The exported descriptor alone describes it: every lookup gives what the intact dump
+    // gives.
+    let options = OpenOptions {
+        descriptor: Some(file.clone()),
+        ..OpenOptions::default()
+    };
+    let alone = Runtime::open_dump(&stripped, &options).expect("the file is enough");
+    assert!(matches!(
+        alone.descriptor_source(),
+        DescriptorSource::Override { .. }
+    ));
+    assert!(alone.version().is_none());
+    let (a, b) = (
+        execution_manager(rt.target(), rt.descriptor()).unwrap(),
+        execution_manager(alone.target(), alone.descriptor()).unwrap(),
+    );
+    let (live, _) = live_entries(tb, Source::Dump("full"));
+    let mut names = MethodNamer::new(alone.target(), alone.descriptor());
+    let mut checked = 0;
+    for (start, size, name) in live.iter().step_by(7) {
+        let (x, y) = (
+            a.code_block(start + size / 2).unwrap(),
+            b.code_block(start + size / 2).unwrap(),
+        );
+        assert_eq!(x, y, "{name}");
+        let md = y.expect("resolves").method_desc;
+        assert_eq!(names.name(md), without_tier(name), "{name}");
+        checked += 1;
+    }
+    assert!(checked > 100, "{checked}");
+    // A descriptor whose globals index pointer data cannot be used without the module.
+    let indirect = tb.dir.join("indirect-descriptor.json");
+    std::fs::write(
+        &indirect,
+        br#"{"version":0,"globals":{"AppDomain":[[1],"pointer"]}}"#,
+    )
+    .unwrap();
+    let err = Runtime::open_dump(
+        &stripped,
+        &OpenOptions {
+            descriptor: Some(indirect),
+            ..OpenOptions::default()
+        },
+    )
+    .expect_err("indirect global");
+    assert!(err.to_string().contains("export-descriptor"), "{err}");
+    std::fs::remove_file(&stripped).ok();
 }
