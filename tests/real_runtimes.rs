@@ -750,3 +750,280 @@ fn a_complete_descriptor_file_reads_a_core_without_its_file_list() {
     assert!(err.to_string().contains("export-descriptor"), "{err}");
     std::fs::remove_file(&stripped).ok();
 }
+
+// ---------------------------------------------------------------------------------------------
+// ClrMD (Microsoft's DAC-based reader) side by side
+// ---------------------------------------------------------------------------------------------
+
+/// Where cdac and ClrMD differ for reasons that are understood, counted per kind.
+#[derive(Debug, Default)]
+struct Explained {
+    /// ClrMD gives no name: its metadata reader cannot read the modules of a gcore dump
+    /// (`Module.dll!Unknown`).
+    clrmd_unnamed: usize,
+    /// ClrMD's "native code" of an FCall is the runtime's C++ function in libcoreclr.so, not
+    /// managed code (cdac's `methods` lists managed code only; `ip2md` says it is not managed).
+    fcalls: usize,
+    /// An address just past a precompiled method's code (alignment padding before the next
+    /// one): the runtime's lookup, and so the DAC's, attributes it to the method before;
+    /// cdac checks the method's extent and says it is in no method.
+    padding: usize,
+    /// ClrMD's `start` is the method's current entry point (a later JIT'ed tier, or a
+    /// precode), not the start of the code holding the address: the MethodDesc agrees.
+    other_code_version: usize,
+    /// Code ClrMD does not find in a gcore dump (precompiled code, and JIT'ed code) but
+    /// finds in the `createdump --full` dump of the same process; cdac's answer is checked
+    /// against the runtime's perf map (JIT'ed code) or its answer on the full dump.
+    clrmd_blind_in_gcore: usize,
+}
+
+/// `modules` equals ClrMD's module list: the same `Module*`s, image bases, sizes, dynamic
+/// flags and paths.
+fn check_modules_against_clrmd(rt: &Runtime, clrmd: &serde_json::Value, f: &mut Failures) -> usize {
+    let ours = cdac::contracts::loader::modules(rt.target(), rt.descriptor()).expect("modules");
+    let by_address: HashMap<u64, _> = ours.iter().map(|m| (m.address, m)).collect();
+    let theirs = clrmd.as_array().unwrap();
+    f.check(ours.len() == theirs.len(), || {
+        format!("{} modules, ClrMD {}", ours.len(), theirs.len())
+    });
+    for m in theirs {
+        let address = hex(&m["address"]);
+        let Some(o) = by_address.get(&address) else {
+            f.check(false, || {
+                format!("ClrMD's module {address:#x} ({}) not listed", m["name"])
+            });
+            continue;
+        };
+        let path = o.path.as_ref().map(|p| p.display().to_string());
+        let dynamic = m["is_dynamic"].as_bool().unwrap();
+        let image = dynamic
+            || (o.base == hex(&m["image_base"])
+                && o.size == m["size"].as_u64().unwrap()
+                && path.as_deref() == m["name"].as_str());
+        f.check(o.is_dynamic == dynamic && image, || {
+            format!("module {address:#x}: ours {o:?}, ClrMD {m}")
+        });
+    }
+    theirs.len()
+}
+
+/// True when `address` lies in the runtime module's own image (an FCall's C++ code).
+fn in_runtime_module(rt: &Runtime, address: u64) -> bool {
+    (rt.module().base..rt.module().end).contains(&address)
+}
+
+/// Every method ClrMD reports with native code is in cdac's `methods`: the same start,
+/// hot size and MethodDesc, and a name of the same type and method.
+fn check_methods_against_clrmd(
+    rt: &Runtime,
+    clrmd: &serde_json::Value,
+    explained: &mut Explained,
+    f: &mut Failures,
+) -> usize {
+    let listing = enumerate_code(rt.target(), rt.descriptor()).expect("enumerate");
+    let by_start: HashMap<u64, _> = listing.entries.iter().map(|e| (e.start, *e)).collect();
+    let mut namer = MethodNamer::for_runtime(rt);
+    let theirs = clrmd.as_array().unwrap();
+    for m in theirs {
+        let start = hex(&m["start"]);
+        let md = hex(&m["method_desc"]);
+        let Some(e) = by_start.get(&start) else {
+            if in_runtime_module(rt, start) {
+                explained.fcalls += 1;
+            } else {
+                f.check(false, || {
+                    format!("ClrMD's {} at {start:#x} is not listed", m["signature"])
+                });
+            }
+            continue;
+        };
+        let jit = match m["compilation"].as_str().unwrap() {
+            "Jit" => JitType::Jit,
+            _ => JitType::R2r,
+        };
+        f.check(
+            e.method_desc == md && e.size == m["hot_size"].as_u64().unwrap() && e.jit_type == jit,
+            || format!("{}: ours {e:?}, ClrMD {m}", m["signature"]),
+        );
+        // ClrMD's signature is the DAC's `Ns.Type.Method(Params)`: compared without generic
+        // arguments and parameters.
+        let signature = m["signature"].as_str().unwrap_or("");
+        if signature.ends_with("!Unknown") || signature.is_empty() {
+            explained.clrmd_unnamed += 1;
+            continue;
+        }
+        let name = namer.name(md);
+        f.check(qualified_stem(&name) == clrmd_stem(signature), || {
+            format!("name {name:?}, ClrMD {signature:?}")
+        });
+    }
+    theirs.len()
+}
+
+/// `Ns.Type.Method` of a cdac name (`RET [Asm] Ns.Type[Args]::Method(PARAMS)`; the return
+/// type may hold brackets and parentheses of its own: `modreq(...)`).
+fn qualified_stem(name: &str) -> String {
+    let sep = name.find("::").unwrap_or(0);
+    let open = name[sep..].find('(').map_or(name.len(), |i| sep + i);
+    let owner_start = name[..sep].rfind("] ").map_or(0, |i| i + 2);
+    without_generic_args(&name[owner_start..open].replace("::", "."))
+}
+
+/// `Ns.Type.Method` of a ClrMD signature (`Ns.Type<Args>.Method(Params)`).
+fn clrmd_stem(signature: &str) -> String {
+    without_generic_args(&signature[..signature.find('(').unwrap_or(signature.len())])
+}
+
+/// Drops `[...]`, `<...>` and `` `N `` parts (generic arguments and arities).
+fn without_generic_args(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut depth = 0;
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '[' | '<' => depth += 1,
+            ']' | '>' => depth -= 1,
+            '`' if depth == 0 => {
+                while chars.peek().is_some_and(char::is_ascii_digit) {
+                    chars.next();
+                }
+            }
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// `GetMethodByInstructionPointer` against `ip2md` for an address inside every method cdac
+/// lists and one just past each: the same MethodDesc, and the same start wherever ClrMD's
+/// answer is the code holding the address.
+fn check_ip2md_against_clrmd(
+    rt: &Runtime,
+    dump: &std::path::Path,
+    blind_check: Option<(&HashMap<u64, u64>, &dyn ExecutionManager)>,
+    named: &std::collections::HashSet<u64>,
+    explained: &mut Explained,
+    f: &mut Failures,
+) -> usize {
+    let listing = enumerate_code(rt.target(), rt.descriptor()).expect("enumerate");
+    // (address, the MethodDesc of the method it follows when it is past one's end)
+    let mut addresses = Vec::new();
+    for (i, e) in listing.entries.iter().enumerate() {
+        addresses.push((e.start + (i as u64 * 7919) % e.size.max(1), None));
+        addresses.push((e.end() + 1, Some(e.method_desc)));
+    }
+    let list = dump.with_extension("addresses");
+    let text: String = addresses.iter().map(|(a, _)| format!("{a:#x}\n")).collect();
+    std::fs::write(&list, text).unwrap();
+    let theirs = common::clrmd(dump, &["ip2md", list.to_str().unwrap()]);
+    let em = execution_manager(rt.target(), rt.descriptor()).unwrap();
+    let mut agreed = 0;
+    for ((ip, after), m) in addresses.iter().zip(theirs.as_array().unwrap()) {
+        let ours = em.code_block(*ip).ok().flatten();
+        let theirs_md = (!m["method_desc"].is_null()).then(|| hex(&m["method_desc"]));
+        match (&ours, theirs_md) {
+            (None, None) => agreed += 1,
+            (Some(b), Some(md)) => {
+                let (hot, size) = (hex(&m["hot_start"]), m["hot_size"].as_u64().unwrap());
+                let holds = (hot..hot + size).contains(ip);
+                f.check(b.method_desc == md && (!holds || b.start == hot), || {
+                    format!("{ip:#x}: ours {b:?}, ClrMD {m}")
+                });
+                if !holds {
+                    explained.other_code_version += 1;
+                }
+                agreed += 1;
+            }
+            (None, Some(md)) if *after == Some(md) => explained.padding += 1,
+            // Held against the runtime's perf map (JIT'ed code) or the full dump (precompiled
+            // code, whose entry point may also have been resolved after that dump was taken).
+            (Some(b), None) if blind_check.is_some() => {
+                let (perf, full) = blind_check.unwrap();
+                let same = match b.jit_type {
+                    // (An address just past JIT'ed code, before the next method, is the
+                    // method's for the nibble map, as for the runtime: only its start is
+                    // held against the perf map.)
+                    // The runtime writes a garbled record for the DynamicMethod with the
+                    // non-ASCII name (its start and size are not hex): its MethodDesc is
+                    // the manifest's instead.
+                    JitType::Jit => perf.contains_key(&b.start) || named.contains(&b.method_desc),
+                    _ => full
+                        .code_block(*ip)
+                        .ok()
+                        .flatten()
+                        .is_none_or(|a| (a.method_desc, a.start) == (b.method_desc, b.start)),
+                };
+                f.check(same, || format!("{ip:#x}: ours {b:?}, none from ClrMD"));
+                explained.clrmd_blind_in_gcore += 1;
+            }
+            _ => f.check(false, || format!("{ip:#x}: ours {ours:?}, ClrMD {m}")),
+        }
+    }
+    agreed
+}
+
+fn against_clrmd(variant: Variant, kind: &'static str) {
+    let tb = testbed_of(variant);
+    let what = format!("{} {kind}", variant.name());
+    let dump = tb.dump(kind);
+    let rt = open(tb, Source::Dump(kind));
+    let mut f = Failures::default();
+    let mut explained = Explained::default();
+    let modules = check_modules_against_clrmd(&rt, &common::clrmd(&dump, &["modules"]), &mut f);
+    let clrmd_methods = common::clrmd(&dump, &["methods"]);
+    let methods = check_methods_against_clrmd(&rt, &clrmd_methods, &mut explained, &mut f);
+    // Where ClrMD is blind in a gcore dump, cdac's answer is held against the full dump.
+    let full_rt = (kind == "gcore").then(|| open(tb, Source::Dump("full")));
+    let full_em = full_rt
+        .as_ref()
+        .map(|r| execution_manager(r.target(), r.descriptor()).unwrap());
+    // The perf map now (append-only): it also has the code compiled while gdb was dumping.
+    let perf: HashMap<u64, u64> = perf_map(&tb.perf_map_for(None))
+        .into_iter()
+        .map(|(start, size, _)| (start, size))
+        .collect();
+    let blind_check = full_em.as_deref().map(|em| (&perf, em));
+    let named = tb.manifest["type_system"]["dynamic_methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| hex(&m["method_desc"]))
+        .collect();
+    let ips = check_ip2md_against_clrmd(&rt, &dump, blind_check, &named, &mut explained, &mut f);
+    eprintln!(
+        "{what}: ClrMD's {modules} modules and {methods} methods with code checked, {ips} \
+         addresses resolved alike; explained differences: {explained:?}"
+    );
+    f.assert_none(&what);
+}
+
+#[test]
+fn net10_full_dump_agrees_with_clrmd() {
+    against_clrmd(Variant::Net10, "full");
+}
+
+#[test]
+fn net10_gcore_agrees_with_clrmd() {
+    against_clrmd(Variant::Net10, "gcore");
+}
+
+#[test]
+fn net9_full_dump_agrees_with_clrmd() {
+    against_clrmd(Variant::Net9, "full");
+}
+
+#[test]
+fn net9_gcore_agrees_with_clrmd() {
+    against_clrmd(Variant::Net9, "gcore");
+}
+
+#[test]
+fn net8_full_dump_agrees_with_clrmd() {
+    against_clrmd(Variant::Net8, "full");
+}
+
+#[test]
+fn net8_gcore_agrees_with_clrmd() {
+    against_clrmd(Variant::Net8, "gcore");
+}

@@ -377,3 +377,38 @@ pub fn perf_map(path: &Path) -> Vec<(u64, u64, String)> {
         })
         .collect()
 }
+
+// ---------------------------------------------------------------- ClrMD side by side
+
+/// Builds `tests/clrmd-probe` (ClrMD 4.2 over the runtime's own DAC) once per test process
+/// and returns its executable.
+pub fn clrmd_probe() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let status = Command::new(repo().join("scripts/clrmd-probe"))
+            .arg("--build-only")
+            .stdout(Stdio::null())
+            .status()
+            .expect("run scripts/clrmd-probe");
+        assert!(status.success(), "building tests/clrmd-probe failed");
+        repo().join("target/clrmd-probe/bin/Release/net10.0/clrmd-probe")
+    })
+    .clone()
+}
+
+/// What ClrMD says about a dump: `clrmd-probe --dump DUMP COMMAND ARGS...`, parsed.
+pub fn clrmd(dump: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(clrmd_probe())
+        .arg("--dump")
+        .arg(dump)
+        .args(args)
+        .output()
+        .expect("run clrmd-probe");
+    assert!(
+        out.status.success(),
+        "clrmd-probe {args:?} on {}: {}",
+        dump.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("clrmd-probe JSON")
+}
