@@ -177,8 +177,23 @@ impl<'t> MethodNamer<'t> {
     }
 
     /// The perf-map names of many methods, in order (faster than one by one: each
-    /// module's metadata is parsed once per call).
+    /// module's metadata is parsed once per call, and each MethodDesc named once).
     pub fn names(&mut self, mds: &[u64]) -> Vec<String> {
+        let mut unique: Vec<u64> = mds.to_vec();
+        unique.sort_unstable();
+        unique.dedup();
+        if unique.len() == mds.len() {
+            return self.names_of_distinct(mds);
+        }
+        let named: HashMap<u64, String> = unique
+            .iter()
+            .copied()
+            .zip(self.names_of_distinct(&unique))
+            .collect();
+        mds.iter().map(|md| named[md].clone()).collect()
+    }
+
+    fn names_of_distinct(&mut self, mds: &[u64]) -> Vec<String> {
         let mut out: Vec<Option<String>> = vec![None; mds.len()];
         let infos: Vec<Result<MethodDescInfo, String>> = mds
             .iter()
@@ -200,6 +215,7 @@ impl<'t> MethodNamer<'t> {
             }
         }
         let mut failures: Vec<(usize, String)> = Vec::new();
+        let mut asked: BTreeSet<u64> = BTreeSet::new();
         for round in 0..MAX_ROUNDS {
             if pending.is_empty() {
                 break;
@@ -207,7 +223,17 @@ impl<'t> MethodNamer<'t> {
             let mut need = BTreeSet::new();
             let mut still = Vec::new();
             {
-                let ctx = Ctx::new(self);
+                // Only the metadata this round can use: the pending methods' modules and
+                // those earlier rounds asked for (their type arguments' modules).
+                let mut wanted: BTreeSet<u64> = asked.clone();
+                let mut dynamic = false;
+                for &i in &pending {
+                    if let Ok(info) = &infos[i] {
+                        wanted.insert(info.module);
+                        dynamic |= info.classification == MethodClassification::Dynamic;
+                    }
+                }
+                let ctx = Ctx::new(self, &wanted, dynamic);
                 for &i in &pending {
                     let Ok(info) = &infos[i] else { continue };
                     match ctx.method_name(info) {
@@ -225,6 +251,7 @@ impl<'t> MethodNamer<'t> {
             }
             for m in need {
                 self.ensure_loaded(m);
+                asked.insert(m);
             }
             pending = still;
         }
@@ -301,10 +328,26 @@ struct Ctx<'n, 't> {
 }
 
 impl<'n, 't> Ctx<'n, 't> {
-    fn new(namer: &'n MethodNamer<'t>) -> Self {
+    /// Parses the loaded metadata of the `wanted` modules, and, when dynamic methods are to
+    /// be named (their signatures hold no tokens, so any metadata formats them), that of
+    /// the loaded module with the lowest address too.
+    fn new(namer: &'n MethodNamer<'t>, wanted: &BTreeSet<u64>, dynamic: bool) -> Self {
         let mut parsed = HashMap::new();
         let mut broken = HashMap::new();
+        let any = dynamic
+            .then(|| {
+                namer
+                    .blobs
+                    .iter()
+                    .filter(|(_, b)| b.is_some())
+                    .map(|(&m, _)| m)
+                    .min()
+            })
+            .flatten();
         for (&m, blob) in &namer.blobs {
+            if !wanted.contains(&m) && Some(m) != any {
+                continue;
+            }
             match blob {
                 Some(b) => match Metadata::parse(b) {
                     Ok(md) => {

@@ -108,6 +108,8 @@ pub fn ip2md(
         .funclet_start(&b)
         .map_err(|e| keep("funclet_start", e))
         .ok();
+    // The ExecutionManager's IsFunclet, from the start already found.
+    let is_funclet = funclet.map(|f| f != b.start);
     Ok(Some(Ip2md {
         address: hex(ip),
         method_desc: hex(b.method_desc),
@@ -122,7 +124,7 @@ pub fn ip2md(
         gc_info_version: gc.map(|g| g.version),
         unwind_info: unwind.map(hex),
         debug_info: debug.map(|d| hex(d.address)),
-        is_funclet: em.is_funclet(&b).ok(),
+        is_funclet,
         funclet_start: funclet.map(hex),
         errors,
     }))
@@ -150,25 +152,55 @@ pub fn run_ip2md(args: &Ip2mdArgs) -> Result<(), Box<dyn std::error::Error>> {
     let rt = args.target.open(&args.descriptor)?;
     let em = execution_manager(rt.target(), rt.descriptor())?;
     let mut namer = MethodNamer::for_runtime(&rt);
-    let mut results = Vec::new();
+    // Every address is looked up first and the methods named in one batch: naming parses
+    // each module's metadata once per batch, not once per address.
+    let mut found = Vec::new();
     for text in read_addresses(&args.addresses)? {
-        let value = match parse_address(&text) {
-            Err(e) => json!({ "address": text, "error": e }),
-            Ok(ip) => match ip2md(&*em, Some(&mut namer), ip) {
-                Ok(Some(r)) => serde_json::to_value(r)?,
-                Ok(None) => json!({ "address": hex(ip), "error": "not in managed code" }),
-                Err(e) => json!({ "address": hex(ip), "error": e.to_string() }),
+        found.push(match parse_address(&text) {
+            Err(e) => Err(json!({ "address": text, "error": e })),
+            Ok(ip) => match ip2md(&*em, None, ip) {
+                Ok(Some(r)) => Ok(r),
+                Ok(None) => Err(json!({ "address": hex(ip), "error": "not in managed code" })),
+                Err(e) => Err(json!({ "address": hex(ip), "error": e.to_string() })),
             },
-        };
-        if !args.json {
-            print_ip2md(&value)?;
-        }
-        results.push(value);
+        });
     }
+    let mds: Vec<u64> = found
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .filter_map(|r| parse_address(&r.method_desc).ok())
+        .collect();
+    let mut names = namer.names(&mds).into_iter();
+    let results: Vec<Ip2mdItem> = found
+        .into_iter()
+        .map(|r| match r {
+            Ok(mut r) => {
+                r.name = names.next();
+                Ip2mdItem::Found(Box::new(r))
+            }
+            Err(v) => Ip2mdItem::Missing(v),
+        })
+        .collect();
     if args.json {
-        out!("{}", serde_json::to_string_pretty(&results)?);
+        // Straight to standard output: 10,000 answers are megabytes of JSON.
+        let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+        serde_json::to_writer_pretty(&mut w, &results).map_err(std::io::Error::from)?;
+        std::io::Write::write_all(&mut w, b"\n")?;
+        std::io::Write::flush(&mut w)?;
+        return Ok(());
+    }
+    for r in &results {
+        print_ip2md(&serde_json::to_value(r)?)?;
     }
     Ok(())
+}
+
+/// One answer of `ip2md`: the method, or the address with why there is none.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Ip2mdItem {
+    Found(Box<Ip2md>),
+    Missing(Value),
 }
 
 fn print_ip2md(v: &Value) -> Result<(), Box<dyn std::error::Error>> {

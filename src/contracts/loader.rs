@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use super::ContractError;
 use crate::descriptor::DataDescriptor;
-use crate::formats::ecma::pe::{metadata_from_pe, PeLayout};
+use crate::formats::ecma::pe::{metadata_by_parts, metadata_from_pe, PeLayout};
 use crate::limits::Limit;
 use crate::target::Target;
 
@@ -394,33 +394,29 @@ pub fn module_metadata(
         return dynamic_metadata(target, descriptor, module.address);
     }
     if module.base != 0 && module.size != 0 {
-        let max_read = target.limits().max_read_bytes;
-        if module.size > max_read {
-            tracing::warn!(
-                "module {:#x}: image of {} bytes is larger than the {} read from memory \
-                 (--max-read-bytes)",
-                module.address,
-                module.size,
-                max_read
-            );
+        let layout = if module.mapped {
+            PeLayout::Mapped
         } else {
-            match target.read_bytes(module.base, module.size as usize) {
-                Ok(image) => {
-                    let layout = if module.mapped {
-                        PeLayout::Mapped
-                    } else {
-                        PeLayout::File
-                    };
-                    match metadata_from_pe(&image, layout) {
-                        Ok(md) => return Ok(Some(md.to_vec())),
-                        Err(e) => tracing::warn!(
-                            "module {:#x}: metadata in target memory: {e}",
-                            module.address
-                        ),
-                    }
-                }
-                Err(e) => tracing::debug!("module {:#x}: image not readable: {e}", module.address),
+            PeLayout::File
+        };
+        // The headers, then the metadata alone: never more than the image, nor more than
+        // the read-size limit in one read.
+        let max_read = target.limits().max_read_bytes;
+        let mut read = |offset: u64, len: usize| -> Option<Vec<u8>> {
+            let end = offset.checked_add(len as u64)?;
+            if end > module.size || len as u64 > max_read {
+                return None;
             }
+            target
+                .read_bytes(module.base.checked_add(offset)?, len)
+                .ok()
+        };
+        match metadata_by_parts(&mut read, layout) {
+            Ok(md) => return Ok(Some(md)),
+            Err(e) => tracing::debug!(
+                "module {:#x}: metadata in target memory: {e}",
+                module.address
+            ),
         }
     }
     let Some(path) = &module.path else {

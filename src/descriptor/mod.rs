@@ -20,7 +20,9 @@ pub mod shipped;
 
 pub use error::DescriptorError;
 pub use json::{ContractVersion, PhysicalDescriptor};
-pub use model::{DataDescriptor, Field, FillReport, Global, SubDescriptorInfo, TypeLayout};
+pub use model::{
+    DataDescriptor, Field, FillReport, Global, NameMap, SubDescriptorInfo, TypeLayout,
+};
 
 /// The name of the symbol .NET 9+ runtimes export.
 pub const CONTRACT_DESCRIPTOR_SYMBOL: &str = "DotNetRuntimeContractDescriptor";

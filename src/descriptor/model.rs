@@ -1,11 +1,15 @@
 //! The logical data descriptor of one runtime: every (sub-)descriptor merged, indirect
 //! globals resolved, and the typed view contracts use.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::error::DescriptorError;
 use super::json::{ContractVersion, GlobalSource, Literal, PhysicalDescriptor};
 use crate::target::DataLayout;
+
+/// Names to values, looked up many times per method a contract reads (a fast, not
+/// DoS-resistant hash: the names come from the descriptor and from cdac's own code).
+pub type NameMap<V> = HashMap<String, V, rustc_hash::FxBuildHasher>;
 
 /// A field of a type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,7 +28,7 @@ pub struct Field {
 pub struct TypeLayout {
     name: String,
     size: Option<u32>,
-    fields: BTreeMap<String, Field>,
+    fields: NameMap<Field>,
     origin: String,
 }
 
@@ -67,7 +71,7 @@ impl TypeLayout {
     }
 
     /// All fields by name.
-    pub fn fields(&self) -> &BTreeMap<String, Field> {
+    pub fn fields(&self) -> &NameMap<Field> {
         &self.fields
     }
 
@@ -181,8 +185,8 @@ impl FillReport {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataDescriptor {
     layout: DataLayout,
-    types: BTreeMap<String, TypeLayout>,
-    globals: BTreeMap<String, Global>,
+    types: NameMap<TypeLayout>,
+    globals: NameMap<Global>,
     contracts: BTreeMap<String, ContractVersion>,
     contract_origin: BTreeMap<String, String>,
     sub_descriptors: Vec<SubDescriptorInfo>,
@@ -195,8 +199,8 @@ impl DataDescriptor {
     pub fn new(layout: DataLayout) -> DataDescriptor {
         DataDescriptor {
             layout,
-            types: BTreeMap::new(),
-            globals: BTreeMap::new(),
+            types: NameMap::default(),
+            globals: NameMap::default(),
             contracts: BTreeMap::new(),
             contract_origin: BTreeMap::new(),
             sub_descriptors: Vec::new(),
@@ -538,12 +542,12 @@ impl DataDescriptor {
     }
 
     /// All types by name.
-    pub fn types(&self) -> &BTreeMap<String, TypeLayout> {
+    pub fn types(&self) -> &NameMap<TypeLayout> {
         &self.types
     }
 
     /// All globals by name.
-    pub fn globals(&self) -> &BTreeMap<String, Global> {
+    pub fn globals(&self) -> &NameMap<Global> {
         &self.globals
     }
 

@@ -178,11 +178,9 @@ fn scan_file(path: &Path) -> Option<String> {
 
 /// The text after the first `@(#)Version ` marker that parses as a version.
 fn find_version(bytes: &[u8]) -> Option<String> {
+    let finder = memchr::memmem::Finder::new(VERSION_MARKER);
     let mut rest = bytes;
-    while let Some(pos) = rest
-        .windows(VERSION_MARKER.len())
-        .position(|w| w == VERSION_MARKER)
-    {
+    while let Some(pos) = finder.find(rest) {
         rest = &rest[pos + VERSION_MARKER.len()..];
         let Some(end) = rest.iter().take(256).position(|&b| b == 0) else {
             continue;

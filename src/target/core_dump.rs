@@ -53,6 +53,9 @@ pub struct CoreDump {
     threads: Vec<ThreadInfo>,
     backing: Mutex<HashMap<PathBuf, Arc<Backing>>>,
     warnings: Vec<String>,
+    /// The segment the last read hit: reads come in runs over one structure, and a full
+    /// dump has thousands of segments to search otherwise.
+    last_segment: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for CoreDump {
@@ -110,6 +113,7 @@ impl CoreDump {
             layout: parsed.layout,
             machine: parsed.machine,
             segments: parsed.segments,
+            last_segment: std::sync::atomic::AtomicUsize::new(0),
             files: parsed.files,
             threads: parsed.threads,
             backing: Mutex::new(HashMap::new()),
@@ -145,9 +149,20 @@ impl CoreDump {
     }
 
     fn segment_at(&self, addr: u64) -> Option<&Segment> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let hint = self.last_segment.load(Relaxed);
+        if let Some(seg) = self.segments.get(hint) {
+            if addr >= seg.vaddr && addr - seg.vaddr < seg.memsz {
+                return Some(seg);
+            }
+        }
         let i = self.segments.partition_point(|s| s.vaddr <= addr);
-        let seg = self.segments.get(i.checked_sub(1)?)?;
-        (addr - seg.vaddr < seg.memsz).then_some(seg)
+        let at = i.checked_sub(1)?;
+        let seg = self.segments.get(at)?;
+        (addr - seg.vaddr < seg.memsz).then(|| {
+            self.last_segment.store(at, Relaxed);
+            seg
+        })
     }
 
     /// Bytes from `addr` to the next segment start (how far an unmapped gap reaches).

@@ -139,6 +139,98 @@ pub fn metadata_from_pe(image: &[u8], layout: PeLayout) -> Result<&[u8]> {
     )
 }
 
+/// Bytes of a PE image read for its headers: the DOS and NT headers and the section table
+/// of every image the .NET SDK writes fit (a larger `SizeOfHeaders` is not needed here).
+pub const PE_HEADER_BYTES: usize = 4096;
+
+/// The metadata blob of a PE image read piecewise through `read(offset, len)` (offsets into
+/// the image as laid out): the headers, the CLI header, then the blob alone, so that a
+/// reader of a target's memory does not copy a whole image (CoreLib's is 16 MB) for it.
+pub fn metadata_by_parts(
+    read: &mut dyn FnMut(u64, usize) -> Option<Vec<u8>>,
+    layout: PeLayout,
+) -> Result<Vec<u8>> {
+    let headers =
+        read(0, PE_HEADER_BYTES).ok_or_else(|| pe_err("the image's headers are not readable"))?;
+    let (cli_rva, sections) = headers_only(&headers)?;
+    let offset_of = |rva: u32, size: u32, what: &str| -> Result<u64> {
+        match layout {
+            PeLayout::Mapped => Ok(u64::from(rva)),
+            PeLayout::File => {
+                let (offset, available) = section_range(&sections, rva)
+                    .ok_or_else(|| pe_err(format!("{what} RVA {rva:#x} is in no section")))?;
+                if available < size {
+                    return Err(pe_err(format!(
+                        "{what} [{rva:#x}, +{size:#x}) runs past its section"
+                    )));
+                }
+                Ok(u64::from(offset))
+            }
+        }
+    };
+    let need = std::mem::size_of::<ImageCor20Header>();
+    let at = offset_of(cli_rva, need as u32, "CLI header")?;
+    let bytes = read(at, need).ok_or_else(|| pe_err("the CLI header is not readable"))?;
+    let h: &ImageCor20Header = object::pod::from_bytes(&bytes)
+        .map_err(|_| pe_err("CLI header is truncated"))?
+        .0;
+    let (rva, size) = (
+        h.meta_data.virtual_address.get(LE),
+        h.meta_data.size.get(LE),
+    );
+    let at = offset_of(rva, size, "metadata")?;
+    read(at, size as usize)
+        .ok_or_else(|| pe_err(format!("metadata [{rva:#x}, +{size:#x}) is not readable")))
+}
+
+/// (virtual address, size, file offset, file size) of each section.
+type Sections = Vec<(u32, u32, u32, u32)>;
+
+/// The CLI header's RVA and the section table, from the headers alone.
+fn headers_only(headers: &[u8]) -> Result<(u32, Sections)> {
+    fn inner<H: ImageNtHeaders>(headers: &[u8]) -> Result<(u32, Sections)> {
+        let dos = ImageDosHeader::parse(headers).map_err(pe_err)?;
+        let mut offset = dos.nt_headers_offset().into();
+        let (nt, dirs) = H::parse(headers, &mut offset).map_err(pe_err)?;
+        let table = nt.sections(headers, offset).map_err(pe_err)?;
+        let dir = dirs
+            .get(COM_DESCRIPTOR)
+            .ok_or_else(|| pe_err("no CLI header directory (not a .NET image)"))?;
+        let rva = dir.virtual_address.get(LE);
+        if rva == 0 {
+            return Err(pe_err("no CLI header directory (not a .NET image)"));
+        }
+        let sections = table
+            .iter()
+            .map(|s| {
+                (
+                    s.virtual_address.get(LE),
+                    s.virtual_size.get(LE),
+                    s.pointer_to_raw_data.get(LE),
+                    s.size_of_raw_data.get(LE),
+                )
+            })
+            .collect();
+        Ok((rva, sections))
+    }
+    match object::read::pe::optional_header_magic(headers).map_err(pe_err)? {
+        object::pe::IMAGE_NT_OPTIONAL_HDR32_MAGIC => inner::<ImageNtHeaders32>(headers),
+        object::pe::IMAGE_NT_OPTIONAL_HDR64_MAGIC => inner::<ImageNtHeaders64>(headers),
+        m => Err(pe_err(format!("unknown optional header magic {m:#x}"))),
+    }
+}
+
+/// The file offset of `rva` and the file bytes left in its section from there.
+fn section_range(sections: &Sections, rva: u32) -> Option<(u32, u32)> {
+    sections.iter().find_map(|&(va, vsize, raw, raw_size)| {
+        let inside = rva.checked_sub(va)?;
+        if inside >= vsize.max(raw_size) || inside >= raw_size {
+            return None;
+        }
+        Some((raw.checked_add(inside)?, raw_size - inside))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
