@@ -2,7 +2,7 @@
 //! real .NET 8 testbed, live: written as a MIP function-coverage profile and read back,
 //! every method the workload called is covered (its Reflection.Emit methods, the
 //! `MeasureShape` family and its named LCG lambdas), and the methods it defines but never
-//! calls (`Shape.Area`, `Shape.Describe`: testbed/workload.py never invokes them) are
+//! calls (`Shape.Area`, `Shape.Describe`: the testbed never invokes them) are
 //! listed and not covered. The CLI writes the same profile.
 
 mod common;

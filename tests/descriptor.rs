@@ -1782,7 +1782,11 @@ fn shipped_net8_descriptor_parses() {
     assert_eq!(net8.meta.architecture, "x64");
     assert_eq!(
         net8.meta.verified_build_ids,
-        vec![NET8_BUILD_ID.to_string()]
+        vec![
+            NET8_BUILD_ID.to_string(),
+            "be4af8fbe7201f286fe16d9afb6e7ac51280e11c".to_string(),
+            "00bbee3860797ccca61bc5bffd3a5da9a60c1108".to_string()
+        ]
     );
     let pd = net8
         .meta

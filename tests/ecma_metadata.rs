@@ -1,67 +1,51 @@
-//! The ECMA-335 metadata reader on the real .NET 8.0.4 framework assemblies, and its
-//! method names against the runtime's own perf map.
+//! The ECMA-335 metadata reader on the real framework assemblies, and its method names
+//! against the runtime's own perf map.
 //!
-//! * every `*.dll` of the testbed's `Microsoft.NETCore.App/8.0.4` folder (plus pythonnet's
-//!   `Python.Runtime.dll`) parses, in file and in mapped layout, and every row, MethodDef
-//!   signature and method name decodes;
-//! * the perf map of a live testbed (or the one `CDAC_ECMA_PERF_MAP` names) is the oracle
+//! * every `*.dll` of the .NET 10.0.14 testbed's self-contained folder (the framework and
+//!   the testbed's own assemblies) parses, in file and in mapped layout, and every row,
+//!   MethodDef signature and method name decodes;
+//! * the perf maps of live testbeds (or the one `CDAC_ECMA_PERF_MAP` names) are the oracle
 //!   for names: each JIT'ed method of those assemblies is looked up by declaring type and
-//!   name and must be formatted exactly as the runtime wrote it (minus the `[Tier]`);
+//!   name and must be formatted exactly as the runtime wrote it (minus the `[Tier]`), on
+//!   .NET 10 and on .NET 8.0.0, whose perf map drops the last byte of some names;
 //! * random bytes and mutated real metadata never make the reader panic.
 
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use cdac::formats::ecma::pe::{cli_header, metadata_from_pe, PeLayout};
 use cdac::formats::ecma::{
     decode_method_sig, Metadata, NestedStyle, PerfMapNameOptions, TableId, Token,
 };
-use common::{perf_map, repo, testbed};
+use common::{perf_map, testbed_exe, testbed_of, Variant};
 use proptest::prelude::*;
 
-fn testbed_dir() -> PathBuf {
-    std::env::var_os("CDAC_TESTBED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("target/testbed"))
-}
-
-fn site_packages() -> PathBuf {
-    testbed_dir().join("venv/lib/python3.11/site-packages")
-}
-
-/// The testbed's runtime folder, installed by scripts/testbed-setup when missing.
+/// The .NET 10 testbed's folder: the framework and the testbed's assemblies (built when
+/// missing).
 fn runtime_dir() -> PathBuf {
-    let dir = site_packages().join("dnv/net/runtime/.net/shared/Microsoft.NETCore.App/8.0.4");
-    if !dir.join("System.Private.CoreLib.dll").exists() {
-        let status = Command::new(repo().join("scripts/testbed-setup"))
-            .stdout(Stdio::null())
-            .status()
-            .expect("run scripts/testbed-setup");
-        assert!(
-            status.success(),
-            "scripts/testbed-setup failed (it needs PyPI)"
-        );
-    }
-    dir
+    testbed_exe(Variant::Net10)
+        .parent()
+        .expect("testbed folder")
+        .to_path_buf()
 }
 
-/// Every managed assembly the testbed's perf map can name: the framework and pythonnet.
-fn assembly_paths() -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(runtime_dir())
+/// Every managed assembly of a testbed folder.
+fn assembly_paths_in(dir: &Path) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
         .expect("runtime dir")
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "dll"))
         .collect();
     paths.sort();
-    let python_runtime = site_packages().join("pythonnet/runtime/Python.Runtime.dll");
-    if python_runtime.exists() {
-        paths.push(python_runtime);
-    }
     paths
+}
+
+/// Every managed assembly the .NET 10 testbed's perf map can name.
+fn assembly_paths() -> Vec<PathBuf> {
+    assembly_paths_in(&runtime_dir())
 }
 
 /// Lays a PE file out as the loader maps it: headers and each section at its RVA.
@@ -394,9 +378,30 @@ impl Tally {
 fn method_names_match_the_runtime_perf_map() {
     let map_path = match std::env::var_os("CDAC_ECMA_PERF_MAP") {
         Some(p) => PathBuf::from(p),
-        None => testbed().perf_map_for(None),
+        None => testbed_of(Variant::Net10).perf_map_for(None),
     };
-    let images: Vec<(PathBuf, Vec<u8>)> = assembly_paths()
+    let truncated = names_match(&map_path, &runtime_dir(), false);
+    assert!(truncated.is_empty(), "{truncated:?}");
+}
+
+#[test]
+fn method_names_match_a_truncating_runtime_perf_map() {
+    // 8.0.0's perf map drops the last byte of names whose "[Asm] Type::Method" label is
+    // 41, 81, 161, ... bytes (`Cdac.Testbed.Program::Mai(string[])`): reproduced on demand.
+    let tb = testbed_of(Variant::Net8_0_0);
+    let truncated = names_match(&tb.perf_map_for(None), &tb.runtime_dir(), true);
+    assert!(
+        truncated
+            .iter()
+            .any(|n| n.contains("Cdac.Testbed.Program::Mai(")),
+        "{truncated:?}"
+    );
+}
+
+/// Checks every name of the perf map at `map_path` against the assemblies of `dir`, with or
+/// without early .NET 8's truncation; returns the names that needed the truncation.
+fn names_match(map_path: &Path, dir: &Path, net8_truncation: bool) -> Vec<String> {
+    let images: Vec<(PathBuf, Vec<u8>)> = assembly_paths_in(dir)
         .into_iter()
         .map(|p| {
             let b = std::fs::read(&p).unwrap();
@@ -443,6 +448,7 @@ fn method_names_match_the_runtime_perf_map() {
         };
         let options = PerfMapNameOptions {
             type_instantiation: if args.is_empty() { None } else { Some(&args) },
+            net8_truncation,
             ..Default::default()
         };
         let methods = md.type_methods(rid).unwrap();
@@ -495,7 +501,7 @@ fn method_names_match_the_runtime_perf_map() {
         println!("  {asm:40} {ok}/{total}");
     }
     println!(
-        "{} matched name(s) needed the .NET 8 printf truncation, e.g. {:?}",
+        "{} matched name(s) needed early .NET 8's printf truncation, e.g. {:?}",
         truncated.len(),
         truncated.iter().take(3).collect::<Vec<_>>()
     );
@@ -514,6 +520,7 @@ fn method_names_match_the_runtime_perf_map() {
         generic.matched, generic.total,
         "every generic name must match"
     );
+    truncated
 }
 
 // ---------------------------------------------------------------- robustness

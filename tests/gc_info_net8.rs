@@ -1,4 +1,5 @@
-//! The GCInfo header decoder and unwind blob sizes against the real .NET 8.0.4 runtime.
+//! The GCInfo header decoder and unwind blob sizes against a real .NET 8 runtime (8.0.33,
+//! or 8.0.0 with `CDAC_NET8_VARIANT=net8.0.0`; first checked on 8.0.4).
 //!
 //! - JIT-ed code, live: for every managed method in the runtime's own perf map, the code
 //!   header before the code leads to the RealCodeHeader and its GC info; decoded with the

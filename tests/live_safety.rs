@@ -1,7 +1,7 @@
-//! Reading a live process is safe for it: the real .NET 8 testbed, hammered with cdac
+//! Reading a live process is safe for it: the real .NET 10 testbed, hammered with cdac
 //! commands (methods, perfmap, ip2md, modules, eh, unwind, info, coverage) in a loop while it
-//! runs deterministic managed computations (testbed/workload.py --rounds: emitted methods
-//! with their exception handlers, framework code, LINQ over LCG lambdas, sorting), prints
+//! runs deterministic managed computations (`Cdac.Testbed --rounds`: emitted methods with
+//! their exception handlers, framework code, LINQ over LCG lambdas, sorting), prints
 //! exactly what an unobserved twin prints; none of its threads is ever seen stopped (`t` or
 //! `T` in /proc/PID/task/*/stat) and nothing ever traces it (TracerPid 0), sampled thousands
 //! of times; the code of JIT'ed methods is byte-for-byte the same afterwards; and cdac only
@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{hex, repo, scratch};
+use common::{hex, scratch, Variant};
 
 /// Rounds of the deterministic workload: about 25 s on a 2-core machine under hammering.
 const ROUNDS: usize = 70;
@@ -33,34 +33,25 @@ struct Workload {
 }
 
 impl Workload {
-    /// Installs the testbed if needed (once: concurrent runs of the setup race).
-    fn setup() {
-        let status = Command::new(repo().join("scripts/testbed-setup"))
-            .stdout(Stdio::null())
-            .status()
-            .expect("run scripts/testbed-setup");
-        assert!(status.success(), "scripts/testbed-setup failed");
+    /// Builds the testbed if needed (once: concurrent runs of the setup wait for each other).
+    fn setup() -> PathBuf {
+        common::testbed_exe(Variant::Net10)
     }
 
-    fn start(dir: &Path) -> Workload {
-        let testbed_dir = std::env::var_os("CDAC_TESTBED_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo().join("target/testbed"));
+    fn start(exe: &Path, dir: &Path) -> Workload {
         std::fs::create_dir_all(dir).expect("dir");
         let manifest = dir.join("manifest.json");
-        let mut child = Command::new(testbed_dir.join("venv/bin/python"))
-            .arg(repo().join("testbed/workload.py"))
+        let mut child = Command::new(exe)
             .arg("--manifest")
             .arg(&manifest)
             .args(["--exit-with-parent", "--max-seconds", "300"])
             .args(["--rounds", &ROUNDS.to_string()])
-            .env("CDAC_TESTBED_DIR", &testbed_dir)
             .env_remove("DOTNET_PerfMapEnabled")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(dir.join("workload.log")).expect("log"))
             .spawn()
-            .expect("start testbed/workload.py");
+            .expect("start the testbed");
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().map(BufReader::new);
         let pid = child.id() as i32;
@@ -179,10 +170,10 @@ fn a_hammered_live_process_runs_undisturbed() {
     let started = Instant::now();
     let dir = scratch("live-safety");
     // Both twins start together; only B is read.
-    Workload::setup();
+    let exe = Workload::setup();
     let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| Workload::start(&dir.join("a")));
-        let b = s.spawn(|| Workload::start(&dir.join("b")));
+        let a = s.spawn(|| Workload::start(&exe, &dir.join("a")));
+        let b = s.spawn(|| Workload::start(&exe, &dir.join("b")));
         (a.join().expect("start A"), b.join().expect("start B"))
     });
     let (mut a, mut b) = (a, b);
@@ -210,6 +201,7 @@ fn a_hammered_live_process_runs_undisturbed() {
             m["jit_type"] == "jit"
                 && !name.contains("[Anonymously Hosted DynamicMethods Assembly]")
                 && !name.contains("[Cdac.Testbed.Collectible]")
+                && !name.contains("[Cdac.Testbed.Plugin]")
         })
         .collect();
     assert!(stable.len() >= 20, "{} stable JIT'ed methods", stable.len());

