@@ -263,9 +263,10 @@ pub fn run_perfmap(args: &PerfmapArgs) -> CliResult {
         perf_map::write(&mut out, &entries)?;
         out.flush()?;
     } else {
-        // Write beside the target and rename, so that a reader never sees half a map.
+        // Write beside the target and rename, so that a reader never sees half a map; the
+        // temporary name is this process's own (two runs may write the same map at once).
         let mut tmp = output.clone().into_os_string();
-        tmp.push(".cdac-tmp");
+        tmp.push(format!(".cdac-tmp-{}", std::process::id()));
         let tmp = PathBuf::from(tmp);
         {
             let file =
