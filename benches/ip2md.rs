@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use cdac::contracts::execution_manager::range_section_map::all_range_sections;
 use cdac::contracts::execution_manager::{execution_manager, JitType};
+use cdac::limits::Limits;
 use cdac::runtime::{OpenOptions, Runtime};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
@@ -115,18 +116,21 @@ fn lookups(c: &mut Criterion) {
             }
         })
     });
+    // No per-command total-read limit: the full walks below read gigabytes through one
+    // target over a run, which the default limit (16 GiB) would stop part-way.
+    let options = OpenOptions {
+        limits: Limits {
+            max_total_read_bytes: u64::MAX,
+            ..Limits::default()
+        },
+        ..OpenOptions::default()
+    };
     let mut targets = Vec::new();
     if let Some(path) = &dump {
-        targets.push((
-            "dump",
-            Runtime::open_dump(path, &OpenOptions::default()).expect("dump"),
-        ));
+        targets.push(("dump", Runtime::open_dump(path, &options).expect("dump")));
     }
     if let Some(pid) = pid {
-        targets.push((
-            "live",
-            Runtime::attach(pid, &OpenOptions::default()).expect("attach"),
-        ));
+        targets.push(("live", Runtime::attach(pid, &options).expect("attach")));
     }
     for (kind, rt) in &targets {
         let r2r = r2r_addresses(rt, &mut rng, N);
@@ -140,7 +144,7 @@ fn lookups(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new(format!("{kind}_{name}"), "warm"), |b| {
                 b.iter(|| {
                     for &ip in addrs.iter() {
-                        black_box(em.code_block(ip).ok());
+                        black_box(em.code_block(ip).expect("lookup"));
                     }
                 })
             });
@@ -159,7 +163,7 @@ fn lookups(c: &mut Criterion) {
             by_size.bench_function(BenchmarkId::from_parameter(format!("{lo}-{hi}B")), |b| {
                 b.iter(|| {
                     let em = execution_manager(rt.target(), rt.descriptor()).unwrap();
-                    black_box(em.code_block(s + z - 1).ok())
+                    black_box(em.code_block(s + z - 1).expect("lookup"))
                 })
             });
         }

@@ -32,6 +32,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cdac::limits::Limits;
 use cdac::target::cache::{PageCache, PAGE_SIZE};
 use cdac::target::core_dump::CoreDump;
 use cdac::target::live::{LiveProcess, ReadMethod};
@@ -71,6 +72,16 @@ impl Region {
     fn len(&self) -> u64 {
         self.end - self.start
     }
+}
+
+/// A target over `source` without the per-command total-read limit: a benchmark reads
+/// gigabytes through one target (16 MiB reads, thousands of iterations), which the default
+/// limit (16 GiB) would stop part-way, every later read failing at once.
+fn bench_target(source: Arc<dyn MemorySource>) -> Target {
+    Target::new(source, DataLayout::LE64).with_limits(Limits {
+        max_total_read_bytes: u64::MAX,
+        ..Limits::default()
+    })
 }
 
 /// Readable private mappings of a live process, from `/proc/PID/maps`. `[vvar]` and
@@ -351,10 +362,10 @@ fn bench_live(c: &mut Criterion, pid: i32) {
         cold_addrs.len()
     );
 
-    let direct_target = Target::new(direct.clone(), DataLayout::LE64);
-    let proc_mem_target = Target::new(proc_mem.clone(), DataLayout::LE64);
-    let cached_target = Target::new(cached.clone(), DataLayout::LE64);
-    let cold_target = Target::new(cached_cold.clone(), DataLayout::LE64);
+    let direct_target = bench_target(direct.clone());
+    let proc_mem_target = bench_target(proc_mem.clone());
+    let cached_target = bench_target(cached.clone());
+    let cold_target = bench_target(cached_cold.clone());
 
     // Warm the cache with exactly the pages the warm benchmark reads.
     for &addr in &addrs {
@@ -424,9 +435,9 @@ fn bench_dump(c: &mut Criterion, path: &Path) {
         cold_addrs.len()
     );
 
-    let direct_target = Target::new(direct.clone(), DataLayout::LE64);
-    let cached_target = Target::new(cached.clone(), DataLayout::LE64);
-    let cold_target = Target::new(cached_cold.clone(), DataLayout::LE64);
+    let direct_target = bench_target(direct.clone());
+    let cached_target = bench_target(cached.clone());
+    let cold_target = bench_target(cached_cold.clone());
     for &addr in &addrs {
         let _ = cached_target.read_u64(addr);
     }

@@ -1,9 +1,10 @@
 //! Function coverage from outside the process (`cdac::coverage`, `cdac coverage`) on the
-//! real .NET 8 testbed, live: written as a MIP function-coverage profile and read back,
-//! every method the workload called is covered (its Reflection.Emit methods, the
-//! `MeasureShape` family and its named LCG lambdas), and the methods it defines but never
-//! calls (`Shape.Area`, `Shape.Describe`: the testbed never invokes them) are
-//! listed and not covered. The CLI writes the same profile.
+//! real .NET 8 testbed (8.0.33, or 8.0.0 with `CDAC_NET8_VARIANT=net8.0.0`), live: written
+//! as a MIP function-coverage profile and read back, every method the testbed called is
+//! covered (its Reflection.Emit methods, the `MeasureShape` family, its named LCG lambdas
+//! and the precompiled library's called methods), and the methods it defines but never
+//! calls (`Shape.Area`, `Shape.Describe`, the precompiled `NeverCalled*`) are listed and
+//! not covered. The CLI writes the same profile.
 
 mod common;
 
@@ -79,6 +80,28 @@ fn workload_methods_are_covered_and_uncalled_ones_are_not() {
     for name in ["Area", "Describe"] {
         let needle = format!("Cdac.Testbed.Types.Shape::{name}(");
         assert_eq!(covered(&needle), vec![false], "{needle} never ran");
+    }
+    // The precompiled library: a method the testbed called has code (its ReadyToRun entry
+    // point resolved, or JIT'ed after tiering up), one it never called has none.
+    let r2r = tb.manifest["r2r"]["methods"]
+        .as_array()
+        .expect("r2r methods");
+    let never_called = r2r.iter().filter(|m| m["called"] == false).count();
+    assert!(never_called >= 3 && never_called < r2r.len(), "{r2r:?}");
+    for m in r2r {
+        let needle = format!(
+            "{}::{}(",
+            m["type"].as_str().expect("type"),
+            m["name"].as_str().expect("name")
+        );
+        let called = m["called"].as_bool().expect("called");
+        let found = covered(&needle);
+        assert!(!found.is_empty(), "{needle} not listed");
+        assert_eq!(
+            found.iter().any(|c| *c),
+            called,
+            "{needle}: called {called}"
+        );
     }
     let n_covered = rows.iter().filter(|r| r.covered).count();
     eprintln!(

@@ -1,6 +1,7 @@
-//! The ExecutionManager on the real .NET 8 runtime, checked against the runtime's own perf
-//! map (an independent record of every JIT'ed method's start and size) and the MethodDesc
-//! addresses and exception clauses the workload emitted, live and on its dumps.
+//! The ExecutionManager on the real .NET 8 runtime (8.0.33, or 8.0.0 with
+//! `CDAC_NET8_VARIANT=net8.0.0`), checked against the runtime's own perf map (an
+//! independent record of every JIT'ed method's start and size) and the MethodDesc addresses
+//! and exception clauses the testbed emitted, live and on its dumps.
 
 mod common;
 

@@ -1,6 +1,7 @@
-//! Limits on the real .NET 8 testbed: the defaults leave every real walk far inside them,
-//! and each limit, lowered below what the runtime needs, gives an error or warning that
-//! names its command-line option, while the rest of the command goes on where it can.
+//! Limits on the real .NET 8 testbed (8.0.33, or 8.0.0 with `CDAC_NET8_VARIANT=net8.0.0`):
+//! the defaults leave every real walk far inside them, and each limit, lowered below what
+//! the runtime needs, gives an error or warning that names its command-line option, while
+//! the rest of the command goes on where it can.
 
 mod common;
 

@@ -1,7 +1,7 @@
-//! Reading a live process is safe for it: the real .NET 10 testbed, hammered with cdac
-//! commands (methods, perfmap, ip2md, modules, eh, unwind, info, coverage) in a loop while it
-//! runs deterministic managed computations (`Cdac.Testbed --rounds`: emitted methods with
-//! their exception handlers, framework code, LINQ over LCG lambdas, sorting), prints
+//! Reading a live process is safe for it: the real .NET 10 testbed (10.0.14), hammered with
+//! cdac commands (methods, perfmap, ip2md, modules, eh, unwind, info, coverage) in a loop
+//! while it runs deterministic managed computations (`Cdac.Testbed --rounds`: emitted methods
+//! with their exception handlers, framework code, LINQ over LCG lambdas, sorting), prints
 //! exactly what an unobserved twin prints; none of its threads is ever seen stopped (`t` or
 //! `T` in /proc/PID/task/*/stat) and nothing ever traces it (TracerPid 0), sampled thousands
 //! of times; the code of JIT'ed methods is byte-for-byte the same afterwards; and cdac only
@@ -12,109 +12,61 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{hex, scratch, Variant};
+use common::{hex, scratch, start_testbed_piped, Testbed, Variant};
 
+/// The twins' runtime: .NET 10, the one people run, read through its embedded descriptor.
+const VARIANT: Variant = Variant::Net10;
 /// Rounds of the deterministic workload: about 25 s on a 2-core machine under hammering.
 const ROUNDS: usize = 70;
 
-/// A testbed started in deterministic mode, waiting for its go line.
+/// A private testbed started in deterministic mode (`--rounds`), waiting for its go line.
 struct Workload {
-    child: Child,
+    tb: Testbed,
     pid: i32,
-    stdin: Option<ChildStdin>,
-    stdout: Option<BufReader<ChildStdout>>,
-    manifest: serde_json::Value,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
 }
 
 impl Workload {
-    /// Builds the testbed if needed (once: concurrent runs of the setup wait for each other).
-    fn setup() -> PathBuf {
-        common::testbed_exe(Variant::Net10)
-    }
-
-    fn start(exe: &Path, dir: &Path) -> Workload {
-        std::fs::create_dir_all(dir).expect("dir");
-        let manifest = dir.join("manifest.json");
-        let mut child = Command::new(exe)
-            .arg("--manifest")
-            .arg(&manifest)
-            .args(["--exit-with-parent", "--max-seconds", "300"])
-            .args(["--rounds", &ROUNDS.to_string()])
-            .env_remove("DOTNET_PerfMapEnabled")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(dir.join("workload.log")).expect("log"))
-            .spawn()
-            .expect("start the testbed");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().map(BufReader::new);
-        let pid = child.id() as i32;
+    fn start() -> Workload {
+        let (tb, stdin, stdout) = start_testbed_piped(VARIANT, &["--rounds", &ROUNDS.to_string()]);
         Workload {
-            child,
-            pid,
+            pid: tb.pid,
+            tb,
             stdin,
             stdout,
-            manifest: serde_json::Value::Null,
         }
-        .wait_for_manifest(&manifest)
-    }
-
-    fn wait_for_manifest(mut self, path: &Path) -> Workload {
-        let deadline = Instant::now() + Duration::from_secs(240);
-        while !path.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "no manifest; see {}",
-                path.with_file_name("workload.log").display()
-            );
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "workload exited ({status}); see {}",
-                    path.with_file_name("workload.log").display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        self.manifest =
-            serde_json::from_slice(&std::fs::read(path).expect("manifest")).expect("manifest JSON");
-        assert_eq!(self.manifest["pid"].as_i64(), Some(i64::from(self.pid)));
-        self
     }
 
     /// Starts the rounds.
     fn go(&mut self) {
-        let stdin = self.stdin.as_mut().expect("stdin");
-        stdin.write_all(b"go\n").expect("go");
-        stdin.flush().expect("go");
+        self.stdin.write_all(b"go\n").expect("go");
+        self.stdin.flush().expect("go");
     }
 
     /// The round lines, up to `done`.
     fn rounds(&mut self) -> Vec<String> {
         let mut lines = Vec::new();
-        let stdout = self.stdout.as_mut().expect("stdout");
         loop {
             let mut line = String::new();
-            let n = stdout.read_line(&mut line).expect("read the workload");
-            assert!(n > 0, "workload ended before 'done' after {lines:?}");
+            let n = self.stdout.read_line(&mut line).expect("read the workload");
+            assert!(
+                n > 0,
+                "testbed {} ended before 'done' after {lines:?}; see {}",
+                self.pid,
+                self.tb.dir.join("testbed.log").display()
+            );
             let line = line.trim_end().to_string();
             if line == "done" {
                 return lines;
             }
             lines.push(line);
         }
-    }
-}
-
-impl Drop for Workload {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -170,10 +122,9 @@ fn a_hammered_live_process_runs_undisturbed() {
     let started = Instant::now();
     let dir = scratch("live-safety");
     // Both twins start together; only B is read.
-    let exe = Workload::setup();
     let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| Workload::start(&exe, &dir.join("a")));
-        let b = s.spawn(|| Workload::start(&exe, &dir.join("b")));
+        let a = s.spawn(Workload::start);
+        let b = s.spawn(Workload::start);
         (a.join().expect("start A"), b.join().expect("start B"))
     });
     let (mut a, mut b) = (a, b);

@@ -1,9 +1,11 @@
-//! Method names and modules on the real .NET 8 testbed, live and on its `createdump --full`
-//! and `gcore` dumps: every live managed perf-map entry is listed by the code enumeration
-//! with the same start and size, and the name [`MethodNamer`] gives equals the runtime's (tier suffix
-//! removed) for at least 99% of them, with no method left to the fallback name (Reflection.Emit
-//! modules included); every managed image `/proc/PID/maps` shows is a
-//! module with the same base. Plus bad input: truncated metadata gives the fallback name.
+//! Method names and modules on the real .NET 8 testbed (8.0.33, or 8.0.0 with
+//! `CDAC_NET8_VARIANT=net8.0.0`), live and on its `createdump --full` and `gcore` dumps:
+//! every live managed perf-map entry is listed by the code enumeration with the same start
+//! and size, and the name [`MethodNamer`] gives equals the runtime's (tier suffix removed)
+//! for every one of them (on 8.0.4 the bound was 99%; the C# testbed's maps match in full),
+//! with no method left to the fallback name (Reflection.Emit modules included); every
+//! managed image `/proc/PID/maps` shows is a module with the same base. Plus bad input:
+//! truncated metadata gives the fallback name.
 
 mod common;
 
@@ -122,7 +124,11 @@ fn check_names(rt: &Runtime, dump: Option<&str>) {
             eprintln!("    runtime: {want}\n    cdac:    {got}");
         }
     }
-    assert!(rate >= 0.99, "{what}: name match rate {rate}");
+    assert_eq!(
+        matched,
+        found.len(),
+        "{what}: name match rate {rate}, mismatches by kind above"
+    );
     // Every live method's module has readable metadata, Reflection.Emit ones included.
     for k in ["reflection-emit module (no saved metadata)", "fallback"] {
         assert!(
@@ -164,7 +170,7 @@ fn check_modules(rt: &Runtime, what: &str) {
         );
     }
     // Every module has metadata: images from their PE files, Reflection.Emit modules from
-    // the copy the runtime saved; the workload's three emitted assemblies are among them.
+    // the copy the runtime saved; the testbed's three emitted assemblies are among them.
     let mut with_metadata = 0;
     let mut dynamic_assemblies = Vec::new();
     for m in &mods {

@@ -6,8 +6,8 @@
 //! `R2RExceptionClause`. Every offset the shipped descriptor gives for them is checked here
 //! on the live testbed and on its `createdump --full` dump, against oracles that do not come
 //! from the descriptor: the ReadyToRun PE files on disk (parsed here with the `object`
-//! crate), the workload's manifest (MethodDescs, IL exception-clause kinds), the runtime's
-//! perf map (code sizes) and a second workload started with `DOTNET_RichDebugInfo=1`.
+//! crate), the testbed's manifest (MethodDescs, IL exception-clause kinds), the runtime's
+//! perf map (code sizes) and a second testbed started with `DOTNET_RichDebugInfo=1`.
 //! Where each offset comes from: descriptors/README.md.
 
 mod common;
@@ -39,14 +39,29 @@ const CLAUSE_FAULT: u32 = 0x4;
 const CLAUSE_DUPLICATED: u32 = 0x8;
 const CLAUSE_CACHED_CLASS: u32 = 0x1000_0000;
 
-/// The framework ReadyToRun images checked, with the runtime-function counts that
-/// net8-linux-x64.md recorded for them.
-/// (The runtime-function counts are the files' own, read from them: 37,544, 1,552 and
-/// 1,526 in 8.0.4, 37,552, ... in 8.0.33.)
-const IMAGES: [(&str, Option<u64>); 3] = [
-    ("System.Private.CoreLib.dll", None),
-    ("System.Linq.dll", None),
-    ("System.Text.RegularExpressions.dll", None),
+/// The framework ReadyToRun images checked.
+const IMAGES: [&str; 3] = [
+    "System.Private.CoreLib.dll",
+    "System.Linq.dll",
+    "System.Text.RegularExpressions.dll",
+];
+
+/// Each build's runtime-function counts of [`IMAGES`] (section 102's size / 12), recorded
+/// from the files outside this test (8.0.4: net8-linux-x64.md; 8.0.33 and 8.0.0: a
+/// separate PE reader over the runtime packs' files).
+const RUNTIME_FUNCTIONS: [(&str, [u64; 3]); 3] = [
+    (
+        "7c3796010ffdb407df859c3884e92bcad0cf7925",
+        [37_544, 1_552, 1_526],
+    ), // 8.0.4
+    (
+        "be4af8fbe7201f286fe16d9afb6e7ac51280e11c",
+        [37_552, 1_552, 1_526],
+    ), // 8.0.33
+    (
+        "00bbee3860797ccca61bc5bffd3a5da9a60c1108",
+        [37_785, 1_608, 1_527],
+    ), // 8.0.0
 ];
 
 // ---------------------------------------------------------------- descriptor helpers
@@ -277,11 +292,21 @@ fn is_prime(n: u64) -> bool {
 /// One framework R2R image as the runtime has it loaded.
 struct LoadedImage {
     name: &'static str,
-    expected_functions: Option<u64>,
+    expected_functions: u64,
     path: PathBuf,
     base: u64,
     module: u64,
     r2r_info: u64,
+}
+
+/// This build's recorded runtime-function counts of [`IMAGES`].
+fn expected_runtime_functions(rt: &Runtime) -> [u64; 3] {
+    let build = rt.module().build_id.clone().unwrap_or_default();
+    RUNTIME_FUNCTIONS
+        .iter()
+        .find(|(id, _)| *id == build)
+        .map(|(_, counts)| *counts)
+        .unwrap_or_else(|| panic!("no runtime-function counts recorded for build {build}"))
 }
 
 fn loaded_images(rt: &Runtime, what: &str) -> Vec<LoadedImage> {
@@ -292,7 +317,8 @@ fn loaded_images(rt: &Runtime, what: &str) -> Vec<LoadedImage> {
         .unwrap();
     IMAGES
         .iter()
-        .map(|&(name, expected_functions)| {
+        .zip(expected_runtime_functions(rt))
+        .map(|(&name, expected_functions)| {
             let files = t.mapped_files();
             let sect = files
                 .iter()
@@ -484,9 +510,7 @@ fn verify_ready_to_run_info(rt: &Runtime, what: &str) {
         let (rf_rva, rf_size) = file.section(SECTION_RUNTIME_FUNCTIONS).unwrap();
         assert_eq!(n, rf_size as u64 / size(d, "RuntimeFunction"), "{name}");
         assert_eq!(n as usize, file.runtime_functions.len(), "{name}");
-        if let Some(expected) = img.expected_functions {
-            assert_eq!(n, expected, "{name}");
-        }
+        assert_eq!(n, img.expected_functions, "{name}");
         let rf = ptr_field(t, d, ri, "ReadyToRunInfo", "RuntimeFunctions");
         assert_eq!(rf, img.base + rf_rva as u64, "{name}");
         for i in [0, n / 2, n - 1] {
@@ -1007,7 +1031,7 @@ fn store_rich_debug_info(rt: &Runtime) -> u8 {
         .unwrap()
 }
 
-/// A second workload, started with extra environment and stopped on drop.
+/// A second testbed, started with extra environment and stopped on drop.
 struct ExtraTestbed {
     manifest: PathBuf,
 }

@@ -20,6 +20,10 @@ struct Build {
     version: &'static str,
     file_version: &'static str,
     build_id: &'static str,
+    /// The `g_dacTable` slots holding the EEJitManager's and the ReadyToRunJitManager's
+    /// vtables (96 and 97 in 8.0.4; the shipped descriptor reads no slot past 22, since
+    /// these move between builds).
+    vtable_slots: [u64; 2],
 }
 
 /// The builds of the testbed (8.0.4, the first build verified, is no longer served).
@@ -29,12 +33,14 @@ const BUILDS: [Build; 2] = [
         version: "8.0.33",
         file_version: "8.0.3326.52219",
         build_id: "be4af8fbe7201f286fe16d9afb6e7ac51280e11c",
+        vtable_slots: [97, 98],
     },
     Build {
         variant: Variant::Net8_0_0,
         version: "8.0.0",
         file_version: "8.0.23.53103",
         build_id: "00bbee3860797ccca61bc5bffd3a5da9a60c1108",
+        vtable_slots: [95, 96],
     },
 ];
 
@@ -242,10 +248,41 @@ fn find_range_section(t: &Target, rt: &Runtime, addr: u64) -> Option<Found> {
     None
 }
 
+/// Where things are in libcoreclr.so, as (address, size) relative to the load base, read
+/// from the file with the `object` crate.
+struct ElfFacts {
+    rel_ro: (u64, u64),
+    text: (u64, u64),
+    /// The exported `g_dacTable`.
+    dac_table: (u64, u64),
+}
+
+fn elf_facts(path: &std::path::Path) -> ElfFacts {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let data = std::fs::read(path).expect("read libcoreclr.so");
+    let file = object::File::parse(&*data).expect("libcoreclr.so parses");
+    let section = |name: &str| {
+        let s = file
+            .section_by_name(name)
+            .unwrap_or_else(|| panic!("{name}"));
+        (s.address(), s.size())
+    };
+    let dac_table = file
+        .dynamic_symbols()
+        .find(|s| s.name() == Ok("g_dacTable"))
+        .map(|s| (s.address(), s.size()))
+        .expect("g_dacTable exported");
+    ElfFacts {
+        rel_ro: section(".data.rel.ro"),
+        text: section(".text"),
+        dac_table,
+    }
+}
+
 /// Checks the shipped descriptor's layouts on one target: every emitted method's JIT'ed
 /// code is found through the range section map, inside its code heap, and its code
-/// header names the MethodDesc the workload printed.
-fn verify_layouts(rt: &Runtime, tb: &Testbed, what: &str) {
+/// header names the MethodDesc the testbed printed.
+fn verify_layouts(rt: &Runtime, tb: &Testbed, build: &Build, dump: Option<&str>, what: &str) {
     let t = rt.target();
     let d = rt.descriptor();
     let ee_manager = t
@@ -255,14 +292,36 @@ fn verify_layouts(rt: &Runtime, tb: &Testbed, what: &str) {
         .read_pointer(d.global_value("ReadyToRunJitManagerAddress").unwrap())
         .unwrap();
     // The managers are C++ objects: their first word is a vtable in libcoreclr.so's
-    // image (the table of globals names them, at slots that move between 8.0 builds),
-    // one per manager class.
-    let module = (rt.module().base, rt.module().end);
+    // relocated read-only data (`.data.rel.ro`), one per manager class, whose first
+    // entries are functions in its `.text`; g_dacTable names the same vtables, at the
+    // build's slots.
+    let elf = elf_facts(&rt.module().path);
+    let (rel_ro, text) = (elf.rel_ro, elf.text);
+    let base = rt.module().base;
+    let inside = |(start, size): (u64, u64), a: u64| base + start <= a && a < base + start + size;
     let vtables = [ee_manager, r2r_manager].map(|m| t.read_pointer(m).unwrap());
     for v in vtables {
-        assert!(module.0 <= v && v < module.1, "{what}: vtable {v:#x}");
+        assert!(
+            inside(rel_ro, v),
+            "{what}: vtable {v:#x} not in .data.rel.ro"
+        );
+        for slot in 0..4 {
+            let f = t.read_pointer(v + slot * 8).unwrap();
+            assert!(
+                inside(text, f),
+                "{what}: vtable {v:#x} slot {slot} = {f:#x} not in .text"
+            );
+        }
     }
     assert_ne!(vtables[0], vtables[1], "{what}");
+    for (v, slot) in vtables.iter().zip(build.vtable_slots) {
+        assert!(slot * 8 < elf.dac_table.1, "{what}: slot {slot}");
+        assert_eq!(
+            t.read_pointer(base + elf.dac_table.0 + slot * 8).unwrap(),
+            *v,
+            "{what}: g_dacTable[{slot}]"
+        );
+    }
 
     // The EEJitManager's list of code heaps, through CodeHeapListNode.Next.
     let heap_ty = d.ty("CodeHeapListNode").unwrap();
@@ -284,9 +343,8 @@ fn verify_layouts(rt: &Runtime, tb: &Testbed, what: &str) {
     }
     assert!(!heaps.is_empty(), "{what}: no code heaps");
 
-    let map = perf_map(std::path::Path::new(
-        tb.manifest["perf_map"].as_str().unwrap(),
-    ));
+    // The perf map as it was when the dump was taken: code JIT'ed later is not in it.
+    let map = perf_map(&tb.perf_map_for(dump));
     let header_ty = d.ty("RealCodeHeader").unwrap();
     let mut checked = 0;
     for m in tb.emitted() {
@@ -369,7 +427,7 @@ fn shipped_layouts_hold_in_the_live_process() {
     for build in &BUILDS {
         let tb = testbed_of(build.variant);
         let rt = Runtime::attach(tb.pid, &OpenOptions::default()).expect("attach");
-        verify_layouts(&rt, tb, &format!("{} live", build.version));
+        verify_layouts(&rt, tb, build, None, &format!("{} live", build.version));
     }
 }
 
@@ -379,7 +437,13 @@ fn shipped_layouts_hold_in_full_and_gcore_dumps() {
         let tb = testbed_of(build.variant);
         for kind in ["full", "gcore"] {
             let rt = Runtime::open_dump(tb.dump(kind), &OpenOptions::default()).expect("open");
-            verify_layouts(&rt, tb, &format!("{} {kind}", build.version));
+            verify_layouts(
+                &rt,
+                tb,
+                build,
+                Some(kind),
+                &format!("{} {kind}", build.version),
+            );
         }
     }
 }

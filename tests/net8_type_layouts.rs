@@ -7,7 +7,7 @@
 //! `AppDomain` and `SystemDomain` globals and the assembly list. Every offset the shipped
 //! descriptor gives for them is read here, on the live testbed and on its `createdump --full`
 //! dump, and checked against oracles that do not come from the descriptor: what reflection
-//! says inside the workload (`type_system` in the manifest: type handles, metadata tokens,
+//! says inside the testbed (`type_system` in the manifest: type handles, metadata tokens,
 //! MethodHandle / FieldHandle values, `RuntimeModule.m_pData`, `RuntimeAssembly.m_assembly`,
 //! GC-measured object sizes, DynamicMethod names, signature blobs), the PE files on disk,
 //! the runtime's own MethodDesc size table in `libcoreclr.so`, and the runtime's precodes and
@@ -30,9 +30,10 @@ use object::LittleEndian as LE;
 use serde_json::Value;
 
 /// `MethodDesc::s_ClassificationSizeTable` by build of libcoreclr.so (ELF virtual
-/// address): 64 bytes indexed by `Flags & 0x3f`. In 8.0.4 `MethodDesc::SizeOf` (0x24c9b0)
-/// is `movzwl 0x6(%rdi),%eax; and $0x3f,%eax; movzbl table(%rax),%eax`; in 8.0.33 and
-/// 8.0.0 the table is the only place in the file holding those 64 bytes.
+/// address): 64 bytes indexed by `Flags & 0x3f`, the operand of `MethodDesc::SizeOf`
+/// (`movzwl 0x6(%rdi),%eax; and $0x3f,%eax; lea table(%rip),%rcx; movzbl (%rax,%rcx),%eax`
+/// in `objdump -d`, the only `movzwl 0x6(%rdi)` followed by `and $0x3f` in each build): at
+/// 0x24c9b0 in 8.0.4, 0x24cb20 in 8.0.33, 0x24c7f0 in 8.0.0.
 const SIZE_TABLES: [(&str, u64); 3] = [
     ("7c3796010ffdb407df859c3884e92bcad0cf7925", 0xc59f0), // 8.0.4
     ("be4af8fbe7201f286fe16d9afb6e7ac51280e11c", 0xc5e10), // 8.0.33

@@ -3,7 +3,7 @@
 //! `createdump --full` dump.
 //!
 //! Oracles, none of them the library's own layout tables:
-//! * the workload's manifest: `MethodHandle.Value` (the MethodDesc) and
+//! * the testbed's manifest: `MethodHandle.Value` (the MethodDesc) and
 //!   `MethodHandle.GetFunctionPointer()` of every emitted method, of framework methods of
 //!   several kinds (static, instance, virtual, generic instantiation, AggressiveOptimization,
 //!   P/Invoke) and of LCG lambdas (whose entry point is their JIT'ed code);

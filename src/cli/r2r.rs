@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::names::CliResult;
 use crate::formats::r2r::perf_map::{enum_name, ABI_NAMES, ARCH_NAMES, OS_NAMES};
-use crate::formats::r2r::{r2r_perf_map, R2rMapOptions, R2rPerfMap};
+use crate::formats::r2r::{r2r_perf_map, NameStyle, R2rError, R2rMapOptions, R2rPerfMap};
 
 /// Arguments of `cdac r2rmap`.
 #[derive(Debug, Args)]
@@ -34,6 +34,19 @@ pub struct R2rmapArgs {
     /// short at some lengths (a runtime bug); by default names are exact.
     #[arg(long)]
     net8_truncated_names: bool,
+    /// How methods are named: `runtime` (the runtime's perf map, what `cdac ip2md` and
+    /// `cdac perfmap` print) or `crossgen2` (the names crossgen2 writes to its own
+    /// r2rmap, `PublishReadyToRunEmitSymbols`).
+    #[arg(long, value_name = "STYLE", default_value = "runtime", value_parser = parse_style)]
+    names: NameStyle,
+}
+
+fn parse_style(s: &str) -> Result<NameStyle, String> {
+    match s {
+        "runtime" => Ok(NameStyle::Runtime),
+        "crossgen2" => Ok(NameStyle::Crossgen2),
+        _ => Err(format!("{s:?}: `runtime` or `crossgen2`")),
+    }
 }
 
 /// Arguments of `cdac symbolize`.
@@ -52,13 +65,34 @@ pub struct SymbolizeArgs {
 
 /// Runs `cdac r2rmap`.
 pub fn run_r2rmap(args: &R2rmapArgs) -> CliResult {
-    let report = r2r_perf_map(
+    let report = match r2r_perf_map(
         &args.image,
         &R2rMapOptions {
             search_dirs: args.search.clone(),
             net8_truncation: args.net8_truncated_names,
+            names: args.names,
         },
-    )?;
+    ) {
+        Ok(r) => r,
+        // A rewritten component of a composite image: its code is in the composite.
+        Err(R2rError::ComponentOfComposite { composite }) => {
+            let owner = args
+                .image
+                .parent()
+                .map(|d| d.join(&composite))
+                .unwrap_or_else(|| PathBuf::from(&composite));
+            return Err(format!(
+                "{}: a component of the composite ReadyToRun image {composite:?}, which holds \
+                 its code; its methods are in that image's map: cdac r2rmap {}",
+                args.image.display(),
+                owner.display()
+            )
+            .into());
+        }
+        // (a file that cannot be read names itself already)
+        Err(e @ R2rError::Pe(_)) => return Err(e.into()),
+        Err(e) => return Err(format!("{}: {e}", args.image.display()).into()),
+    };
     let text = report.map.write();
     match &args.output {
         Some(path) if path.as_os_str() != "-" => {
@@ -66,8 +100,13 @@ pub fn run_r2rmap(args: &R2rmapArgs) -> CliResult {
         }
         _ => super::emit(&text)?,
     }
+    let composite = if report.components > 0 {
+        format!("composite image of {} components; ", report.components)
+    } else {
+        String::new()
+    };
     status!(
-        "{}: {} entries for {} methods; {} of {} runtime functions covered; {} fallback names; signature {}",
+        "{}: {composite}{} entries for {} methods; {} of {} runtime functions covered; {} fallback names; signature {}",
         args.image.display(),
         report.map.entries.len(),
         report.methods,
@@ -76,6 +115,12 @@ pub fn run_r2rmap(args: &R2rmapArgs) -> CliResult {
         report.fallback_names,
         if report.signature_from_image { "from the image's PerfMap record" } else { "computed (the image has no PerfMap record)" },
     );
+    if !report.missing_assemblies.is_empty() {
+        status!(
+            "not found (--search DIR adds folders): {}",
+            report.missing_assemblies.join(", ")
+        );
+    }
     Ok(())
 }
 

@@ -7,7 +7,8 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -322,21 +323,46 @@ pub fn testbed_of(variant: Variant) -> &'static Testbed {
 /// Starts a private testbed of a variant (a test that runs it in a special mode or must
 /// not share it), with extra testbed arguments.
 pub fn start_testbed(variant: Variant, extra: &[&str]) -> Testbed {
+    spawn_testbed(variant, extra, false).0
+}
+
+/// Starts a private testbed as [`start_testbed`] does, with its stdin and stdout piped to
+/// the caller: for `--rounds N` (a line on stdin starts the rounds, stdout then carries
+/// `round I HEX` lines and `done`, and the testbed exits at the end of its stdin).
+pub fn start_testbed_piped(
+    variant: Variant,
+    extra: &[&str],
+) -> (Testbed, ChildStdin, BufReader<ChildStdout>) {
+    let (tb, stdio) = spawn_testbed(variant, extra, true);
+    let (stdin, stdout) = stdio.expect("piped stdio");
+    (tb, stdin, BufReader::new(stdout))
+}
+
+type PipedStdio = Option<(ChildStdin, ChildStdout)>;
+
+fn spawn_testbed(variant: Variant, extra: &[&str], piped: bool) -> (Testbed, PipedStdio) {
     let exe = testbed_exe(variant);
-    let dir = scratch(&format!("testbed-{}", variant.name()));
+    // Each testbed of the process has a folder of its own (twins of one variant too).
+    static STARTED: AtomicUsize = AtomicUsize::new(0);
+    let dir = match STARTED.fetch_add(1, Ordering::Relaxed) {
+        0 => scratch(&format!("testbed-{}", variant.name())),
+        n => scratch(&format!("testbed-{}-{n}", variant.name())),
+    };
     let manifest_path = dir.join("manifest.json");
-    let child = Command::new(&exe)
+    let stdio = || if piped { Stdio::piped() } else { Stdio::null() };
+    let mut child = Command::new(&exe)
         .arg("--manifest")
         .arg(&manifest_path)
         .args(["--exit-with-parent", "--max-seconds", "1800"])
         .args(extra)
         .env("DOTNET_PerfMapEnabled", "1")
         .env("DOTNET_PerfMapShowOptimizationTiers", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdin(stdio())
+        .stdout(stdio())
         .stderr(std::fs::File::create(dir.join("testbed.log")).expect("log"))
         .spawn()
         .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
+    let stdio = child.stdin.take().zip(child.stdout.take());
     let deadline = Instant::now() + Duration::from_secs(120);
     while !manifest_path.exists() {
         assert!(
@@ -345,6 +371,13 @@ pub fn start_testbed(variant: Variant, extra: &[&str]) -> Testbed {
             variant.name(),
             dir.join("testbed.log").display()
         );
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "testbed {} exited ({status}) before writing its manifest; see {}",
+                variant.name(),
+                dir.join("testbed.log").display()
+            );
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
     let manifest: serde_json::Value =
@@ -358,13 +391,14 @@ pub fn start_testbed(variant: Variant, extra: &[&str]) -> Testbed {
         "{} runs the pinned runtime",
         variant.name()
     );
-    Testbed {
+    let tb = Testbed {
         variant,
         pid,
         manifest,
         dir,
         child: Mutex::new(child),
-    }
+    };
+    (tb, stdio)
 }
 
 /// Entries `(start, size, name)` of a runtime perf map. Records are split on newlines and

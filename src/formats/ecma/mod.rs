@@ -46,7 +46,8 @@ pub use heaps::{
     BlobHeap, BlobIndex, GuidHeap, GuidIndex, StringIndex, StringsHeap, UserStringHeap,
 };
 pub use names::{
-    format_perf_map_name, net8_printf_drops_last_byte, IlFormatter, NestedStyle, PerfMapNameOptions,
+    format_perf_map_name, net8_printf_drops_last_byte, CompilerNames, GenericArgNamer,
+    GenericParam, IlFormatter, NestedStyle, PerfMapNameOptions,
 };
 pub use root::{parse_root, MetadataRoot, StreamHeader};
 pub use rows::*;

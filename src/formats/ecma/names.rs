@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use super::error::{MetadataError, Result};
-use super::signature::{ArrayShape, CallKind, MethodSig, TypeSig};
+use super::signature::{ArrayShape, CallKind, MethodSig, Primitive, TypeSig};
 use super::tables::{TableId, Token};
 use super::Metadata;
 
@@ -569,6 +569,246 @@ impl<'a> Metadata<'a> {
         let mut out = String::new();
         self.il().method_sig(&sig, name, &mut out)?;
         Ok(out)
+    }
+}
+
+/// A generic parameter a [`CompilerNames`] formatter met: `!n` of the type or `!!n` of
+/// the method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GenericParam {
+    Type(u32),
+    Method(u32),
+}
+
+/// Names a generic parameter while formatting (the instantiation's argument): appends it
+/// and returns `true`, or returns `false` to print the parameter as `!n` / `!!n`.
+pub type GenericArgNamer<'x> = &'x dyn Fn(GenericParam, &mut String) -> Result<bool>;
+
+/// Prints types the way crossgen2 (the ReadyToRun compiler, `ILCompiler`'s `TypeString`
+/// formatter) names them in its r2rmap: `System.Int32`, `Ns.Outer+Inner` (a nested type's
+/// own namespace is not printed), ``System.Collections.Generic.Dictionary`2[System.String, System.Int32]``
+/// (the arguments of a nested generic type all after the innermost name), `T[]`, `T[,]`,
+/// `T[*]` (rank-1 general array), `T*`, `T&`, `RET (P1, P2)` (function pointers), `!0`,
+/// `!!0` (uninstantiated generic parameters). Nothing is escaped, custom modifiers and
+/// `pinned` are not printed. `with_generic_args` substitutes an instantiation.
+#[derive(Clone, Copy)]
+pub struct CompilerNames<'m, 'a, 'x> {
+    md: &'m Metadata<'a>,
+    generic: Option<GenericArgNamer<'x>>,
+}
+
+impl<'m, 'a, 'x> CompilerNames<'m, 'a, 'x> {
+    pub fn new(md: &'m Metadata<'a>) -> Self {
+        CompilerNames { md, generic: None }
+    }
+
+    /// Uses `namer` for the generic parameters of the types printed.
+    pub fn with_generic_args(mut self, namer: GenericArgNamer<'x>) -> Self {
+        self.generic = Some(namer);
+        self
+    }
+
+    /// Appends one type.
+    pub fn type_sig(&self, t: &TypeSig, out: &mut String) -> Result<()> {
+        self.ty(t, out, 0)
+    }
+
+    fn ty(&self, t: &TypeSig, out: &mut String, depth: usize) -> Result<()> {
+        IlFormatter::check(out, depth)?;
+        let d = depth + 1;
+        match t {
+            TypeSig::Primitive(p) => out.push_str(p.runtime_name()),
+            TypeSig::ValueType(tok) | TypeSig::Class(tok) => self.type_token(*tok, out, d)?,
+            TypeSig::Var(n) => self.generic_param(GenericParam::Type(*n), out)?,
+            TypeSig::MVar(n) => self.generic_param(GenericParam::Method(*n), out)?,
+            TypeSig::Ptr(inner) => {
+                self.ty(inner, out, d)?;
+                out.push('*');
+            }
+            TypeSig::ByRef(inner) => {
+                self.ty(inner, out, d)?;
+                out.push('&');
+            }
+            TypeSig::SzArray(inner) => {
+                self.ty(inner, out, d)?;
+                out.push_str("[]");
+            }
+            TypeSig::Array(elem, shape) => {
+                self.ty(elem, out, d)?;
+                push_compiler_array_rank(shape.rank, out);
+            }
+            TypeSig::Pinned(inner)
+            | TypeSig::Modified { inner, .. }
+            | TypeSig::ModifiedInternal { inner, .. } => self.ty(inner, out, d)?,
+            TypeSig::GenericInst(base, args) => {
+                match base.unmodified() {
+                    TypeSig::Class(tok) | TypeSig::ValueType(tok) => {
+                        self.type_token(*tok, out, d)?
+                    }
+                    other => self.ty(other, out, d)?,
+                }
+                out.push('[');
+                for (i, a) in args.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    self.ty(a, out, d)?;
+                }
+                out.push(']');
+            }
+            TypeSig::FnPtr(sig) => {
+                self.ty(&sig.ret, out, d)?;
+                out.push_str(" (");
+                for (i, p) in sig.params.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    self.ty(p, out, d)?;
+                }
+                out.push(')');
+            }
+            // Only in signatures the runtime made in memory; no name to give.
+            TypeSig::Internal(handle) => out.push_str(&format!("(MT: {handle:#x})")),
+        }
+        Ok(())
+    }
+
+    fn generic_param(&self, p: GenericParam, out: &mut String) -> Result<()> {
+        if let Some(namer) = self.generic {
+            if namer(p, out)? {
+                return Ok(());
+            }
+        }
+        match p {
+            GenericParam::Type(n) => out.push_str(&format!("!{n}")),
+            GenericParam::Method(n) => out.push_str(&format!("!!{n}")),
+        }
+        Ok(())
+    }
+
+    /// Appends the type a TypeDef, TypeRef or TypeSpec token names (a TypeDef or TypeRef
+    /// without its generic arguments: ``List`1``).
+    pub fn type_token(&self, tok: Token, out: &mut String, depth: usize) -> Result<()> {
+        IlFormatter::check(out, depth)?;
+        let md = self.md;
+        match tok.table() {
+            Some(TableId::TypeDef) => {
+                let mut chain = vec![tok.rid()];
+                let mut cur = tok.rid();
+                while let Some(enc) = md.enclosing_type(cur) {
+                    if chain.len() > MAX_NAME_DEPTH || chain.contains(&enc) {
+                        return Err(MetadataError::TooDeep {
+                            what: "type nesting",
+                            limit: MAX_NAME_DEPTH,
+                        });
+                    }
+                    chain.push(enc);
+                    cur = enc;
+                }
+                for (i, rid) in chain.iter().rev().enumerate() {
+                    let row = md.type_def(*rid)?;
+                    if i == 0 {
+                        push_namespace(out, &md.strings.get_lossy(row.namespace)?);
+                    } else {
+                        out.push('+');
+                    }
+                    out.push_str(&md.strings.get_lossy(row.name)?);
+                }
+            }
+            Some(TableId::TypeRef) => {
+                let mut chain = vec![tok.rid()];
+                let mut row = md.type_ref(tok.rid())?;
+                while row.resolution_scope.table() == Some(TableId::TypeRef) {
+                    let enc = row.resolution_scope.rid();
+                    if chain.len() > MAX_NAME_DEPTH || chain.contains(&enc) {
+                        return Err(MetadataError::TooDeep {
+                            what: "type nesting",
+                            limit: MAX_NAME_DEPTH,
+                        });
+                    }
+                    chain.push(enc);
+                    row = md.type_ref(enc)?;
+                }
+                for (i, rid) in chain.iter().rev().enumerate() {
+                    let row = md.type_ref(*rid)?;
+                    if i == 0 {
+                        push_namespace(out, &md.strings.get_lossy(row.namespace)?);
+                    } else {
+                        out.push('+');
+                    }
+                    out.push_str(&md.strings.get_lossy(row.name)?);
+                }
+            }
+            Some(TableId::TypeSpec) => {
+                let spec = md.type_spec(tok.rid())?;
+                let t = md.type_spec_sig(spec.signature)?;
+                self.ty(&t, out, depth + 1)?;
+            }
+            _ => return Err(MetadataError::InvalidToken { token: tok.0 }),
+        }
+        Ok(())
+    }
+
+    /// A method's name as crossgen2 writes it to its r2rmap:
+    /// `RET DECLARING::NAME(P1, P2)`, the return type left out when it is `void`.
+    pub fn method_name(&self, declaring_type: &str, name: &str, sig: &MethodSig) -> Result<String> {
+        let mut out = String::with_capacity(declaring_type.len() + name.len() + 64);
+        if !matches!(sig.ret.unmodified(), TypeSig::Primitive(Primitive::Void)) {
+            self.ty(&sig.ret, &mut out, 0)?;
+            out.push(' ');
+        }
+        out.push_str(declaring_type);
+        out.push_str("::");
+        out.push_str(name);
+        out.push('(');
+        for (i, p) in sig.params.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            self.ty(p, &mut out, 0)?;
+        }
+        out.push(')');
+        IlFormatter::check(&out, 0)?;
+        Ok(out)
+    }
+}
+
+fn push_namespace(out: &mut String, ns: &str) {
+    if !ns.is_empty() {
+        out.push_str(ns);
+        out.push('.');
+    }
+}
+
+/// Appends a general array's brackets as crossgen2 prints them: `[*]` for rank 1,
+/// otherwise one comma fewer than the rank (`[,]`).
+pub fn push_compiler_array_rank(rank: u32, out: &mut String) {
+    out.push('[');
+    if rank == 1 {
+        out.push('*');
+    } else {
+        for _ in 1..rank.min(super::signature::MAX_ARRAY_RANK) {
+            out.push(',');
+        }
+    }
+    out.push(']');
+}
+
+impl<'a> Metadata<'a> {
+    /// MethodDef `rid`'s name as crossgen2 writes it to its r2rmap (see
+    /// [`CompilerNames`]), for a method that needs no instantiation: its declaring type
+    /// is printed as a type definition (a generic one without arguments) and generic
+    /// parameters as `!n` / `!!n`.
+    pub fn compiler_method_name(&self, method_rid: u32) -> Result<String> {
+        let owner = self
+            .method_declaring_type(method_rid)
+            .ok_or(MetadataError::NoDeclaringType { method: method_rid })?;
+        let names = CompilerNames::new(self);
+        let mut declaring = String::new();
+        names.type_token(Token::new(TableId::TypeDef, owner), &mut declaring, 0)?;
+        let name = self.method_name(method_rid)?;
+        let sig = self.method_signature(method_rid)?;
+        names.method_name(&declaring, &name, &sig)
     }
 }
 

@@ -319,3 +319,49 @@ fn truncated_table_stream_is_an_error() {
         Err(MetadataError::TablesTruncated { .. })
     ));
 }
+
+/// crossgen2's (`TypeString`) names of the sample methods: `System.*` primitives, `, `
+/// between parameters, no `void` return, nested types with `+` (TypeDefs and TypeRefs),
+/// generic arguments in brackets, `[,]` general arrays, function pointers as
+/// `RET (PARAMS)`, modifiers dropped, nothing escaped, and generic parameters substituted
+/// where an instantiation is given.
+#[test]
+fn compiler_names_on_hand_made_metadata() {
+    let data = sample("#~", false);
+    let md = Metadata::parse(&data).unwrap();
+    let names: Vec<String> = (0..5)
+        .map(|i| md.compiler_method_name(method_rid(&md, i)).unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "My.Space.Outer`1::.ctor()",
+            "!0 My.Space.Outer`1::Get(System.Int32[,], System.TypedReference)",
+            "My.Space.Outer`1+Inner::M(System.Int32, System.Double)",
+            "Odd.A+B::F(Some.Lost, Here.Local, Ext.Native, System.Outer+Inner, System.Int32&, \
+System.Int32 (System.Int32), My.Space.Outer`1[System.Int32], My.Space.Outer`1+Inner, !!0, \
+System.UIntPtr*[])",
+            "N.Long::abcdefghijklmnopqrstuvwxyz()",
+        ]
+    );
+    // An instantiation for the generic parameters.
+    let namer = |p: GenericParam, out: &mut String| -> Result<bool> {
+        match p {
+            GenericParam::Type(0) => out.push_str("System.__Canon"),
+            GenericParam::Method(0) => out.push_str("System.String"),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    };
+    let with = CompilerNames::new(&md).with_generic_args(&namer);
+    let get = md.method_signature(method_rid(&md, 1)).unwrap();
+    assert_eq!(
+        with.method_name("My.Space.Outer`1[System.__Canon]", "Get", &get)
+            .unwrap(),
+        "System.__Canon My.Space.Outer`1[System.__Canon]::Get(System.Int32[,], System.TypedReference)"
+    );
+    let f = md.method_signature(method_rid(&md, 3)).unwrap();
+    let mut last = String::new();
+    with.type_sig(&f.params[8], &mut last).unwrap();
+    assert_eq!(last, "System.String");
+}

@@ -16,7 +16,22 @@ pub mod section {
     pub const RUNTIME_FUNCTIONS: u32 = 102;
     pub const METHOD_DEF_ENTRY_POINTS: u32 = 103;
     pub const INSTANCE_METHOD_ENTRY_POINTS: u32 = 109;
+    /// Extra metadata whose AssemblyRefs extend the module index space of signatures
+    /// (and, in a composite image, name the component assemblies).
+    pub const MANIFEST_METADATA: u32 = 112;
+    /// A composite image's READYTORUN_COMPONENT_ASSEMBLIES_ENTRY array.
+    pub const COMPONENT_ASSEMBLIES: u32 = 115;
+    /// A rewritten component's pointer to its composite image (a UTF-8 file name).
+    pub const OWNER_COMPOSITE_EXECUTABLE: u32 = 116;
+    /// 16-byte MVIDs of the composite image's component assemblies.
+    pub const MANIFEST_ASSEMBLY_MVIDS: u32 = 118;
     pub const HOT_COLD_MAP: u32 = 120;
+}
+/// `READYTORUN_FLAG_*` bits this module reads.
+pub mod flags {
+    /// The header of a component assembly (inside a composite image, or the rewritten IL
+    /// file of one).
+    pub const COMPONENT: u32 = 0x20;
 }
 /// The debug-directory entry type of a ReadyToRun PerfMap (`R2RM` record).
 pub const IMAGE_DEBUG_TYPE_PERFMAP: u32 = 21;
@@ -24,6 +39,12 @@ pub const IMAGE_DEBUG_TYPE_PERFMAP: u32 = 21;
 const PERFMAP_ENTRY_MAGIC: u32 = 0x4D52_3252;
 /// Most sections a header may list (the format defines a few dozen types).
 const MAX_SECTIONS: u32 = 1024;
+/// Most component assemblies a composite image may list.
+const MAX_COMPONENTS: usize = 1 << 16;
+/// Bytes of one READYTORUN_COMPONENT_ASSEMBLIES_ENTRY (two IMAGE_DATA_DIRECTORYs).
+const COMPONENT_ENTRY_SIZE: usize = 16;
+/// The export naming a composite image's READYTORUN_HEADER.
+const RTR_HEADER_EXPORT: &[u8] = b"RTR_HEADER";
 
 /// The target operating system, from the PE machine field: ReadyToRun images for other
 /// systems than Windows XOR the architecture's machine value with an OS constant.
@@ -88,6 +109,22 @@ pub struct R2rSection {
     pub size: u32,
 }
 
+/// One component assembly of a composite image: its READYTORUN_CORE_HEADER (flags and
+/// the sections that are per assembly, e.g. MethodDefEntryPoints). Its index in
+/// [`R2rImage::components`] is its AssemblyRef row in the manifest metadata minus one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct R2rComponent {
+    pub flags: u32,
+    pub sections: Vec<R2rSection>,
+}
+
+impl R2rComponent {
+    /// The component's section of `kind`, if its header lists it.
+    pub fn section(&self, kind: u32) -> Option<R2rSection> {
+        self.sections.iter().copied().find(|s| s.kind == kind)
+    }
+}
+
 /// One RUNTIME_FUNCTION: a contiguous piece of compiled code (a method's main body, one
 /// of its funclets, or a cold part). `end` is 0 where the architecture stores none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,9 +154,12 @@ pub struct R2rImage<'a> {
     pub flags: u32,
     pub r2r_sections: Vec<R2rSection>,
     pub runtime_functions: Vec<RuntimeFunction>,
-    /// The ECMA-335 metadata blob.
+    /// The ECMA-335 metadata blob (a composite image's CLI header, if it has one, holds
+    /// the manifest metadata; empty when it has none).
     pub metadata: &'a [u8],
     pub perf_map_entry: Option<PerfMapDebugEntry>,
+    /// A composite image's component assemblies (empty for other images).
+    pub components: Vec<R2rComponent>,
 }
 
 fn pe(e: impl std::fmt::Display) -> R2rError {
@@ -130,6 +170,8 @@ struct Headers<'a> {
     machine: u16,
     sections: SectionTable<'a>,
     debug_dir: Option<(u32, u32)>,
+    /// RVA of the `RTR_HEADER` export, if the image exports one.
+    rtr_export: Option<u32>,
 }
 
 fn headers<'a, H: ImageNtHeaders>(bytes: &'a [u8]) -> Result<Headers<'a>, R2rError> {
@@ -141,16 +183,38 @@ fn headers<'a, H: ImageNtHeaders>(bytes: &'a [u8]) -> Result<Headers<'a>, R2rErr
         .get(object::pe::IMAGE_DIRECTORY_ENTRY_DEBUG)
         .map(|d| (d.virtual_address.get(LE), d.size.get(LE)))
         .filter(|&(rva, size)| rva != 0 && size != 0);
+    // A damaged export table only means there is no export to find.
+    let rtr_export = dirs
+        .export_table(bytes, &sections)
+        .ok()
+        .flatten()
+        .and_then(|table| {
+            table.name_iter().find_map(|(pointer, index)| {
+                (table.name_from_pointer(pointer).ok()? == RTR_HEADER_EXPORT)
+                    .then(|| table.address_by_index(index).ok())
+                    .flatten()
+            })
+        });
     Ok(Headers {
         machine: nt.file_header().machine.get(LE).0,
         sections,
         debug_dir,
+        rtr_export,
     })
+}
+
+fn u32_at(b: &[u8], k: usize) -> u32 {
+    match b.get(k..k + 4) {
+        Some(v) => u32::from_le_bytes([v[0], v[1], v[2], v[3]]),
+        None => 0,
+    }
 }
 
 impl<'a> R2rImage<'a> {
     /// Parses the image file. Not a PE file, not a .NET image, or no ReadyToRun header:
-    /// a typed error.
+    /// a typed error. The READYTORUN_HEADER is found through the CLI header's
+    /// ManagedNativeHeader or, for a composite image without one, the `RTR_HEADER`
+    /// export.
     pub fn parse(bytes: &'a [u8]) -> Result<R2rImage<'a>, R2rError> {
         let h = match object::read::pe::optional_header_magic(bytes).map_err(pe)? {
             object::pe::IMAGE_NT_OPTIONAL_HDR32_MAGIC => headers::<ImageNtHeaders32>(bytes)?,
@@ -158,7 +222,7 @@ impl<'a> R2rImage<'a> {
             m => return Err(pe(format!("unknown optional header magic {m:#x}"))),
         };
         let (os, arch) = split_machine(h.machine);
-        let cli = cli_header(bytes, PeLayout::File).map_err(|e| pe(e.to_string()))?;
+        let cli = cli_header(bytes, PeLayout::File).ok();
         let mut img = R2rImage {
             bytes,
             sections: h.sections,
@@ -171,42 +235,49 @@ impl<'a> R2rImage<'a> {
             runtime_functions: Vec::new(),
             metadata: &[],
             perf_map_entry: None,
+            components: Vec::new(),
         };
-        img.metadata = img.at(cli.metadata_rva, cli.metadata_size, "metadata")?;
-        if cli.managed_native_header_rva == 0 {
-            return Err(R2rError::NotReadyToRun);
+        if let Some(cli) = &cli {
+            if cli.metadata_size != 0 {
+                img.metadata = img.at(cli.metadata_rva, cli.metadata_size, "metadata")?;
+            }
         }
-        let header = img.at(cli.managed_native_header_rva, 16, "ReadyToRun header")?;
-        let u32_at = |b: &[u8], k: usize| u32::from_le_bytes([b[k], b[k + 1], b[k + 2], b[k + 3]]);
+        let header_rva = match (cli.map(|c| c.managed_native_header_rva), h.rtr_export) {
+            (Some(rva), _) if rva != 0 => rva,
+            (_, Some(rva)) => rva,
+            (None, None) => return Err(pe("no CLI header and no RTR_HEADER export")),
+            (Some(_), None) => return Err(R2rError::NotReadyToRun),
+        };
+        let header = img.at(header_rva, 16, "ReadyToRun header")?;
         let signature = u32_at(header, 0);
         if signature != READYTORUN_SIGNATURE {
             return Err(R2rError::NotReadyToRun);
         }
         img.major_version = u16::from_le_bytes([header[4], header[5]]);
         img.minor_version = u16::from_le_bytes([header[6], header[7]]);
-        img.flags = u32_at(header, 8);
-        let count = u32_at(header, 12);
-        if count > MAX_SECTIONS {
-            return Err(R2rError::Corrupt(format!(
-                "ReadyToRun header lists {count} sections"
-            )));
+        let (flags, sections) = img.core_header(header_rva.saturating_add(8))?;
+        img.flags = flags;
+        img.r2r_sections = sections;
+        if let Some(s) = img.section(section::COMPONENT_ASSEMBLIES) {
+            let table = img.at(s.rva, s.size, "component assemblies")?;
+            if table.len() / COMPONENT_ENTRY_SIZE > MAX_COMPONENTS {
+                return Err(R2rError::Corrupt(format!(
+                    "{} component assemblies",
+                    table.len() / COMPONENT_ENTRY_SIZE
+                )));
+            }
+            for entry in table.chunks_exact(COMPONENT_ENTRY_SIZE) {
+                // CorHeader (RVA, size), then the component's core header (RVA, size).
+                let (flags, sections) = img.core_header(u32_at(entry, 8))?;
+                img.components.push(R2rComponent { flags, sections });
+            }
         }
-        let table = img.at(
-            cli.managed_native_header_rva + 16,
-            count * 12,
-            "ReadyToRun section table",
-        )?;
-        img.r2r_sections = table
-            .chunks_exact(12)
-            .map(|c| R2rSection {
-                kind: u32_at(c, 0),
-                rva: u32_at(c, 4),
-                size: u32_at(c, 8),
-            })
-            .collect();
-        let rf = img
-            .section_bytes(section::RUNTIME_FUNCTIONS)?
-            .ok_or(R2rError::MissingSection(section::RUNTIME_FUNCTIONS))?;
+        let rf = match img.section_bytes(section::RUNTIME_FUNCTIONS)? {
+            Some(rf) => rf,
+            // A rewritten component: its code is in the composite image it names.
+            None if img.flags & flags::COMPONENT != 0 => &[],
+            None => return Err(R2rError::MissingSection(section::RUNTIME_FUNCTIONS)),
+        };
         let size = arch.runtime_function_size();
         img.runtime_functions = rf
             .chunks_exact(size)
@@ -230,6 +301,52 @@ impl<'a> R2rImage<'a> {
             img.perf_map_entry = img.read_perf_map_entry(rva, size);
         }
         Ok(img)
+    }
+
+    /// A READYTORUN_CORE_HEADER at `rva`: its flags and section table.
+    fn core_header(&self, rva: u32) -> Result<(u32, Vec<R2rSection>), R2rError> {
+        let head = self.at(rva, 8, "ReadyToRun core header")?;
+        let (flags, count) = (u32_at(head, 0), u32_at(head, 4));
+        if count > MAX_SECTIONS {
+            return Err(R2rError::Corrupt(format!(
+                "ReadyToRun header lists {count} sections"
+            )));
+        }
+        let table = self.at(
+            rva.saturating_add(8),
+            count * 12,
+            "ReadyToRun section table",
+        )?;
+        let sections = table
+            .chunks_exact(12)
+            .map(|c| R2rSection {
+                kind: u32_at(c, 0),
+                rva: u32_at(c, 4),
+                size: u32_at(c, 8),
+            })
+            .collect();
+        Ok((flags, sections))
+    }
+
+    /// Whether this is a composite image (it lists component assemblies).
+    pub fn is_composite(&self) -> bool {
+        self.section(section::COMPONENT_ASSEMBLIES).is_some()
+    }
+
+    /// For a rewritten component assembly: the file name of the composite image that
+    /// holds its code.
+    pub fn owner_composite(&self) -> Option<String> {
+        let bytes = self
+            .section_bytes(section::OWNER_COMPOSITE_EXECUTABLE)
+            .ok()
+            .flatten()?;
+        let name = &bytes[..bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len())];
+        Some(String::from_utf8_lossy(name).into_owned())
+    }
+
+    /// The manifest metadata blob, if the image has one.
+    pub fn manifest_metadata(&self) -> Result<Option<&'a [u8]>, R2rError> {
+        self.section_bytes(section::MANIFEST_METADATA)
     }
 
     /// `size` bytes of the file at `rva`.

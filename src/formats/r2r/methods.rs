@@ -1,26 +1,28 @@
 //! Which method each piece of a ReadyToRun image's code belongs to, read offline from the
-//! image: MethodDefEntryPoints (non-generic methods, by MethodDef) and
-//! InstanceMethodEntryPoints (instantiations, by signature) give each method's first
-//! runtime function; the runtime functions after it that are no method's entry point are
-//! its funclets; the hot/cold map pairs cold parts with their hot part.
+//! image: MethodDefEntryPoints (non-generic methods, by MethodDef; one section per
+//! component assembly in a composite image) and InstanceMethodEntryPoints (instantiations,
+//! by signature) give each method's first runtime function; the runtime functions after it
+//! that are no method's entry point are its funclets; the hot/cold map pairs cold parts
+//! with their hot part.
 
 use std::collections::HashMap;
 
 use super::image::{section, R2rImage};
-use super::native::{array_get, decode_unsigned, hashtable_entries};
-use super::signature::{decode_instance_method, InstanceMethod, ModuleSet};
+use super::native::{array_get, decode_unsigned, hashtable_entries, read_unsigned};
+use super::signature::{decode_instance_method, InstanceMethod};
 use super::R2rError;
-use crate::formats::ecma::{Metadata, TableId, Token};
+
+/// Highest MethodDef row id (24 bits).
+const MAX_RID: u32 = 0x00FF_FFFF;
 
 /// What a method entry point names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MethodKey {
-    /// A MethodDef of the image (no instantiation).
-    MethodDef(u32),
+    /// A MethodDef (no instantiation) of signature module `module` (0: a plain image's
+    /// own; a composite image's components by their index).
+    MethodDef { module: u32, rid: u32 },
     /// An instantiated method, decoded.
     Instance(InstanceMethod),
-    /// An instantiated method whose signature could not be decoded (why).
-    Undecoded(String),
 }
 
 /// One compiled method of the image.
@@ -37,47 +39,78 @@ pub struct CompiledMethod {
     pub cold_count: usize,
 }
 
+/// A MethodDefEntryPoints section and the module whose MethodDefs it indexes.
+#[derive(Debug, Clone, Copy)]
+pub struct MethodDefEntryPoints<'s> {
+    /// The module's signature index.
+    pub module: u32,
+    pub section: &'s [u8],
+    /// MethodDef rows of the module, when its metadata is at hand (otherwise every
+    /// element the array has is listed).
+    pub rows: Option<u32>,
+}
+
+/// What [`compiled_methods`] found besides the methods.
+#[derive(Debug, Clone, Default)]
+pub struct MethodScan {
+    pub methods: Vec<CompiledMethod>,
+    /// InstanceMethodEntryPoints entries whose signature did not decode (skipped: the
+    /// entry point follows the signature).
+    pub undecoded_instances: usize,
+}
+
 /// The runtime-function index an entry point's `id` encodes (bit 0: fixups follow).
 fn entry_index(buf: &[u8], at: usize) -> Result<usize, R2rError> {
     let (id, _) = decode_unsigned(buf, at)?;
     Ok(if id & 1 != 0 { id >> 2 } else { id >> 1 } as usize)
 }
 
-/// Every compiled method of the image, in runtime-function order.
+/// The elements a NativeArray says it has, bounded by what its bytes can hold (one root
+/// offset of at least a byte per block of 16).
+fn array_len(buf: &[u8]) -> u32 {
+    let count = read_unsigned(buf, 0).map_or(0, |(header, _)| header >> 2);
+    count
+        .min(MAX_RID)
+        .min(u32::try_from(buf.len().saturating_mul(16)).unwrap_or(u32::MAX))
+}
+
+/// Every compiled method of the image, in runtime-function order: those of the
+/// MethodDefEntryPoints sections given (the image's own; each component's of a composite
+/// image) and the image's instantiations.
 pub fn compiled_methods(
     img: &R2rImage<'_>,
-    md: &Metadata<'_>,
-    modules: &ModuleSet<'_, '_>,
-) -> Result<Vec<CompiledMethod>, R2rError> {
+    method_defs: &[MethodDefEntryPoints<'_>],
+) -> Result<MethodScan, R2rError> {
     let n = img.runtime_functions.len();
     let mut starts: HashMap<usize, MethodKey> = HashMap::new();
-    if let Some(buf) = img.section_bytes(section::METHOD_DEF_ENTRY_POINTS)? {
-        for rid in 1..=md.tables.rows(TableId::MethodDef) {
+    for source in method_defs {
+        let buf = source.section;
+        let rows = source.rows.unwrap_or_else(|| array_len(buf)).min(MAX_RID);
+        for rid in 1..=rows {
             if let Some(at) = array_get(buf, rid - 1)? {
                 let index = entry_index(buf, at)?;
                 if index < n {
-                    starts.insert(index, MethodKey::MethodDef(rid));
+                    starts.insert(
+                        index,
+                        MethodKey::MethodDef {
+                            module: source.module,
+                            rid,
+                        },
+                    );
                 }
             }
         }
     }
+    let mut undecoded_instances = 0;
     if let Some(buf) = img.section_bytes(section::INSTANCE_METHOD_ENTRY_POINTS)? {
         for at in hashtable_entries(buf, 0)? {
-            let sig = &buf[at..];
-            let (key, entry_at) = match decode_instance_method(sig, modules) {
-                Ok((m, used)) => (MethodKey::Instance(m), at + used),
-                Err(e) => {
-                    // The entry point still follows the signature: skip it by decoding
-                    // the signature's shape without names.
-                    match super::signature::skip_instance_method(sig) {
-                        Some(used) => (MethodKey::Undecoded(e.to_string()), at + used),
-                        None => continue,
-                    }
-                }
+            let Ok((m, used)) = decode_instance_method(&buf[at..]) else {
+                undecoded_instances += 1;
+                continue;
             };
-            let index = entry_index(buf, entry_at)?;
+            let index = entry_index(buf, at + used)?;
             if index < n {
-                starts.entry(index).or_insert(key);
+                starts.entry(index).or_insert(MethodKey::Instance(m));
             }
         }
     }
@@ -106,10 +139,10 @@ pub fn compiled_methods(
     };
     let mut order: Vec<(usize, MethodKey)> = starts.into_iter().collect();
     order.sort_unstable_by_key(|(first, _)| *first);
-    let mut out = Vec::with_capacity(order.len());
+    let mut methods = Vec::with_capacity(order.len());
     for (first, key) in order {
         let cold = cold_of.get(&first).copied();
-        out.push(CompiledMethod {
+        methods.push(CompiledMethod {
             key,
             first,
             count: part_len(first),
@@ -117,42 +150,8 @@ pub fn compiled_methods(
             cold_count: cold.map_or(0, part_len),
         });
     }
-    Ok(out)
-}
-
-/// The MethodDef an instantiated method's token names in `md`: a MethodDef directly, or a
-/// MemberRef on a type of `md` matched by name and signature bytes.
-pub fn method_def_of(md: &Metadata<'_>, token: Token) -> Option<u32> {
-    match token.table()? {
-        TableId::MethodDef => Some(token.rid()),
-        TableId::MemberRef => {
-            let mr = md.member_ref(token.rid()).ok()?;
-            let owner = match mr.class.table()? {
-                TableId::TypeDef => mr.class.rid(),
-                TableId::TypeSpec => {
-                    let spec = md.type_spec(mr.class.rid()).ok()?;
-                    let blob = md.blobs.get(spec.signature).ok()?;
-                    // GENERICINST (CLASS|VALUETYPE) TypeDefOrRef...: the generic type.
-                    if blob.first() != Some(&0x15) {
-                        return None;
-                    }
-                    let (coded, _) = crate::formats::ecma::decompress_u32(blob.get(2..)?)?;
-                    if coded & 3 != 0 {
-                        return None;
-                    }
-                    coded >> 2
-                }
-                _ => return None,
-            };
-            let name = md.strings.get_bytes(mr.name).ok()?;
-            let sig = md.blobs.get(mr.signature).ok()?;
-            md.type_methods(owner).ok()?.into_iter().find(|&rid| {
-                md.method_def(rid).ok().is_some_and(|row| {
-                    md.strings.get_bytes(row.name).ok() == Some(name)
-                        && md.blobs.get(row.signature).ok() == Some(sig)
-                })
-            })
-        }
-        _ => None,
-    }
+    Ok(MethodScan {
+        methods,
+        undecoded_instances,
+    })
 }

@@ -1,23 +1,26 @@
 //! ReadyToRun images read offline, and the ReadyToRun PerfMap (`.ni.r2rmap`) format.
 //!
 //! * [`image`]: the PE file, READYTORUN_HEADER, section table, runtime functions, PerfMap
-//!   debug-directory record;
+//!   debug-directory record, a composite image's component assemblies;
 //! * [`native`]: the Native Format primitives of the sections (integers, NativeArray,
 //!   NativeHashtable);
-//! * [`signature`]: instantiated-method signatures, decoded to a method and its owner
-//!   type's arguments;
+//! * [`signature`]: instantiated-method signatures, decoded to a method, its owner type
+//!   and its instantiation;
 //! * [`methods`]: which method each runtime function belongs to;
+//! * [`naming`]: method names in the runtime's style and in crossgen2's;
 //! * [`perf_map`]: the r2rmap text format (parser and writer);
-//! * [`symbols`]: an image's r2rmap, named as the runtime names methods in its perf map.
+//! * [`symbols`]: an image's r2rmap (plain or composite), named in either style.
 
 pub mod image;
 pub mod methods;
+pub mod naming;
 pub mod native;
 pub mod perf_map;
 pub mod signature;
 pub mod symbols;
 
-pub use image::{R2rImage, RuntimeFunction, TargetArch, TargetOs};
+pub use image::{R2rComponent, R2rImage, RuntimeFunction, TargetArch, TargetOs};
+pub use naming::NameStyle;
 pub use perf_map::{R2rPerfMap, R2rPerfMapEntry, R2rPerfMapError};
 pub use symbols::{r2r_perf_map, r2r_perf_map_from_bytes, R2rMapOptions, R2rMapReport};
 
@@ -36,6 +39,11 @@ pub enum R2rError {
     Native { what: &'static str, offset: usize },
     #[error("damaged image: {0}")]
     Corrupt(String),
+    #[error(
+        "a component assembly of the composite image {composite:?}, which holds its code: \
+         make the map of that image (it lists every component's methods)"
+    )]
+    ComponentOfComposite { composite: String },
     #[error("metadata: {0}")]
     Metadata(#[from] crate::formats::ecma::MetadataError),
 }

@@ -1,15 +1,14 @@
 //! ReadyToRun signatures of instantiated methods (the keys of InstanceMethodEntryPoints),
-//! decoded far enough to name the method: its MethodDef or MemberRef, and its owner
-//! type's instantiation written the way the runtime writes type arguments in its perf map
-//! (`System.Int32`, `System.__Canon`, `Ns.Outer+Inner`, `Ns.G`1[System.Int32]`, `T[]`).
+//! decoded into the method's token (and the module it belongs to), its owner type and its
+//! method instantiation, every type a tree whose tokens carry their module
+//! ([`R2rType`]). Naming them is [`super::naming`]'s.
 //!
 //! ReadyToRun extends ECMA-335 type signatures with `__Canon` (0x3E, shared generic code)
 //! and a module override (0x3F, a module index, then a type whose tokens belong to that
-//! module). Module 0 is the image's own; index N > 0 is the image's AssemblyRef N. Types
-//! the perf map cannot print as a type argument (pointers, byrefs, generic variables,
-//! function pointers, multi-dimensional arrays) are [`SigError::Unnamed`].
+//! module). Module indices: 0 is the signature's context (a plain image's own metadata; a
+//! composite image has none), then the image's AssemblyRefs, then the manifest metadata
+//! and its AssemblyRefs ([`ModuleSet`]).
 
-use crate::formats::ecma::names::push_escaped;
 use crate::formats::ecma::signature::element_type as et;
 use crate::formats::ecma::{Metadata, Primitive, TableId, Token};
 
@@ -23,12 +22,15 @@ pub mod method_flags {
     pub const CONSTRAINED: u32 = 0x20;
     pub const OWNER_TYPE: u32 = 0x40;
     pub const UPDATE_CONTEXT: u32 = 0x80;
+    pub const ASYNC_VARIANT: u32 = 0x100;
 }
 const CANON_ZAPSIG: u8 = 0x3E;
 const MODULE_ZAPSIG: u8 = 0x3F;
 const NATIVE_VALUETYPE_ZAPSIG: u8 = 0x3D;
 /// Deepest type nesting followed.
-const MAX_DEPTH: usize = 32;
+pub const MAX_DEPTH: usize = 32;
+/// Most dimensions with sizes or lower bounds an array shape may list.
+const MAX_ARRAY_BOUNDS: u32 = 64;
 
 /// Why a signature could not be named.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,19 +43,87 @@ pub enum SigError {
     Unnamed(String),
 }
 
-/// The metadata of the modules a signature may refer to: index 0 is the image's own,
-/// index N its AssemblyRef N (`None` when that assembly's file was not found).
+/// The metadata of the modules a signature may refer to, by module index (`None` when
+/// that assembly's file was not found), and how the indices were laid out.
 pub struct ModuleSet<'m, 'a> {
     pub modules: Vec<Option<&'m Metadata<'a>>>,
+    /// The image is a composite one: index 0 (the signature's own context) names no
+    /// module, and a method whose signature gives no module is System.Private.CoreLib's.
+    pub composite: bool,
+    /// The index of System.Private.CoreLib, where known.
+    pub system: Option<u32>,
 }
 
 impl<'m, 'a> ModuleSet<'m, 'a> {
-    fn get(&self, index: u32) -> Result<&'m Metadata<'a>, SigError> {
+    /// The metadata of module `index`.
+    pub fn get(&self, index: u32) -> Result<&'m Metadata<'a>, SigError> {
         self.modules
             .get(index as usize)
             .copied()
             .flatten()
             .ok_or_else(|| SigError::Unnamed(format!("module {index} is not available")))
+    }
+
+    /// The first module index whose assembly is named `name` (ASCII case-insensitive).
+    pub fn by_assembly_name(&self, name: &str) -> Option<u32> {
+        self.modules.iter().enumerate().find_map(|(i, m)| {
+            let m = (*m)?;
+            m.assembly_name()
+                .ok()
+                .filter(|n| n.eq_ignore_ascii_case(name))
+                .map(|_| i as u32)
+        })
+    }
+}
+
+/// A type of a ReadyToRun signature; tokens are qualified by their module index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum R2rType {
+    Primitive(Primitive),
+    /// `System.__Canon`: the shared instantiation over reference types.
+    Canon,
+    /// A TypeDef, TypeRef or TypeSpec of module `module` (CLASS or VALUETYPE).
+    Named {
+        module: u32,
+        token: Token,
+    },
+    /// A generic instantiation of the type `token` of module `module`.
+    Generic {
+        module: u32,
+        token: Token,
+        args: Vec<R2rType>,
+    },
+    SzArray(Box<R2rType>),
+    /// A general array of the given rank.
+    Array(Box<R2rType>, u32),
+    Ptr(Box<R2rType>),
+    ByRef(Box<R2rType>),
+    FnPtr {
+        ret: Box<R2rType>,
+        params: Vec<R2rType>,
+    },
+    Var(u32),
+    MVar(u32),
+}
+
+impl R2rType {
+    /// Every module index the type's tokens belong to.
+    pub fn modules(&self, out: &mut Vec<u32>) {
+        match self {
+            R2rType::Named { module, .. } => out.push(*module),
+            R2rType::Generic { module, args, .. } => {
+                out.push(*module);
+                args.iter().for_each(|a| a.modules(out));
+            }
+            R2rType::SzArray(t) | R2rType::Array(t, _) | R2rType::Ptr(t) | R2rType::ByRef(t) => {
+                t.modules(out)
+            }
+            R2rType::FnPtr { ret, params } => {
+                ret.modules(out);
+                params.iter().for_each(|p| p.modules(out));
+            }
+            R2rType::Primitive(_) | R2rType::Canon | R2rType::Var(_) | R2rType::MVar(_) => {}
+        }
     }
 }
 
@@ -61,11 +131,20 @@ impl<'m, 'a> ModuleSet<'m, 'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceMethod {
     pub flags: u32,
-    /// The method's token in module `module` (MethodDef or MemberRef).
+    /// The module the method's token belongs to, when the signature gives it (an
+    /// UpdateContext index, else the owner type's module override); `None`: the context
+    /// module (module 0, or System.Private.CoreLib in a composite image).
+    pub module: Option<u32>,
+    /// The method's token (MethodDef or MemberRef); nil when the signature gives a
+    /// vtable slot instead (`slot`).
     pub token: Token,
-    pub module: u32,
-    /// The owner type's arguments in runtime form (empty: not a generic owner).
-    pub type_args: Vec<String>,
+    /// The method's vtable slot (SlotInsteadOfToken flag).
+    pub slot: Option<u32>,
+    /// The owner type (OwnerType flag): a generic instantiation for methods of generic
+    /// types.
+    pub owner: Option<R2rType>,
+    /// The method's own instantiation (MethodInstantiation flag).
+    pub method_args: Vec<R2rType>,
 }
 
 /// A cursor over a signature.
@@ -84,12 +163,26 @@ impl Cursor<'_> {
         Ok(b)
     }
 
+    fn peek(&self) -> Option<u8> {
+        self.data.get(self.pos).copied()
+    }
+
     fn compressed(&mut self) -> Result<u32, SigError> {
         let rest = self.data.get(self.pos..).unwrap_or(&[]);
         let (v, n) =
             crate::formats::ecma::decompress_u32(rest).ok_or(SigError::Truncated(self.pos))?;
         self.pos += n;
         Ok(v)
+    }
+
+    /// A count of items that take at least one byte each: at most the bytes left.
+    fn count(&mut self) -> Result<u32, SigError> {
+        let at = self.pos;
+        let n = self.compressed()?;
+        if n as usize > self.data.len().saturating_sub(self.pos) {
+            return Err(SigError::Truncated(at));
+        }
+        Ok(n)
     }
 
     fn type_token(&mut self) -> Result<Token, SigError> {
@@ -105,258 +198,220 @@ impl Cursor<'_> {
     }
 }
 
-/// Decodes the method signature at the start of `data`: the method and its owner type's
-/// arguments; returns it and the bytes it took (the entry point follows them).
-pub fn decode_instance_method(
-    data: &[u8],
-    modules: &ModuleSet<'_, '_>,
-) -> Result<(InstanceMethod, usize), SigError> {
+/// Decodes the method signature at the start of `data`; returns it and the bytes it took
+/// (the entry point follows them).
+pub fn decode_instance_method(data: &[u8]) -> Result<(InstanceMethod, usize), SigError> {
     use method_flags as f;
     let mut c = Cursor { data, pos: 0 };
     let flags = c.compressed()?;
-    let mut module = 0;
+    let mut module = None;
     if flags & f::UPDATE_CONTEXT != 0 {
-        module = c.compressed()?;
+        module = Some(c.compressed()?);
     }
-    let mut type_args = Vec::new();
+    let context = module.unwrap_or(0);
+    let mut owner = None;
     if flags & f::OWNER_TYPE != 0 {
-        type_args = owner_type_args(&mut c, modules, module)?.1;
-    }
-    if flags & f::SLOT_INSTEAD_OF_TOKEN != 0 {
-        return Err(SigError::Unnamed("method given by slot".into()));
+        // Without an UpdateContext, the owner type's module override is the method's.
+        if module.is_none() && c.peek() == Some(MODULE_ZAPSIG) {
+            let mut look = Cursor {
+                data,
+                pos: c.pos + 1,
+            };
+            module = Some(look.compressed()?);
+        }
+        owner = Some(read_type(&mut c, context, 0)?);
     }
     let rid = c.compressed()?;
-    let token = if flags & f::MEMBER_REF_TOKEN != 0 {
-        Token::new(TableId::MemberRef, rid)
+    let (token, slot) = if flags & f::SLOT_INSTEAD_OF_TOKEN != 0 {
+        (Token(0), Some(rid))
+    } else if flags & f::MEMBER_REF_TOKEN != 0 {
+        (Token::new(TableId::MemberRef, rid), None)
     } else {
-        Token::new(TableId::MethodDef, rid)
+        (Token::new(TableId::MethodDef, rid), None)
     };
+    let mut method_args = Vec::new();
     if flags & f::METHOD_INSTANTIATION != 0 {
-        let count = c.compressed()?;
-        if count as usize > data.len() {
-            return Err(SigError::Truncated(c.pos));
-        }
+        let count = c.count()?;
         for _ in 0..count {
-            skip_type(&mut c, 0)?;
+            method_args.push(read_type(&mut c, context, 0)?);
         }
     }
     if flags & f::CONSTRAINED != 0 {
-        skip_type(&mut c, 0)?;
+        read_type(&mut c, context, 0)?;
     }
     Ok((
         InstanceMethod {
             flags,
-            token,
             module,
-            type_args,
+            token,
+            slot,
+            owner,
+            method_args,
         },
         c.pos,
     ))
 }
 
-/// The bytes the method signature at the start of `data` takes, read without naming
-/// anything (to find the entry point after a signature that could not be named).
-pub fn skip_instance_method(data: &[u8]) -> Option<usize> {
-    use method_flags as f;
-    let mut c = Cursor { data, pos: 0 };
-    let flags = c.compressed().ok()?;
-    if flags & f::UPDATE_CONTEXT != 0 {
-        c.compressed().ok()?;
-    }
-    if flags & f::OWNER_TYPE != 0 {
-        skip_type(&mut c, 0).ok()?;
-    }
-    if flags & f::SLOT_INSTEAD_OF_TOKEN != 0 {
-        return None;
-    }
-    c.compressed().ok()?;
-    if flags & f::METHOD_INSTANTIATION != 0 {
-        let count = c.compressed().ok()?;
-        for _ in 0..count.min(data.len() as u32) {
-            skip_type(&mut c, 0).ok()?;
-        }
-    }
-    if flags & f::CONSTRAINED != 0 {
-        skip_type(&mut c, 0).ok()?;
-    }
-    Some(c.pos)
-}
-
-/// The owner type: a generic instantiation (its arguments are named) or a plain type (no
-/// arguments). Returns the module the owner's token belongs to and the arguments.
-fn owner_type_args(
-    c: &mut Cursor<'_>,
-    modules: &ModuleSet<'_, '_>,
-    mut module: u32,
-) -> Result<(u32, Vec<String>), SigError> {
-    let mut e = c.u8()?;
-    if e == MODULE_ZAPSIG {
-        module = c.compressed()?;
-        e = c.u8()?;
-    }
-    match e {
-        et::GENERICINST => {
-            let _kind = c.u8()?;
-            let _generic = c.type_token()?;
-            let count = c.compressed()?;
-            if count as usize > c.data.len() {
-                return Err(SigError::Truncated(c.pos));
-            }
-            let mut args = Vec::with_capacity(count as usize);
-            for _ in 0..count {
-                args.push(type_name(c, modules, module, 1)?);
-            }
-            Ok((module, args))
-        }
-        _ => {
-            c.pos -= 1;
-            skip_type(c, 0)?;
-            Ok((module, Vec::new()))
-        }
-    }
-}
-
-/// The runtime's name of the type at the cursor, tokens read in module `module`.
-fn type_name(
-    c: &mut Cursor<'_>,
-    modules: &ModuleSet<'_, '_>,
-    module: u32,
-    depth: usize,
-) -> Result<String, SigError> {
+/// One type, its tokens read in module `module` unless a module override says otherwise.
+fn read_type(c: &mut Cursor<'_>, module: u32, depth: usize) -> Result<R2rType, SigError> {
     if depth > MAX_DEPTH {
         return Err(SigError::Unnamed("type nesting too deep".into()));
     }
     let at = c.pos;
     let e = c.u8()?;
     if let Some(p) = Primitive::from_element_type(e) {
-        return Ok(p.runtime_name().to_string());
+        return Ok(R2rType::Primitive(p));
     }
-    match e {
-        CANON_ZAPSIG => Ok("System.__Canon".into()),
+    let d = depth + 1;
+    Ok(match e {
+        CANON_ZAPSIG => R2rType::Canon,
         MODULE_ZAPSIG => {
             let m = c.compressed()?;
-            type_name(c, modules, m, depth + 1)
+            read_type(c, m, d)?
         }
-        NATIVE_VALUETYPE_ZAPSIG => type_name(c, modules, module, depth + 1),
-        et::CLASS | et::VALUETYPE => {
-            let tok = c.type_token()?;
-            token_name(modules.get(module)?, tok, None)
-        }
+        NATIVE_VALUETYPE_ZAPSIG => read_type(c, module, d)?,
+        et::CLASS | et::VALUETYPE => R2rType::Named {
+            module,
+            token: c.type_token()?,
+        },
         et::GENERICINST => {
-            let _kind = c.u8()?;
-            let tok = c.type_token()?;
-            let count = c.compressed()?;
-            if count as usize > c.data.len() {
-                return Err(SigError::Truncated(c.pos));
-            }
+            // The generic type, itself CLASS or VALUETYPE (possibly module-overridden).
+            let (gmodule, token) = generic_base(c, module, d)?;
+            let count = c.count()?;
             let mut args = Vec::with_capacity(count as usize);
             for _ in 0..count {
-                args.push(type_name(c, modules, module, depth + 1)?);
+                args.push(read_type(c, module, d)?);
             }
-            token_name(modules.get(module)?, tok, Some(&args))
+            R2rType::Generic {
+                module: gmodule,
+                token,
+                args,
+            }
         }
-        et::SZARRAY => Ok(format!("{}[]", type_name(c, modules, module, depth + 1)?)),
+        et::SZARRAY => R2rType::SzArray(Box::new(read_type(c, module, d)?)),
+        et::PTR => R2rType::Ptr(Box::new(read_type(c, module, d)?)),
+        et::BYREF => R2rType::ByRef(Box::new(read_type(c, module, d)?)),
+        et::VAR => R2rType::Var(c.compressed()?),
+        et::MVAR => R2rType::MVar(c.compressed()?),
         et::CMOD_REQD | et::CMOD_OPT => {
             c.type_token()?;
-            type_name(c, modules, module, depth + 1)
+            read_type(c, module, d)?
         }
-        et::PTR | et::BYREF | et::VAR | et::MVAR | et::ARRAY | et::FNPTR => Err(SigError::Unnamed(
-            format!("type argument of kind {e:#04x} is not printed by name"),
-        )),
-        _ => Err(SigError::Bad(e, at)),
-    }
+        et::ARRAY => {
+            let elem = read_type(c, module, d)?;
+            let rank = c.compressed()?;
+            for _ in 0..2 {
+                let n = c.compressed()?;
+                if n > MAX_ARRAY_BOUNDS {
+                    return Err(SigError::Bad(et::ARRAY, at));
+                }
+                for _ in 0..n {
+                    c.compressed()?;
+                }
+            }
+            R2rType::Array(Box::new(elem), rank)
+        }
+        et::FNPTR => {
+            let calling_convention = c.u8()?;
+            if calling_convention & 0x10 != 0 {
+                c.compressed()?; // generic parameter count
+            }
+            let count = c.count()?;
+            let ret = read_type(c, module, d)?;
+            let mut params = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                if c.peek() == Some(et::SENTINEL) {
+                    c.u8()?;
+                }
+                params.push(read_type(c, module, d)?);
+            }
+            R2rType::FnPtr {
+                ret: Box::new(ret),
+                params,
+            }
+        }
+        _ => return Err(SigError::Bad(e, at)),
+    })
 }
 
-/// The runtime name of a TypeDef or TypeRef, with `args` as its instantiation.
-fn token_name(md: &Metadata<'_>, tok: Token, args: Option<&[String]>) -> Result<String, SigError> {
-    let fail = |e: crate::formats::ecma::MetadataError| SigError::Unnamed(e.to_string());
-    let mut out = match tok.table() {
-        Some(TableId::TypeDef) => {
-            let refs: Option<Vec<&str>> = args.map(|a| a.iter().map(String::as_str).collect());
-            return md
-                .runtime_type_name(tok.rid(), refs.as_deref())
-                .map_err(fail);
-        }
-        Some(TableId::TypeRef) => type_ref_name(md, tok.rid(), 0).map_err(fail)?,
-        _ => return Err(SigError::Unnamed(format!("type token {:#010x}", tok.0))),
-    };
-    if let Some(args) = args {
-        out.push('[');
-        out.push_str(&args.join(","));
-        out.push(']');
-    }
-    Ok(out)
-}
-
-/// `Ns.Outer+Inner` of a TypeRef (nested TypeRefs have a TypeRef as resolution scope).
-fn type_ref_name(
-    md: &Metadata<'_>,
-    rid: u32,
-    depth: usize,
-) -> Result<String, crate::formats::ecma::MetadataError> {
-    let row = md.type_ref(rid)?;
-    let mut out = String::new();
-    if row.resolution_scope.table() == Some(TableId::TypeRef) && depth < MAX_DEPTH {
-        out = type_ref_name(md, row.resolution_scope.rid(), depth + 1)?;
-        out.push('+');
-    } else {
-        let ns = md.strings.get_lossy(row.namespace)?;
-        if !ns.is_empty() {
-            push_escaped(&mut out, &ns);
-            out.push('.');
-        }
-    }
-    push_escaped(&mut out, &md.strings.get_lossy(row.name)?);
-    Ok(out)
-}
-
-/// Steps over one type.
-fn skip_type(c: &mut Cursor<'_>, depth: usize) -> Result<(), SigError> {
+/// The generic type of a GENERICINST: its module and token.
+fn generic_base(c: &mut Cursor<'_>, module: u32, depth: usize) -> Result<(u32, Token), SigError> {
     if depth > MAX_DEPTH {
         return Err(SigError::Unnamed("type nesting too deep".into()));
     }
     let at = c.pos;
-    let e = c.u8()?;
-    if Primitive::from_element_type(e).is_some() || e == CANON_ZAPSIG {
-        return Ok(());
-    }
-    match e {
+    match c.u8()? {
+        et::CLASS | et::VALUETYPE => Ok((module, c.type_token()?)),
         MODULE_ZAPSIG => {
-            c.compressed()?;
-            skip_type(c, depth + 1)
+            let m = c.compressed()?;
+            generic_base(c, m, depth + 1)
         }
-        NATIVE_VALUETYPE_ZAPSIG | et::SZARRAY | et::PTR | et::BYREF => skip_type(c, depth + 1),
-        et::CLASS | et::VALUETYPE => c.type_token().map(|_| ()),
-        et::VAR | et::MVAR => c.compressed().map(|_| ()),
-        et::CMOD_REQD | et::CMOD_OPT => {
-            c.type_token()?;
-            skip_type(c, depth + 1)
+        NATIVE_VALUETYPE_ZAPSIG => generic_base(c, module, depth + 1),
+        e => Err(SigError::Bad(e, at)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_owner_instantiation_and_module_overrides() {
+        // OwnerType | MethodInstantiation; owner: module 2's GENERICINST CLASS TypeRef 3
+        // <int32, __Canon>; MethodDef 5; one method argument: module 1's VALUETYPE TypeDef 4;
+        // entry point byte follows.
+        let sig = [
+            0x44,
+            MODULE_ZAPSIG,
+            2,
+            et::GENERICINST,
+            et::CLASS,
+            (3 << 2) | 1,
+            2,
+            et::I4,
+            CANON_ZAPSIG,
+            5,
+            1,
+            MODULE_ZAPSIG,
+            1,
+            et::VALUETYPE,
+            4 << 2,
+            0xAA,
+        ];
+        let (m, used) = decode_instance_method(&sig).expect("decodes");
+        assert_eq!(used, sig.len() - 1);
+        assert_eq!(m.module, Some(2));
+        assert_eq!(m.token, Token::new(TableId::MethodDef, 5));
+        assert_eq!(
+            m.owner,
+            Some(R2rType::Generic {
+                module: 2,
+                token: Token::new(TableId::TypeRef, 3),
+                args: vec![R2rType::Primitive(Primitive::I4), R2rType::Canon],
+            })
+        );
+        assert_eq!(
+            m.method_args,
+            vec![R2rType::Named {
+                module: 1,
+                token: Token::new(TableId::TypeDef, 4)
+            }]
+        );
+    }
+
+    #[test]
+    fn damage_is_an_error() {
+        // Truncated everywhere, a count larger than the bytes, an unknown element.
+        let sig = [0x44, et::GENERICINST, et::CLASS, 4, 2, et::I4, et::I4, 5];
+        for n in 0..sig.len() - 1 {
+            assert!(decode_instance_method(&sig[..n]).is_err(), "{n}");
         }
-        et::GENERICINST => {
-            c.u8()?;
-            c.type_token()?;
-            let count = c.compressed()?;
-            if count as usize > c.data.len() {
-                return Err(SigError::Truncated(c.pos));
-            }
-            for _ in 0..count {
-                skip_type(c, depth + 1)?;
-            }
-            Ok(())
-        }
-        et::ARRAY => {
-            skip_type(c, depth + 1)?;
-            let _rank = c.compressed()?;
-            let sizes = c.compressed()?;
-            for _ in 0..sizes.min(64) {
-                c.compressed()?;
-            }
-            let lows = c.compressed()?;
-            for _ in 0..lows.min(64) {
-                c.compressed()?;
-            }
-            Ok(())
-        }
-        _ => Err(SigError::Bad(e, at)),
+        assert!(decode_instance_method(&[0x44, et::GENERICINST, et::CLASS, 4, 100, 8]).is_err());
+        assert!(decode_instance_method(&[0x40, 0x77, 5]).is_err());
+        // Nesting deeper than the limit.
+        let mut deep = vec![0x40];
+        deep.extend(std::iter::repeat_n(et::SZARRAY, 100));
+        deep.extend([et::I4, 2]);
+        assert!(decode_instance_method(&deep).is_err());
     }
 }
