@@ -8,6 +8,7 @@
 //! - [`runtime`]: finding the runtime module in a target and loading its descriptor.
 //! - [`contracts`]: versioned algorithms over the runtime's data.
 //! - [`formats`]: file formats `cdac` reads and writes.
+//! - [`unwind`]: stepping from a frame to its caller, managed and native.
 //! - [`cli`]: the `cdac` command line, a thin user of the above.
 
 pub mod cli;
@@ -19,3 +20,4 @@ pub mod limits;
 pub mod names;
 pub mod runtime;
 pub mod target;
+pub mod unwind;

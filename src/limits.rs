@@ -101,7 +101,12 @@ pub struct Limits {
     pub max_descriptor_bytes: u64,
     /// Largest single read in bytes ([`Limit::ReadSize`]).
     pub max_read_bytes: u64,
-    /// Most bytes one command reads ([`Limit::TotalRead`]).
+    /// Most bytes one command reads ([`Limit::TotalRead`]): counted through a target and
+    /// its clones until [`Target::reset_bytes_read`] or [`Target::flush`] starts the count
+    /// again, which a caller that keeps one target for many operations does between them.
+    ///
+    /// [`Target::reset_bytes_read`]: crate::target::Target::reset_bytes_read
+    /// [`Target::flush`]: crate::target::Target::flush
     pub max_total_read_bytes: u64,
 }
 

@@ -219,11 +219,13 @@ impl Target {
         &self.source
     }
 
-    /// Drops cached bytes, so that later reads of a live process see its current memory.
-    /// (Reads of a running process are a moving snapshot: call this between commands that
-    /// must see fresh data.)
+    /// Drops cached bytes, so that later reads of a live process see its current memory,
+    /// and starts the count of bytes read (the total-read limit) from zero. (Reads of a
+    /// running process are a moving snapshot: call this between commands that must see
+    /// fresh data.)
     pub fn flush(&self) {
         self.source.flush();
+        self.reset_bytes_read();
     }
 
     /// Files mapped into the target.
@@ -469,6 +471,13 @@ mod tests {
         }
         t.reset_bytes_read();
         assert_eq!(view.read_u8(0x1000).ok(), Some(b'a'));
+        // A flush between commands starts the count again too.
+        t.read_u64(0x1040).expect("1 + 8 bytes");
+        t.read_u64(0x1040).expect("1 + 16 bytes");
+        assert!(t.read_u64(0x1040).is_err(), "1 + 24 bytes");
+        view.flush();
+        assert_eq!(t.read_u64(0x1040).ok(), Some(7));
+        assert_eq!(t.bytes_read(), 8);
     }
 
     #[test]
