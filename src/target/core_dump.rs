@@ -18,6 +18,7 @@ use super::sys;
 use super::{
     DataLayout, Endian, MappedFile, MemorySource, OpenError, ReadError, TargetKind, ThreadInfo,
 };
+use crate::unwind::X64Context;
 
 /// Most `NT_FILE` entries accepted; a damaged count cannot make us allocate without bound.
 const MAX_FILE_ENTRIES: u64 = 1 << 20;
@@ -591,7 +592,33 @@ fn parse_prstatus(desc: &[u8], layout: DataLayout, machine: u16) -> Option<Threa
         m if m == elf::EM_386.0 => (reg(12), reg(15)),
         _ => (None, None),
     };
-    Some(ThreadInfo { tid, ip, sp })
+    let context = if machine == elf::EM_X86_64.0 && layout.pointer_size == 8 {
+        x64_context(&reg)
+    } else {
+        None
+    };
+    Some(ThreadInfo {
+        tid,
+        ip,
+        sp,
+        context,
+    })
+}
+
+/// The x64 registers of a `user_regs_struct` (r15, r14, r13, r12, rbp, rbx, r11, r10, r9,
+/// r8, rax, rcx, rdx, rsi, rdi, orig_rax, rip, cs, eflags, rsp, ...), given its words.
+fn x64_context(reg: &dyn Fn(usize) -> Option<u64>) -> Option<X64Context> {
+    // user_regs_struct index of each register in unwind-code order (rax, rcx, rdx, rbx,
+    // rsp, rbp, rsi, rdi, r8 ... r15).
+    const USER_REGS_INDEX: [usize; 16] = [10, 11, 12, 5, 19, 4, 13, 14, 9, 8, 7, 6, 3, 2, 1, 0];
+    let mut context = X64Context {
+        rip: reg(16)?,
+        regs: [None; 16],
+    };
+    for (slot, &index) in context.regs.iter_mut().zip(USER_REGS_INDEX.iter()) {
+        *slot = Some(reg(index)?);
+    }
+    Some(context)
 }
 
 /// Files named by `NT_FILE` for ranges the dump left out, which are not on this machine.
@@ -736,7 +763,17 @@ mod tests {
         d[32..36].copy_from_slice(&4242u32.to_le_bytes());
         d[112 + 16 * 8..112 + 17 * 8].copy_from_slice(&0x401000u64.to_le_bytes());
         d[112 + 19 * 8..112 + 20 * 8].copy_from_slice(&0x7ffe0000u64.to_le_bytes());
+        // rbp is register 4, r15 register 0, rax register 10.
+        d[112 + 4 * 8..112 + 5 * 8].copy_from_slice(&0x7ffe0040u64.to_le_bytes());
+        d[112..120].copy_from_slice(&15u64.to_le_bytes());
+        d[112 + 10 * 8..112 + 11 * 8].copy_from_slice(&1u64.to_le_bytes());
         let t = parse_prstatus(&d, DataLayout::LE64, elf::EM_X86_64.0).unwrap();
+        let context = t.context.expect("x64 registers");
+        assert_eq!(context.rip, t.ip.unwrap());
+        assert_eq!(Some(context.rsp()), t.sp);
+        assert_eq!(context.rbp(), Some(0x7ffe0040));
+        assert_eq!(context.regs[15], Some(15));
+        assert_eq!(context.regs[0], Some(1));
         assert_eq!(
             (t.tid, t.ip, t.sp),
             (4242, Some(0x401000), Some(0x7ffe0000))

@@ -276,6 +276,7 @@ impl MemorySource for LiveProcess {
                 tid,
                 ip: None,
                 sp: None,
+                context: None,
             })
             .collect();
         threads.sort_by_key(|t| t.tid);

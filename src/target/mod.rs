@@ -87,6 +87,8 @@ pub struct ThreadInfo {
     pub ip: Option<u64>,
     /// Stack pointer, when known.
     pub sp: Option<u64>,
+    /// All registers of an x64 thread, when known (a core's `NT_PRSTATUS`).
+    pub context: Option<crate::unwind::X64Context>,
 }
 
 /// What kind of target a source reads.

@@ -7,7 +7,20 @@
 //! context of its caller, or `None` at the outermost frame.
 
 use crate::contracts::ContractError;
-use crate::target::ReadError;
+use crate::target::{ReadError, Target};
+
+/// The memory an unwinder reads: stack slots and saved registers. A [`Target`] is one; a
+/// stack copied while a thread was stopped, over the target, is another.
+pub trait StackMemory {
+    /// The 8 bytes at `addr`, little-endian.
+    fn read_u64(&self, addr: u64) -> Result<u64, ReadError>;
+}
+
+impl StackMemory for Target {
+    fn read_u64(&self, addr: u64) -> Result<u64, ReadError> {
+        Target::read_u64(self, addr)
+    }
+}
 
 /// Register numbers of x64, in the order of the x64 unwind codes (and of DWARF's
 /// numbering's first 16, which differs: use [`X64Context::from_dwarf`] for that).
