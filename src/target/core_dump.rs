@@ -16,7 +16,8 @@ use object::Endianness;
 
 use super::sys;
 use super::{
-    DataLayout, Endian, MappedFile, MemorySource, OpenError, ReadError, TargetKind, ThreadInfo,
+    CrashSignal, DataLayout, Endian, MappedFile, MemorySource, OpenError, ReadError, TargetKind,
+    ThreadInfo,
 };
 use crate::unwind::X64Context;
 
@@ -52,6 +53,7 @@ pub struct CoreDump {
     segments: Vec<Segment>,
     files: Vec<MappedFile>,
     threads: Vec<ThreadInfo>,
+    crash: Option<CrashSignal>,
     backing: Mutex<HashMap<PathBuf, Arc<Backing>>>,
     warnings: Vec<String>,
     /// The segment the last read hit: reads come in runs over one structure, and a full
@@ -117,6 +119,7 @@ impl CoreDump {
             last_segment: std::sync::atomic::AtomicUsize::new(0),
             files: parsed.files,
             threads: parsed.threads,
+            crash: parsed.crash,
             backing: Mutex::new(HashMap::new()),
             warnings,
         })
@@ -372,6 +375,10 @@ impl MemorySource for CoreDump {
     fn native_layout(&self) -> Option<DataLayout> {
         Some(self.layout)
     }
+
+    fn crash_signal(&self) -> Option<CrashSignal> {
+        self.crash.clone()
+    }
 }
 
 /// What parsing the headers yields.
@@ -381,6 +388,7 @@ struct Parsed {
     segments: Vec<Segment>,
     files: Vec<MappedFile>,
     threads: Vec<ThreadInfo>,
+    crash: Option<CrashSignal>,
     warnings: Vec<String>,
 }
 
@@ -416,6 +424,9 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, St
     let mut segments = Vec::new();
     let mut files = Vec::new();
     let mut threads = Vec::new();
+    // The first thread's pr_cursig and si_code, and the first NT_SIGINFO.
+    let mut first_thread_signal = None;
+    let mut siginfo = None;
     for ph in headers {
         let p_type = ph.p_type(endian);
         if p_type == elf::PT_LOAD {
@@ -463,9 +474,17 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, St
                     }
                 } else if n_type == elf::NT_PRSTATUS {
                     if let Some(t) = parse_prstatus(note.desc(), layout, machine) {
+                        if threads.is_empty() {
+                            first_thread_signal = prstatus_signal(note.desc(), layout);
+                        }
                         threads.push(t);
                     } else {
                         warnings.push("NT_PRSTATUS note too short".to_string());
+                    }
+                } else if n_type == elf::NT_SIGINFO && siginfo.is_none() {
+                    siginfo = parse_siginfo(note.desc(), layout);
+                    if siginfo.is_none() {
+                        warnings.push("NT_SIGINFO note too short".to_string());
                     }
                 }
             }
@@ -473,6 +492,7 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, St
     }
     segments.sort_by_key(|s| s.vaddr);
     files.sort_by_key(|f| f.start);
+    let crash = crash_signal(threads.first().map(|t| t.tid), first_thread_signal, siginfo);
     let file_len = data.len() as u64;
     let needed = headers
         .iter()
@@ -492,6 +512,7 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, St
         segments,
         files,
         threads,
+        crash,
         warnings,
     })
 }
@@ -603,6 +624,92 @@ fn parse_prstatus(desc: &[u8], layout: DataLayout, machine: u16) -> Option<Threa
         sp,
         context,
     })
+}
+
+/// `pr_cursig` and `pr_info.si_code` of an `NT_PRSTATUS` (`struct elf_prstatus` starts with
+/// `struct elf_siginfo { si_signo, si_code, si_errno }`, then `short pr_cursig`).
+fn prstatus_signal(desc: &[u8], layout: DataLayout) -> Option<(i32, i32)> {
+    let code = desc
+        .get(4..8)
+        .map(|b| super::decode_unsigned(b, layout.endian) as u32 as i32)?;
+    let cursig = desc
+        .get(12..14)
+        .map(|b| super::decode_unsigned(b, layout.endian) as u16 as i16)?;
+    Some((i32::from(cursig), code))
+}
+
+/// What an `NT_SIGINFO` note (a `siginfo_t`) says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SigInfo {
+    signo: i32,
+    errno: i32,
+    code: i32,
+    /// The first pointer-sized word of the union (`si_addr` of a fault).
+    addr: u64,
+    /// The first int of the union (`si_pid` of a sent signal).
+    pid: i32,
+}
+
+/// Parses a `siginfo_t`: `si_signo`, `si_errno`, `si_code` (ints), then the union, aligned
+/// to the pointer size.
+fn parse_siginfo(desc: &[u8], layout: DataLayout) -> Option<SigInfo> {
+    let int = |offset: usize| {
+        desc.get(offset..offset + 4)
+            .map(|b| super::decode_unsigned(b, layout.endian) as u32 as i32)
+    };
+    let union_at = if layout.pointer_size == 8 { 16 } else { 12 };
+    let ptr = usize::from(layout.pointer_size);
+    Some(SigInfo {
+        signo: int(0)?,
+        errno: int(4)?,
+        code: int(8)?,
+        addr: desc
+            .get(union_at..union_at + ptr)
+            .map(|b| super::decode_unsigned(b, layout.endian))?,
+        pid: int(union_at)?,
+    })
+}
+
+/// The crash signal: `NT_SIGINFO` when present, else the first thread's `pr_cursig`; the
+/// thread is the core's first `NT_PRSTATUS` (the kernel, gdb and createdump write the
+/// thread that received the signal first).
+fn crash_signal(
+    first_tid: Option<i32>,
+    prstatus: Option<(i32, i32)>,
+    siginfo: Option<SigInfo>,
+) -> Option<CrashSignal> {
+    let tid = first_tid?;
+    // Signals whose si_code > 0 come from the CPU and carry the faulting address.
+    const FAULTS: [i32; 5] = [
+        libc::SIGILL,
+        libc::SIGTRAP,
+        libc::SIGBUS,
+        libc::SIGFPE,
+        libc::SIGSEGV,
+    ];
+    match siginfo {
+        Some(si) if si.signo > 0 => Some(CrashSignal {
+            tid,
+            signo: si.signo,
+            code: si.code,
+            errno: si.errno,
+            fault_addr: (si.code > 0 && FAULTS.contains(&si.signo)).then_some(si.addr),
+            sender_pid: (si.code <= 0).then_some(si.pid),
+            from_siginfo: true,
+        }),
+        _ => {
+            let (cursig, code) = prstatus?;
+            (cursig > 0).then_some(CrashSignal {
+                tid,
+                signo: cursig,
+                code,
+                errno: 0,
+                fault_addr: None,
+                sender_pid: None,
+                from_siginfo: false,
+            })
+        }
+    }
 }
 
 /// The x64 registers of a `user_regs_struct` (r15, r14, r13, r12, rbp, rbx, r11, r10, r9,

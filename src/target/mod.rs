@@ -13,6 +13,7 @@ pub mod elf_image;
 mod error;
 pub mod live;
 mod sys;
+pub mod thread_snapshot;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,6 +136,85 @@ pub trait MemorySource: Send + Sync {
 
     /// Drops cached bytes, so that later reads see the target's current memory.
     fn flush(&self) {}
+
+    /// The signal that made the target dump core, and the thread it hit: known for core
+    /// dumps that record it (`NT_SIGINFO`, or the dumping thread's `pr_cursig`), `None`
+    /// otherwise (live processes, synthetic memory).
+    fn crash_signal(&self) -> Option<CrashSignal> {
+        None
+    }
+}
+
+/// The signal a core dump was written for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrashSignal {
+    /// The thread that received the signal (the core's first `NT_PRSTATUS`).
+    pub tid: i32,
+    /// Signal number (`si_signo`, or `pr_cursig` when the core has no `NT_SIGINFO`).
+    pub signo: i32,
+    /// `si_code`: for a fault, why (`SEGV_MAPERR` = 1, `SEGV_ACCERR` = 2, ...); for a sent
+    /// signal, how it was sent (`SI_USER` = 0, `SI_TKILL` = -6, ...).
+    pub code: i32,
+    /// `si_errno`.
+    pub errno: i32,
+    /// The faulting address (`si_addr`) of SIGSEGV, SIGBUS, SIGILL, SIGFPE and SIGTRAP
+    /// raised by the CPU (`si_code` > 0).
+    pub fault_addr: Option<u64>,
+    /// The process that sent the signal (`si_pid`), for a signal sent by `kill`, `tgkill`
+    /// or `sigqueue` (`si_code` <= 0): `abort` sends SIGABRT to its own process.
+    pub sender_pid: Option<i32>,
+    /// True when the details come from `NT_SIGINFO`; false when only `pr_cursig` (and the
+    /// `si_code` of `NT_PRSTATUS`) gave them.
+    pub from_siginfo: bool,
+}
+
+impl CrashSignal {
+    /// The signal's name ("SIGSEGV", "SIGABRT", ...), or `None` for an unknown number.
+    pub fn name(&self) -> Option<&'static str> {
+        signal_name(self.signo)
+    }
+}
+
+/// The name of Linux signal `signo` ("SIGSEGV"), or `None` for an unknown number or a
+/// real-time signal.
+pub fn signal_name(signo: i32) -> Option<&'static str> {
+    const NAMES: [&str; 31] = [
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    usize::try_from(signo)
+        .ok()
+        .and_then(|n| n.checked_sub(1))
+        .and_then(|i| NAMES.get(i).copied())
 }
 
 /// Maps a regular file read-only (never a FIFO or a device), for callers that need bytes
@@ -228,6 +308,12 @@ impl Target {
     pub fn flush(&self) {
         self.source.flush();
         self.reset_bytes_read();
+    }
+
+    /// The signal that made the target dump core, and the thread it hit (core dumps that
+    /// record it; `None` for live processes).
+    pub fn crash_signal(&self) -> Option<CrashSignal> {
+        self.source.crash_signal()
     }
 
     /// Files mapped into the target.

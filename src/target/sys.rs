@@ -87,3 +87,103 @@ pub(crate) fn effective_uid() -> u32 {
     // SAFETY: geteuid has no arguments, cannot fail and touches no memory of ours.
     unsafe { libc::geteuid() }
 }
+
+// ---------------------------------------------------------------- ptrace, for thread snapshots
+//
+// The only place cdac stops a thread: `thread_snapshot` seizes one thread, interrupts it,
+// copies its registers and stack, and detaches. These wrappers return raw errno values so
+// that the caller can tell an exited thread (ESRCH) from missing privilege (EPERM).
+
+/// `PTRACE_SEIZE` of one thread (no options): attaches without stopping it.
+pub(crate) fn ptrace_seize(tid: i32) -> io::Result<()> {
+    // SAFETY: PTRACE_SEIZE takes a tid and an options word (0); addr and data are not
+    // pointers into our memory. The kernel checks the tid and our privilege.
+    let rc = unsafe {
+        libc::ptrace(
+            libc::PTRACE_SEIZE,
+            tid,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `PTRACE_INTERRUPT`: asks a seized thread to stop (it reports a `PTRACE_EVENT_STOP`).
+pub(crate) fn ptrace_interrupt(tid: i32) -> io::Result<()> {
+    // SAFETY: PTRACE_INTERRUPT uses neither addr nor data; no memory of ours is involved.
+    let rc = unsafe {
+        libc::ptrace(
+            libc::PTRACE_INTERRUPT,
+            tid,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `PTRACE_DETACH`, delivering `signal` (0 for none) as the thread resumes.
+pub(crate) fn ptrace_detach(tid: i32, signal: i32) -> io::Result<()> {
+    // SAFETY: PTRACE_DETACH takes the signal to deliver in `data` as a plain integer; addr is
+    // unused. No memory of ours is involved.
+    let rc = unsafe {
+        libc::ptrace(
+            libc::PTRACE_DETACH,
+            tid,
+            std::ptr::null_mut::<libc::c_void>(),
+            signal as usize as *mut libc::c_void,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `PTRACE_GETREGS` of a stopped tracee: its `user_regs_struct`.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn ptrace_getregs(tid: i32) -> io::Result<libc::user_regs_struct> {
+    // SAFETY: user_regs_struct is plain integers, for which all-zero bytes are valid.
+    let mut regs: libc::user_regs_struct = unsafe { std::mem::zeroed() };
+    // SAFETY: PTRACE_GETREGS writes exactly one user_regs_struct at `data`, which points at
+    // our local `regs`, alive and writable for the whole call.
+    let rc = unsafe {
+        libc::ptrace(
+            libc::PTRACE_GETREGS,
+            tid,
+            std::ptr::null_mut::<libc::c_void>(),
+            (&mut regs as *mut libc::user_regs_struct).cast::<libc::c_void>(),
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(regs)
+    }
+}
+
+/// `waitpid(tid, &status, __WALL)`, retried on EINTR: the raw wait status of thread `tid`.
+pub(crate) fn wait_thread(tid: i32) -> io::Result<i32> {
+    loop {
+        let mut status: libc::c_int = 0;
+        // SAFETY: waitpid writes one c_int at the pointer, our local `status`.
+        let rc = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
+        if rc >= 0 {
+            return Ok(status);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
