@@ -694,7 +694,7 @@ fn crash_signal(
             code: si.code,
             errno: si.errno,
             fault_addr: (si.code > 0 && FAULTS.contains(&si.signo)).then_some(si.addr),
-            sender_pid: (si.code <= 0).then_some(si.pid),
+            sender_pid: (si.code <= 0 && si.pid > 0).then_some(si.pid),
             from_siginfo: true,
         }),
         _ => {
@@ -907,6 +907,46 @@ mod tests {
 
     /// A core cut inside its ELF header or its program header table is reported as truncated
     /// (the ELF reader alone says "Invalid ELF program header size or alignment").
+    #[test]
+    fn crash_signal_from_siginfo_or_cursig() {
+        // siginfo_t of a SIGSEGV at 0x1234 (SEGV_MAPERR), 64-bit: union at 16.
+        let mut si = vec![0u8; 128];
+        si[0..4].copy_from_slice(&11i32.to_le_bytes());
+        si[8..12].copy_from_slice(&1i32.to_le_bytes());
+        si[16..24].copy_from_slice(&0x1234u64.to_le_bytes());
+        let parsed = parse_siginfo(&si, DataLayout::LE64).unwrap();
+        let c = crash_signal(Some(7), Some((11, 1)), Some(parsed)).unwrap();
+        assert_eq!(
+            (c.tid, c.signo, c.code, c.fault_addr, c.sender_pid),
+            (7, 11, 1, Some(0x1234), None)
+        );
+        assert_eq!(c.name(), Some("SIGSEGV"));
+        // SIGABRT by tgkill (SI_TKILL) from pid 99, 32-bit big-endian: union at 12.
+        let mut si = vec![0u8; 128];
+        si[0..4].copy_from_slice(&6i32.to_be_bytes());
+        si[8..12].copy_from_slice(&(-6i32).to_be_bytes());
+        si[12..16].copy_from_slice(&99i32.to_be_bytes());
+        let parsed = parse_siginfo(&si, DataLayout::BE32).unwrap();
+        let c = crash_signal(Some(99), None, Some(parsed)).unwrap();
+        assert_eq!(
+            (c.signo, c.code, c.fault_addr, c.sender_pid, c.name()),
+            (6, -6, None, Some(99), Some("SIGABRT"))
+        );
+        // No NT_SIGINFO: pr_cursig of the first thread.
+        let mut pr = vec![0u8; 336];
+        pr[4..8].copy_from_slice(&(-6i32).to_le_bytes());
+        pr[12..14].copy_from_slice(&6i16.to_le_bytes());
+        let c = crash_signal(Some(5), prstatus_signal(&pr, DataLayout::LE64), None).unwrap();
+        assert_eq!((c.tid, c.signo, c.code, c.from_siginfo), (5, 6, -6, false));
+        // No signal at all (a gcore of a running process may say 0), or no thread.
+        assert!(crash_signal(Some(5), Some((0, 0)), None).is_none());
+        assert!(crash_signal(None, Some((6, 0)), Some(parsed)).is_none());
+        assert!(parse_siginfo(&[0u8; 10], DataLayout::LE64).is_none());
+        assert_eq!(super::super::signal_name(31), Some("SIGSYS"));
+        assert_eq!(super::super::signal_name(0), None);
+        assert_eq!(super::super::signal_name(34), None);
+    }
+
     #[test]
     fn truncated_headers_are_named() {
         let mut core = vec![0u8; 64 + 3 * 56];

@@ -315,6 +315,21 @@ enum Outcome {
 /// A readable mapping of the target: start, end.
 type Mapping = (u64, u64);
 
+/// Why ptrace access was refused: the diagnosis of [`permission_hint`], and what stopping a
+/// thread takes.
+fn ptrace_hint(pid: i32) -> String {
+    let yama = if std::path::Path::new("/proc/sys/kernel/yama/ptrace_scope").exists() {
+        "the same uid with kernel.yama.ptrace_scope 0 (1 allows only the tracer's descendants)"
+    } else {
+        "the same uid (this kernel has no Yama, so kernel.yama.ptrace_scope does not apply)"
+    };
+    format!(
+        "{}; stopping a thread takes ptrace-attach access: CAP_SYS_PTRACE, or {yama}; \
+         the non-blocking mode (peek_threads) needs the same access to /proc/PID/task/TID/syscall",
+        permission_hint(pid)
+    )
+}
+
 /// The thread ids of `pid`, sorted.
 fn list_threads(pid: i32) -> Result<Vec<i32>, SnapshotError> {
     let entries = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| {
@@ -343,7 +358,7 @@ fn read_maps(pid: i32) -> Result<Vec<Mapping>, SnapshotError> {
             SnapshotError::PermissionDenied {
                 pid,
                 tid: pid,
-                hint: permission_hint(pid),
+                hint: ptrace_hint(pid),
             }
         } else {
             SnapshotError::Proc {
@@ -495,7 +510,7 @@ fn snapshot_one(
                 _ => Err(SnapshotError::PermissionDenied {
                     pid,
                     tid,
-                    hint: permission_hint(pid),
+                    hint: ptrace_hint(pid),
                 }),
             },
             _ => Err(ptrace_err("PTRACE_SEIZE", e)),
@@ -701,7 +716,7 @@ pub fn peek_thread(pid: i32, tid: i32) -> Result<ThreadPeek, SnapshotError> {
         Some(libc::EACCES) | Some(libc::EPERM) => SnapshotError::PermissionDenied {
             pid,
             tid,
-            hint: permission_hint(pid),
+            hint: ptrace_hint(pid),
         },
         _ => SnapshotError::Proc {
             pid,
