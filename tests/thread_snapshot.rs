@@ -109,13 +109,17 @@ fn snapshot_of_every_thread_of_the_net10_testbed() {
     stops.sort();
     let median = stops[stops.len() / 2];
     let worst = stops[stops.len() - 1];
+    let mut held: Vec<Duration> = snap.threads.iter().map(|t| t.held_for).collect();
+    held.sort();
     let copied: usize = snap.threads.iter().map(|t| t.stack.bytes.len()).sum();
     println!(
-        "snapshot of {} threads ({} skipped): per-thread stop median {:?}, worst {:?}; total {:?}; {} KiB of stack copied",
+        "snapshot of {} threads ({} skipped): per-thread stop (interrupt to detach) median {:?}, worst {:?}; held after the stop was reported: median {:?}, worst {:?}; total {:?}; {} KiB of stack copied",
         snap.threads.len(),
         snap.skipped.len(),
         median,
         worst,
+        held[held.len() / 2],
+        held[held.len() - 1],
         snap.elapsed,
         copied / 1024
     );
@@ -143,6 +147,8 @@ fn snapshot_of_every_thread_of_the_net10_testbed() {
             t.name.as_deref().map(|n| n.starts_with("cdac-")),
             Some(true)
         );
+        assert!(t.held_for <= t.stopped_for);
+        assert_eq!(t.redelivered_signal, None);
         // The fs base (TLS) is set for every thread and differs between threads.
         assert_ne!(t.fs_base, 0);
         // Reading through the copy over the target: the copy's word at rsp.
@@ -409,11 +415,27 @@ fn a_pid_that_does_not_exist() {
         peek_thread(pid, pid),
         Err(SnapshotError::NoSuchProcess { pid: p }) if p == pid
     ));
+    // Our own process cannot be stopped from inside.
+    let own = std::process::id() as i32;
+    assert!(matches!(
+        snapshot_threads(own, &opts),
+        Err(SnapshotError::OwnProcess { pid: p }) if p == own
+    ));
+    assert!(peek_threads(own).is_ok());
 }
 
 fn sleeper() -> (Reaped, i32) {
     let child = Command::new("sleep").arg("600").spawn().expect("sleep");
     let pid = child.id() as i32;
+    // Wait until it sleeps in nanosleep (not still starting up).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(
+        peek_thread(pid, pid).map(|p| p.activity),
+        Ok(ThreadActivity::InSyscall { .. })
+    ) {
+        assert!(Instant::now() < deadline, "sleep did not go to sleep");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     (Reaped(child), pid)
 }
 

@@ -141,8 +141,13 @@ pub struct ThreadSnapshot {
     pub stack: StackCopy,
     /// Start and end of the mapping that held rsp (`None` when rsp was in no mapping).
     pub stack_mapping: Option<(u64, u64)>,
-    /// How long the thread was held: from asking it to stop to its detach returning.
+    /// How long the thread was held: from asking it to stop (`PTRACE_INTERRUPT`) to its
+    /// detach returning. An upper bound: it includes the time the thread took to reach the
+    /// stop, during which it still ran (or stayed blocked).
     pub stopped_for: Duration,
+    /// The part of `stopped_for` after the stop was reported to us: registers, the stack
+    /// copy and the detach.
+    pub held_for: Duration,
     /// A signal that arrived for the thread while it was being stopped: the kernel reported
     /// it to us instead, and it was handed back to the thread as it resumed.
     pub redelivered_signal: Option<i32>,
@@ -243,6 +248,11 @@ pub enum SnapshotError {
     #[error("cannot read /proc data of process {pid}: {detail}")]
     Proc { pid: i32, detail: String },
 
+    /// The process is cdac's own: the kernel lets no thread trace a thread of its own
+    /// process.
+    #[error("process {pid} is this process: its threads cannot be stopped from inside it (use peek_threads, or a separate process)")]
+    OwnProcess { pid: i32 },
+
     /// Register snapshots are implemented for x86-64 only.
     #[error("thread register snapshots need cdac built for x86-64")]
     Unsupported,
@@ -254,13 +264,14 @@ pub fn snapshot_threads(
     options: &SnapshotOptions,
 ) -> Result<ProcessSnapshot, SnapshotError> {
     let start = Instant::now();
+    check_not_own(pid)?;
     let tids = list_threads(pid)?;
     let maps = read_maps(pid)?;
     let mut threads = Vec::with_capacity(tids.len());
     let mut skipped = Vec::new();
     for tid in tids {
         match snapshot_one(pid, tid, options, &maps) {
-            Ok(Outcome::Taken(t)) => threads.push(t),
+            Ok(Outcome::Taken(t)) => threads.push(*t),
             Ok(Outcome::Gone(reason)) => {
                 if process_gone(pid) {
                     return Err(SnapshotError::ProcessExited {
@@ -296,9 +307,10 @@ pub fn snapshot_thread(
     if process_gone(pid) {
         return Err(SnapshotError::NoSuchProcess { pid });
     }
+    check_not_own(pid)?;
     let maps = read_maps(pid)?;
     match snapshot_one(pid, tid, options, &maps)? {
-        Outcome::Taken(t) => Ok(t),
+        Outcome::Taken(t) => Ok(*t),
         Outcome::Gone(_) if process_gone(pid) => Err(SnapshotError::ProcessExited {
             pid,
             partial: Vec::new(),
@@ -307,8 +319,26 @@ pub fn snapshot_thread(
     }
 }
 
+/// Refuses cdac's own process (its thread group), which ptrace cannot stop.
+fn check_not_own(pid: i32) -> Result<(), SnapshotError> {
+    let own = std::process::id() as i32;
+    let tgid = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Tgid:"))?
+                .trim()
+                .parse::<i32>()
+                .ok()
+        });
+    if pid == own || tgid == Some(own) {
+        return Err(SnapshotError::OwnProcess { pid });
+    }
+    Ok(())
+}
+
 enum Outcome {
-    Taken(ThreadSnapshot),
+    Taken(Box<ThreadSnapshot>),
     Gone(String),
 }
 
@@ -547,6 +577,7 @@ fn snapshot_one(
         return Ok(Outcome::Gone("exited while being stopped".into()));
     }
     seized.stopped = true;
+    let t_stopped = Instant::now();
     // A PTRACE_EVENT_STOP (ours, or a group-stop) carries the event in bits 16..; a plain
     // signal-delivery stop reports a signal meant for the thread: give it back on detach.
     if status >> 16 != libc::PTRACE_EVENT_STOP {
@@ -571,10 +602,11 @@ fn snapshot_one(
     let redelivered = (seized.signal != 0).then_some(seized.signal);
     let detached = seized.detach();
     let stopped_for = t0.elapsed();
+    let held_for = t_stopped.elapsed();
     if let Err(e) = detached {
         return Err(ptrace_err("PTRACE_DETACH", e));
     }
-    Ok(Outcome::Taken(ThreadSnapshot {
+    Ok(Outcome::Taken(Box::new(ThreadSnapshot {
         tid,
         name,
         context: context_of(&regs),
@@ -585,8 +617,9 @@ fn snapshot_one(
         stack,
         stack_mapping: mapping,
         stopped_for,
+        held_for,
         redelivered_signal: redelivered,
-    }))
+    })))
 }
 
 /// Copies from the red zone below `rsp` up to `max` bytes, within the mapping. A copy that
