@@ -111,6 +111,15 @@ fn snapshot_of_every_thread_of_the_net10_testbed() {
     let worst = stops[stops.len() - 1];
     let mut held: Vec<Duration> = snap.threads.iter().map(|t| t.held_for).collect();
     held.sort();
+    let slowest = snap
+        .threads
+        .iter()
+        .max_by_key(|t| t.stopped_for)
+        .expect("threads");
+    println!(
+        "slowest stop: thread {} {:?} ({:?}, of which held {:?})",
+        slowest.tid, slowest.name, slowest.stopped_for, slowest.held_for
+    );
     let copied: usize = snap.threads.iter().map(|t| t.stack.bytes.len()).sum();
     println!(
         "snapshot of {} threads ({} skipped): per-thread stop (interrupt to detach) median {:?}, worst {:?}; held after the stop was reported: median {:?}, worst {:?}; total {:?}; {} KiB of stack copied",
@@ -220,8 +229,24 @@ fn the_non_blocking_mode_gives_the_same_sp_and_pc_for_blocked_threads() {
             "{} (tid {}): /proc says syscall {nr} sp {sp:#x} pc {pc:#x}; ptrace agrees (stopped {:?})",
             p.kind, p.tid, t.stopped_for
         );
+        let info = cdac::target::ThreadInfo::from(&t);
+        assert_eq!((info.ip, info.sp), (Some(pc), Some(sp)));
     }
     assert_untouched(tb.pid);
+    // Undisturbed: each blocked thread went back into the same system call (restarted, not
+    // failed with EINTR) at the same place.
+    for p in parked(&tb.manifest) {
+        let Some(syscall) = p.syscall else { continue };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let peek = loop {
+            let peek = peek_thread(tb.pid, p.tid).expect("peek");
+            if peek.syscall().is_some() || Instant::now() > deadline {
+                break peek;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(peek.syscall(), Some(syscall), "{p:?}: {peek:?}");
+    }
 }
 
 // ---------------------------------------------------------------- a C helper

@@ -9,9 +9,12 @@
 //! `/proc/PID/maps`, thread names) is done before the thread is stopped.
 //!
 //! Interrupting a thread that is blocked in a system call makes the kernel restart the call
-//! when the thread resumes, as for any job-control stop; a few calls (`epoll_wait`,
-//! `sigtimedwait`, …) return `EINTR` instead, which programs (the .NET runtime among them)
-//! retry. Signals that arrive while a thread is held are delivered when it resumes.
+//! when the thread resumes, as for any job-control stop: a call without a timeout is
+//! re-entered as it was; one with a timeout (`futex` with a deadline, `poll`, `nanosleep`)
+//! continues as `restart_syscall` (219) with the time left, so a later look at the thread
+//! shows that number. A few calls (`epoll_wait`, `sigtimedwait`, …) return `EINTR` instead,
+//! which programs (the .NET runtime among them) retry. Signals that arrive while a thread is
+//! held are delivered when it resumes.
 //!
 //! [`peek_threads`] is the alternative that stops nothing: from `/proc/PID/task/TID/syscall`
 //! it gives, for a thread blocked in a system call, the call's number and arguments and the
@@ -165,6 +168,18 @@ impl ThreadSnapshot {
     /// The system call the thread was stopped in, if any (`orig_rax` when not -1).
     pub fn syscall(&self) -> Option<u64> {
         (self.orig_rax as i64 >= 0).then_some(self.orig_rax)
+    }
+}
+
+impl From<&ThreadSnapshot> for super::ThreadInfo {
+    /// The thread as the target layer lists threads: id, ip, sp and every register.
+    fn from(t: &ThreadSnapshot) -> Self {
+        super::ThreadInfo {
+            tid: t.tid,
+            ip: Some(t.context.rip),
+            sp: Some(t.context.rsp()),
+            context: Some(t.context),
+        }
     }
 }
 
