@@ -8,7 +8,7 @@
 //! snapshot, a thread already traced (by strace), and missing privilege (an unprivileged
 //! user, through setpriv). Cores: the crash signal and crashing thread of a kernel core of a
 //! C program faulting in a second thread, and of the kernel's and createdump's cores of the
-//! testbed's unhandled exception (SIGABRT).
+//! testbed's unhandled exception (SIGABRT); none for a gcore of a running process.
 
 mod common;
 
@@ -657,6 +657,17 @@ fn a_kernel_core_names_the_faulting_thread_signal_and_address() {
     let first = &target.source().threads().expect("threads")[0];
     assert_eq!(first.tid, crashing_tid);
     assert_eq!(target.source().threads().expect("threads").len(), 2);
+}
+
+#[test]
+fn a_gcore_of_a_running_process_has_no_crash_signal() {
+    let (_sleep, pid) = sleeper();
+    let core = scratch("gcore-sleep").join("sleep.core");
+    common::gcore(pid, &core);
+    let dump = CoreDump::open(&core).expect("gcore's core");
+    assert_eq!(dump.threads().expect("threads")[0].tid, pid);
+    // gdb records the SIGSTOP of its attach in NT_SIGINFO, with pr_cursig 0: not a crash.
+    assert_eq!(dump.crash_signal(), None);
 }
 
 #[test]

@@ -672,7 +672,8 @@ fn parse_siginfo(desc: &[u8], layout: DataLayout) -> Option<SigInfo> {
 
 /// The crash signal: `NT_SIGINFO` when present, else the first thread's `pr_cursig`; the
 /// thread is the core's first `NT_PRSTATUS` (the kernel, gdb and createdump write the
-/// thread that received the signal first).
+/// thread that received the signal first). A gcore of a running process has no crash
+/// signal: its `NT_SIGINFO` is gdb's own attach stop.
 fn crash_signal(
     first_tid: Option<i32>,
     prstatus: Option<(i32, i32)>,
@@ -687,8 +688,12 @@ fn crash_signal(
         libc::SIGFPE,
         libc::SIGSEGV,
     ];
+    // gdb's gcore of a running process records the SIGSTOP of its own attach (si_code
+    // SI_KERNEL) with a pr_cursig of 0: no crash.
+    let attach_stop =
+        |si: &SigInfo| si.signo == libc::SIGSTOP && prstatus.is_some_and(|p| p.0 == 0);
     match siginfo {
-        Some(si) if si.signo > 0 => Some(CrashSignal {
+        Some(si) if si.signo > 0 && !attach_stop(&si) => Some(CrashSignal {
             tid,
             signo: si.signo,
             code: si.code,
@@ -938,7 +943,14 @@ mod tests {
         pr[12..14].copy_from_slice(&6i16.to_le_bytes());
         let c = crash_signal(Some(5), prstatus_signal(&pr, DataLayout::LE64), None).unwrap();
         assert_eq!((c.tid, c.signo, c.code, c.from_siginfo), (5, 6, -6, false));
-        // No signal at all (a gcore of a running process may say 0), or no thread.
+        // gcore of a running process: its attach's SIGSTOP, pr_cursig 0.
+        let mut si = vec![0u8; 128];
+        si[0..4].copy_from_slice(&19i32.to_le_bytes());
+        si[8..12].copy_from_slice(&0x80i32.to_le_bytes());
+        let stop = parse_siginfo(&si, DataLayout::LE64).unwrap();
+        assert!(crash_signal(Some(5), Some((0, 0)), Some(stop)).is_none());
+        assert!(crash_signal(Some(5), Some((19, 0)), Some(stop)).is_some());
+        // No signal at all, or no thread.
         assert!(crash_signal(Some(5), Some((0, 0)), None).is_none());
         assert!(crash_signal(None, Some((6, 0)), Some(parsed)).is_none());
         assert!(parse_siginfo(&[0u8; 10], DataLayout::LE64).is_none());
