@@ -142,7 +142,9 @@ pub fn headers_from_memory(target: &Target, base: u64) -> Result<Vec<Segment>, S
     let phsize = u64::from(header.e_phnum(endian)) * u64::from(header.e_phentsize(endian));
     let len = phoff.saturating_add(phsize);
     if len > MAX_HEADER_BYTES as u64 {
-        return Err(format!("program headers end at {len:#x}, beyond {MAX_HEADER_BYTES:#x}"));
+        return Err(format!(
+            "program headers end at {len:#x}, beyond {MAX_HEADER_BYTES:#x}"
+        ));
     }
     let data = target
         .read_bytes(base, (len as usize).max(64))

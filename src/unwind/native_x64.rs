@@ -417,7 +417,12 @@ where
 
 fn find_span(spans: &[FdeSpan], addr: u64) -> Option<FdeSpan> {
     let i = spans.partition_point(|s| s.start <= addr);
-    spans[..i].iter().rev().take(4).find(|s| addr < s.end).copied()
+    spans[..i]
+        .iter()
+        .rev()
+        .take(4)
+        .find(|s| addr < s.end)
+        .copied()
 }
 
 /// One step by the CFI of `cfi`'s module; `Ok(None)` when the module has no FDE for
@@ -605,7 +610,9 @@ fn evaluate(
     if let Some(v) = initial {
         eval.set_initial_value(v);
     }
-    let mut state = eval.evaluate().map_err(|e| bad(format!("expression: {e}")))?;
+    let mut state = eval
+        .evaluate()
+        .map_err(|e| bad(format!("expression: {e}")))?;
     loop {
         state = match state {
             EvaluationResult::Complete => break,
