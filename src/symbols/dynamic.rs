@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{demangle, sort, SymbolTable, MAX_NAME, MAX_SYMBOLS};
+use super::{demangle, sort, Sym, SymbolTable, MAX_NAME, MAX_SYMBOLS};
 use crate::target::Target;
 use crate::unwind::elf_modules;
 
@@ -94,7 +94,16 @@ pub(super) fn from_memory(target: &Target, base: u64) -> Result<SymbolTable, Str
             continue;
         };
         if !text.is_empty() {
-            symbols.push((value, size, Arc::from(demangle(text))));
+            symbols.push(Sym {
+                addr: value,
+                size,
+                rank: match info >> 4 {
+                    1 => 2,
+                    2 => 1,
+                    _ => 0,
+                },
+                name: Arc::from(demangle(text)),
+            });
         }
     }
     Ok(SymbolTable {

@@ -57,12 +57,21 @@ impl fmt::Display for NativeSymbol {
 
 /// The symbols of one module: its function symbols sorted by address (in the
 /// file's addresses).
+/// One symbol: file address, size, binding rank (global 2, weak 1, local 0), name.
+#[derive(Debug, Clone)]
+struct Sym {
+    addr: u64,
+    size: u64,
+    rank: u8,
+    name: Arc<str>,
+}
+
 #[derive(Debug, Default)]
 struct SymbolTable {
     /// What to add to the file's addresses to get the target's.
     bias: u64,
-    /// `(address, size, name)`, sorted by address; aliases of one address stay together.
-    symbols: Vec<(u64, u64, Arc<str>)>,
+    /// Sorted by address; aliases of one address stay together.
+    symbols: Vec<Sym>,
 }
 
 impl SymbolTable {
@@ -70,24 +79,39 @@ impl SymbolTable {
     /// nearest zero-sized symbol before it (assembly labels) when no sized symbol lies
     /// between.
     fn covering(&self, addr: u64) -> Option<(u64, &str)> {
-        let i = self.symbols.partition_point(|s| s.0 <= addr);
+        let i = self.symbols.partition_point(|s| s.addr <= addr);
         let before = &self.symbols[..i];
         // A symbol's aliases share its address; the first sized one that covers wins.
         let mut fallback: Option<(u64, &str)> = None;
-        for (start, size, name) in before.iter().rev().take(64) {
-            if *size > 0 {
-                if addr - start < *size {
-                    return Some((*start, name));
+        for sym in before.iter().rev().take(64) {
+            if sym.size > 0 {
+                if addr - sym.addr < sym.size {
+                    return Some((sym.addr, &sym.name));
                 }
                 return fallback;
             }
             match fallback {
-                None => fallback = Some((*start, name)),
-                Some((f, _)) if f != *start => return fallback,
+                None => fallback = Some((sym.addr, &sym.name)),
+                Some((f, _)) if f != sym.addr => return fallback,
                 Some(_) => {}
             }
         }
         fallback
+    }
+}
+
+impl SymbolTable {
+    /// Every name at the address of the symbol covering `addr`.
+    fn aliases(&self, addr: u64) -> Vec<String> {
+        let Some((start, _)) = self.covering(addr) else {
+            return Vec::new();
+        };
+        let from = self.symbols.partition_point(|s| s.addr < start);
+        self.symbols[from..]
+            .iter()
+            .take_while(|s| s.addr == start)
+            .map(|s| s.name.to_string())
+            .collect()
     }
 }
 
@@ -135,14 +159,8 @@ impl ElfSymbols {
 
     /// The module and symbol holding `ip`; `None` when no ELF module is mapped there.
     pub fn lookup(&self, ip: u64) -> Option<NativeSymbol> {
-        let (index, module) = self.modules().find(ip)?;
-        let table = {
-            let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
-            tables
-                .entry(index)
-                .or_insert_with(|| Arc::new(self.load(&module.path, module.base)))
-                .clone()
-        };
+        let (table, index) = self.table_of(ip)?;
+        let module = &self.modules().modules()[index];
         let file_addr = ip.wrapping_sub(table.bias);
         let (symbol, offset) = match table.covering(file_addr) {
             Some((start, name)) => (Some(name.to_string()), file_addr - start),
@@ -154,6 +172,26 @@ impl ElfSymbols {
             symbol,
             offset,
         })
+    }
+
+    /// Every symbol name at the address of the symbol covering `ip` (the aliases of the
+    /// name [`ElfSymbols::lookup`] gives, such as `__GI___clock_nanosleep`,
+    /// `__clock_nanosleep` and `clock_nanosleep`); empty when no symbol covers it.
+    pub fn aliases(&self, ip: u64) -> Vec<String> {
+        let Some((table, _)) = self.table_of(ip) else {
+            return Vec::new();
+        };
+        table.aliases(ip.wrapping_sub(table.bias))
+    }
+
+    fn table_of(&self, ip: u64) -> Option<(Arc<SymbolTable>, usize)> {
+        let (index, module) = self.modules().find(ip)?;
+        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        let table = tables
+            .entry(index)
+            .or_insert_with(|| Arc::new(self.load(&module.path, module.base)))
+            .clone();
+        Some((table, index))
     }
 
     /// Reads a module's symbols; an empty table when there are none to be had.
@@ -230,7 +268,7 @@ impl ElfSymbols {
 }
 
 /// Function symbols of `.symtab` (or `.dynsym`), demangled.
-fn symtab_of(file: &object::File<'_>, dynamic: bool) -> Vec<(u64, u64, Arc<str>)> {
+fn symtab_of(file: &object::File<'_>, dynamic: bool) -> Vec<Sym> {
     let symbols = if dynamic {
         file.dynamic_symbols()
     } else {
@@ -250,15 +288,28 @@ fn symtab_of(file: &object::File<'_>, dynamic: bool) -> Vec<(u64, u64, Arc<str>)
                 return None;
             }
             let name = std::str::from_utf8(name).ok()?;
-            Some((s.address(), s.size(), Arc::from(demangle(name))))
+            let rank = if s.is_global() {
+                2
+            } else if s.is_weak() {
+                1
+            } else {
+                0
+            };
+            Some(Sym {
+                addr: s.address(),
+                size: s.size(),
+                rank,
+                name: Arc::from(demangle(name)),
+            })
         })
         .take(MAX_SYMBOLS)
         .collect()
 }
 
-fn sort(mut symbols: Vec<(u64, u64, Arc<str>)>) -> Vec<(u64, u64, Arc<str>)> {
-    // Sized symbols first among aliases, so that a lookup meets them first going back.
-    symbols.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.min(1).cmp(&b.1.min(1))));
+fn sort(mut symbols: Vec<Sym>) -> Vec<Sym> {
+    // Among aliases, sized symbols and then global ones last, so that a lookup going back
+    // meets them first.
+    symbols.sort_by_key(|s| (s.addr, s.size.min(1), s.rank));
     symbols
 }
 
@@ -315,14 +366,34 @@ mod tests {
     fn covering_prefers_sized_symbols_and_falls_back_to_labels() {
         let t = SymbolTable {
             bias: 0,
-            symbols: sort(vec![
-                (0x100, 0x10, Arc::from("f")),
-                (0x100, 0, Arc::from("f_alias_label")),
-                (0x200, 0, Arc::from("label")),
-                (0x300, 0x20, Arc::from("g")),
-            ]),
+            symbols: sort(
+                [
+                    (0x100, 0x10, 0, "f_local"),
+                    (0x100, 0x10, 2, "f"),
+                    (0x100, 0x10, 1, "f_weak"),
+                    (0x100, 0, 2, "f_alias_label"),
+                    (0x200, 0, 0, "label"),
+                    (0x300, 0x20, 0, "g"),
+                ]
+                .into_iter()
+                .map(|(addr, size, rank, name)| Sym {
+                    addr,
+                    size,
+                    rank,
+                    name: Arc::from(name),
+                })
+                .collect(),
+            ),
         };
-        assert_eq!(t.covering(0x105), Some((0x100, "f")));
+        assert_eq!(
+            t.covering(0x105),
+            Some((0x100, "f")),
+            "global before weak, local"
+        );
+        assert_eq!(
+            t.aliases(0x105),
+            ["f_local", "f", "f_weak", "f_alias_label"]
+        );
         assert_eq!(t.covering(0x110), None, "past f's end, before the label");
         assert_eq!(t.covering(0x250), Some((0x200, "label")));
         assert_eq!(t.covering(0x31f), Some((0x300, "g")));
