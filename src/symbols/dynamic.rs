@@ -102,7 +102,7 @@ pub(super) fn from_memory(target: &Target, base: u64) -> Result<SymbolTable, Str
                     2 => 1,
                     _ => 0,
                 },
-                name: Arc::from(demangle(text)),
+                name: Arc::from(demangle(super::unversioned(text))),
             });
         }
     }

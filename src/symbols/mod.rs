@@ -13,7 +13,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+use object::{Object, ObjectSymbol, SymbolKind};
 
 use crate::target::Target;
 use crate::unwind::elf_modules::{self, ModuleMap};
@@ -274,20 +274,15 @@ fn symtab_of(file: &object::File<'_>, dynamic: bool) -> Vec<Sym> {
     } else {
         file.symbols()
     };
-    // A .symtab whose sections are all NOBITS (a stripped debug file's) names nothing.
+    // (A separate debug file's code sections are NOBITS; its symbols still hold.)
     symbols
         .filter(|s| s.is_definition() && matches!(s.kind(), SymbolKind::Text))
-        .filter(|s| {
-            s.section_index()
-                .and_then(|i| file.section_by_index(i).ok())
-                .is_some_and(|sec| sec.kind() != object::SectionKind::UninitializedData)
-        })
         .filter_map(|s| {
             let name = s.name_bytes().ok()?;
             if name.is_empty() || name.len() > MAX_NAME {
                 return None;
             }
-            let name = std::str::from_utf8(name).ok()?;
+            let name = unversioned(std::str::from_utf8(name).ok()?);
             let rank = if s.is_global() {
                 2
             } else if s.is_weak() {
@@ -304,6 +299,14 @@ fn symtab_of(file: &object::File<'_>, dynamic: bool) -> Vec<Sym> {
         })
         .take(MAX_SYMBOLS)
         .collect()
+}
+
+/// A name without its symbol version (`pthread_cond_wait@@GLIBC_2.3.2`).
+fn unversioned(name: &str) -> &str {
+    match name.find('@') {
+        Some(i) if i > 0 => &name[..i],
+        _ => name,
+    }
 }
 
 fn sort(mut symbols: Vec<Sym>) -> Vec<Sym> {

@@ -129,6 +129,8 @@ pub struct NativeUnwinder {
     target: Target,
     modules: OnceLock<ModuleMap>,
     cfi: Mutex<HashMap<usize, Option<Arc<ModuleCfi>>>>,
+    /// Whether each module is an ELF image (a PE file the runtime maps is not).
+    is_elf: Mutex<HashMap<usize, bool>>,
 }
 
 impl std::fmt::Debug for NativeUnwinder {
@@ -146,6 +148,7 @@ impl NativeUnwinder {
             target: target.clone(),
             modules: OnceLock::new(),
             cfi: Mutex::new(HashMap::new()),
+            is_elf: Mutex::new(HashMap::new()),
         }
     }
 
@@ -155,10 +158,22 @@ impl NativeUnwinder {
             .get_or_init(|| ModuleMap::new(self.target.mapped_files()))
     }
 
-    /// Whether `ip` is in a file-backed ELF module of the target (native code); JIT'ed
-    /// managed code is in anonymous memory and is not.
+    /// Whether `ip` is in a file-backed ELF module of the target (native code). JIT'ed
+    /// managed code is in anonymous memory, and ReadyToRun code in PE files the runtime
+    /// maps: neither is.
     pub fn is_in_module(&self, ip: u64) -> bool {
-        self.modules().find(ip).is_some()
+        let Some((index, module)) = self.modules().find(ip) else {
+            return false;
+        };
+        let mut cache = self.is_elf.lock().unwrap_or_else(|p| p.into_inner());
+        *cache.entry(index).or_insert_with(|| {
+            match self.target.read_bytes(module.base, 4) {
+                Ok(magic) => magic == b"\x7fELF",
+                // Not in the dump: the file on disk tells.
+                Err(_) => crate::target::map_regular_file(&module.path)
+                    .is_ok_and(|map| map.starts_with(b"\x7fELF")),
+            }
+        })
     }
 
     /// One step from a caller frame (its `rip` is a return address) to its caller.
