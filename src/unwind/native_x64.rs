@@ -687,3 +687,522 @@ pub fn read_sigcontext(uc: u64, mem: &dyn StackMemory) -> Result<X64Context, Unw
     next.rip = mem.read_u64(gregs.wrapping_add(8 * 16))?;
     Ok(next)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::builder::MemoryBuilder;
+    use crate::target::DataLayout;
+    use gimli::write::{
+        self, Address, CallFrameInstruction as I, CommonInformationEntry, EndianVec, Expression,
+        FrameDescriptionEntry, FrameTable,
+    };
+    use gimli::X86_64;
+
+    /// Where the synthetic module is loaded (its file addresses start at 0).
+    const BASE: u64 = 0x40_0000;
+    const STACK: u64 = 0x7000_0000;
+    const STACK_SIZE: usize = 0x2000;
+    /// Offsets in the module of its parts.
+    const HDR: u64 = 0x200;
+    const EH: u64 = 0x400;
+    const MODULE_SIZE: usize = 0x4000;
+    /// Functions (file addresses): F1 saves rbp and rbx, F2 is outermost, SIG is a signal
+    /// trampoline described like glibc's `__restore_rt`, F4's CFA is rbp-based, and
+    /// RESTORE is a trampoline without CFI.
+    const F1: u64 = 0x1000;
+    const F2: u64 = 0x1100;
+    const SIG: u64 = 0x1200;
+    const F4: u64 = 0x1300;
+    const LOOPING: u64 = 0x1400;
+    const RESTORE: u64 = 0x1800;
+
+    fn encoding() -> gimli::Encoding {
+        gimli::Encoding {
+            format: gimli::Format::Dwarf32,
+            version: 1,
+            address_size: 8,
+        }
+    }
+
+    /// The `.eh_frame` of the synthetic module.
+    fn eh_frame() -> Vec<u8> {
+        let mut table = FrameTable::default();
+        let mut cie = CommonInformationEntry::new(encoding(), 1, -8, X86_64::RA);
+        cie.add_instruction(I::Cfa(X86_64::RSP, 8));
+        cie.add_instruction(I::Offset(X86_64::RA, -8));
+        let cie = table.add_cie(cie);
+
+        let mut f1 = FrameDescriptionEntry::new(Address::Constant(F1), 0x100);
+        f1.add_instruction(4, I::CfaOffset(16));
+        f1.add_instruction(4, I::Offset(X86_64::RBP, -16));
+        f1.add_instruction(8, I::CfaOffset(32));
+        f1.add_instruction(8, I::Offset(X86_64::RBX, -24));
+        table.add_fde(cie, f1);
+
+        let mut f2 = FrameDescriptionEntry::new(Address::Constant(F2), 0x100);
+        f2.add_instruction(0, I::Undefined(X86_64::RA));
+        table.add_fde(cie, f2);
+
+        let mut f4 = FrameDescriptionEntry::new(Address::Constant(F4), 0x100);
+        f4.add_instruction(0, I::Cfa(X86_64::RBP, 16));
+        f4.add_instruction(0, I::Offset(X86_64::RBP, -16));
+        table.add_fde(cie, f4);
+
+        // An expression that jumps to itself forever.
+        let mut looping = FrameDescriptionEntry::new(Address::Constant(LOOPING), 0x100);
+        looping.add_instruction(0, I::CfaExpression(Expression::raw(vec![0x2f, 0xfd, 0xff])));
+        table.add_fde(cie, looping);
+
+        // glibc's __restore_rt: the CFA and every register read from the ucontext_t at rsp
+        // (DW_OP_breg7 offset, DW_OP_deref for the CFA; register rules are addresses).
+        let mut sig_cie = CommonInformationEntry::new(encoding(), 1, -8, X86_64::RA);
+        sig_cie.signal_trampoline = true;
+        let sig_cie = table.add_cie(sig_cie);
+        let mut sig = FrameDescriptionEntry::new(Address::Constant(SIG), 0x10);
+        let mut cfa = Expression::new();
+        cfa.op_breg(X86_64::RSP, 40 + 15 * 8);
+        cfa.op_deref();
+        sig.add_instruction(0, I::CfaExpression(cfa));
+        let gregs = [
+            X86_64::R8,
+            X86_64::R9,
+            X86_64::R10,
+            X86_64::R11,
+            X86_64::R12,
+            X86_64::R13,
+            X86_64::R14,
+            X86_64::R15,
+            X86_64::RDI,
+            X86_64::RSI,
+            X86_64::RBP,
+            X86_64::RBX,
+            X86_64::RDX,
+            X86_64::RAX,
+            X86_64::RCX,
+            X86_64::RSP,
+            X86_64::RA,
+        ];
+        for (i, reg) in gregs.into_iter().enumerate() {
+            let mut e = Expression::new();
+            e.op_breg(X86_64::RSP, 40 + 8 * i as i64);
+            sig.add_instruction(0, I::Expression(reg, e));
+        }
+        table.add_fde(sig_cie, sig);
+
+        let mut out = write::EhFrame(EndianVec::new(LittleEndian));
+        table.write_eh_frame(&mut out).expect("write .eh_frame");
+        out.0.into_vec()
+    }
+
+    /// An `.eh_frame_hdr` for `eh` (at file address `EH`), with a search table or not.
+    fn eh_frame_hdr(eh: &[u8], with_table: bool) -> Vec<u8> {
+        let mut fdes = Vec::new();
+        let section = EhFrame::new(eh, LittleEndian);
+        let bases = BaseAddresses::default().set_eh_frame(EH);
+        let mut entries = section.entries(&bases);
+        while let Some(entry) = entries.next().expect("entry") {
+            if let gimli::CieOrFde::Fde(partial) = entry {
+                let fde = partial.parse(EhFrame::cie_from_offset).expect("fde");
+                fdes.push((fde.initial_address(), EH + fde.offset() as u64));
+            }
+        }
+        fdes.sort();
+        let rel = |addr: u64| ((addr as i64 - HDR as i64) as i32).to_le_bytes();
+        let mut hdr = vec![1, 0x1b, 0x03, if with_table { 0x3b } else { 0xff }];
+        hdr.extend_from_slice(&((EH as i64 - (HDR as i64 + 4)) as i32).to_le_bytes());
+        if with_table {
+            hdr.extend_from_slice(&(fdes.len() as u32).to_le_bytes());
+            for (start, fde) in fdes {
+                hdr.extend_from_slice(&rel(start));
+                hdr.extend_from_slice(&rel(fde));
+            }
+        } else {
+            hdr.extend_from_slice(&0u32.to_le_bytes());
+        }
+        hdr
+    }
+
+    /// An ELF header and two program headers (PT_LOAD of the module, PT_GNU_EH_FRAME).
+    fn elf_headers(hdr_len: u64) -> Vec<u8> {
+        let mut h = vec![0u8; 64 + 2 * 56];
+        h[..8].copy_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0]);
+        h[16..18].copy_from_slice(&3u16.to_le_bytes());
+        h[18..20].copy_from_slice(&62u16.to_le_bytes());
+        h[20..24].copy_from_slice(&1u32.to_le_bytes());
+        h[32..40].copy_from_slice(&64u64.to_le_bytes());
+        h[52..54].copy_from_slice(&64u16.to_le_bytes());
+        h[54..56].copy_from_slice(&56u16.to_le_bytes());
+        h[56..58].copy_from_slice(&2u16.to_le_bytes());
+        h[58..60].copy_from_slice(&64u16.to_le_bytes());
+        let phdr = |h: &mut Vec<u8>, at: usize, kind: u32, vaddr: u64, size: u64| {
+            h[at..at + 4].copy_from_slice(&kind.to_le_bytes());
+            h[at + 4..at + 8].copy_from_slice(&5u32.to_le_bytes());
+            h[at + 8..at + 16].copy_from_slice(&vaddr.to_le_bytes());
+            h[at + 16..at + 24].copy_from_slice(&vaddr.to_le_bytes());
+            h[at + 24..at + 32].copy_from_slice(&vaddr.to_le_bytes());
+            h[at + 32..at + 40].copy_from_slice(&size.to_le_bytes());
+            h[at + 40..at + 48].copy_from_slice(&size.to_le_bytes());
+            h[at + 48..at + 56].copy_from_slice(&0x1000u64.to_le_bytes());
+        };
+        phdr(&mut h, 64, 1, 0, MODULE_SIZE as u64);
+        phdr(&mut h, 120, 0x6474_e550, HDR, hdr_len);
+        h
+    }
+
+    /// A target with the synthetic module (only in memory: its path is not on disk) and
+    /// a stack whose 8-byte slots are `stack` from `STACK`.
+    fn target_with(eh: &[u8], with_table: bool, stack: &[u64]) -> Target {
+        let hdr = eh_frame_hdr_or_raw(eh, with_table);
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        {
+            let m = b.region(BASE, MODULE_SIZE);
+            m.bytes(0, &elf_headers(hdr.len() as u64));
+            m.bytes(HDR as usize, &hdr);
+            m.bytes(EH as usize, eh);
+            m.bytes(RESTORE as usize, &RESTORE_RT);
+        }
+        {
+            let s = b.region(STACK, STACK_SIZE);
+            for (i, v) in stack.iter().enumerate() {
+                s.u64(i * 8, *v);
+            }
+        }
+        b.map_file(
+            BASE,
+            BASE + MODULE_SIZE as u64,
+            "/nonexistent/cdac-test/libsynthetic.so",
+        );
+        b.into_target()
+    }
+
+    /// The header for `eh` when it is the real `.eh_frame`; for damaged bytes, a header
+    /// without a table (the search table could not be built over them).
+    fn eh_frame_hdr_or_raw(eh: &[u8], with_table: bool) -> Vec<u8> {
+        if with_table {
+            eh_frame_hdr(eh, true)
+        } else {
+            let mut hdr = vec![1, 0x1b, 0x03, 0xff];
+            hdr.extend_from_slice(&((EH as i64 - (HDR as i64 + 4)) as i32).to_le_bytes());
+            hdr.extend_from_slice(&0u32.to_le_bytes());
+            hdr
+        }
+    }
+
+    fn slot(i: u64) -> u64 {
+        STACK + 8 * i
+    }
+
+    fn ctx(rip: u64, rsp: u64) -> X64Context {
+        let mut regs = [None; 16];
+        for (i, r) in regs.iter_mut().enumerate() {
+            *r = Some(0x1111 * (i as u64 + 1));
+        }
+        regs[x64_reg::RSP] = Some(rsp);
+        X64Context { rip, regs }
+    }
+
+    /// The frame of F1 at F1+0x10: rsp at slot 0, CFA = rsp+32, saved rbx at CFA-24,
+    /// rbp at CFA-16, return address at CFA-8 (pointing into F2's start).
+    fn f1_stack() -> Vec<u64> {
+        let mut s = vec![0u64; 16];
+        s[1] = 0xb0b0; // rbx (slot 1 = CFA-24)
+        s[2] = 0xbebe; // rbp (CFA-16)
+        s[3] = BASE + F2; // return address (CFA-8)
+        s
+    }
+
+    #[test]
+    fn restores_rip_rsp_and_callee_saved_by_the_rules() {
+        for with_table in [true, false] {
+            let eh = eh_frame();
+            let target = target_with(&eh, with_table, &f1_stack());
+            let unw = NativeUnwinder::new(&target);
+            let start = ctx(BASE + F1 + 0x10, slot(0));
+            let next = unw
+                .step_innermost(&start, &target)
+                .expect("step")
+                .expect("a caller");
+            assert_eq!(next.rip, BASE + F2);
+            assert_eq!(next.rsp(), slot(4), "rsp = CFA");
+            assert_eq!(next.regs[x64_reg::RBX], Some(0xb0b0));
+            assert_eq!(next.rbp(), Some(0xbebe));
+            assert_eq!(
+                next.regs[x64_reg::R12],
+                start.regs[x64_reg::R12],
+                "callee-saved without a rule keep their value"
+            );
+            for caller_saved in [x64_reg::RAX, x64_reg::RCX, x64_reg::RDX, x64_reg::RSI] {
+                assert_eq!(next.regs[caller_saved], None);
+            }
+            // As a caller, F2 is looked up at F2 - 1, in F1 (CFA = slot 8, whose return
+            // address slot 7 holds 0: the end of the stack); as innermost, it is F2,
+            // whose return address is undefined. Both say: no caller.
+            assert_eq!(unw.step(&next, &target).expect("F1 again"), None);
+            assert_eq!(unw.step_innermost(&next, &target).expect("F2"), None);
+            // Before F1's prologue: CFA = rsp + 8.
+            let at_entry = unw
+                .step_innermost(&ctx(BASE + F1, slot(3)), &target)
+                .expect("step")
+                .expect("caller");
+            assert_eq!((at_entry.rip, at_entry.rsp()), (BASE + F2, slot(4)));
+            assert_eq!(at_entry.rbp(), start.rbp(), "rbp not saved yet");
+        }
+    }
+
+    #[test]
+    fn a_return_address_is_looked_up_one_byte_back() {
+        let eh = eh_frame();
+        let mut stack = f1_stack();
+        stack[7] = BASE + F1 + 0x20; // F1's frame at slot 4: CFA = slot 8
+        let target = target_with(&eh, true, &stack);
+        let unw = NativeUnwinder::new(&target);
+        // A caller whose return address is the first byte of F2 (the call was F1's
+        // last instruction): F1's rules apply.
+        let caller = ctx(BASE + F2, slot(4));
+        let next = unw.step(&caller, &target).expect("step").expect("caller");
+        assert_eq!((next.rip, next.rsp()), (BASE + F1 + 0x20, slot(8)));
+        let frame = NativeFrame {
+            ctx: caller,
+            ip_is_exact: false,
+        };
+        assert_eq!(frame.lookup_ip(), BASE + F2 - 1);
+    }
+
+    #[test]
+    fn cfa_from_an_unknown_register_is_bad_unwind_data() {
+        let target = target_with(&eh_frame(), true, &f1_stack());
+        let unw = NativeUnwinder::new(&target);
+        let mut c = ctx(BASE + F4 + 8, slot(0));
+        c.regs[x64_reg::RBP] = Some(slot(2));
+        let next = unw.step_innermost(&c, &target).expect("step").expect("caller");
+        assert_eq!(next.rip, BASE + F2, "[rbp + 8]");
+        assert_eq!(next.rsp(), slot(4), "rbp + 16");
+        assert_eq!(next.rbp(), Some(0xbebe), "[rbp]");
+        c.regs[x64_reg::RBP] = None;
+        match unw.step_innermost(&c, &target) {
+            Err(UnwindError::BadUnwindData { ip, detail }) => {
+                assert_eq!(ip, BASE + F4 + 8);
+                assert!(detail.contains("CFA register 6"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A ucontext_t at slot `at` whose registers are `0x100 + i` for greg i, with rsp
+    /// and rip of the interrupted frame.
+    fn ucontext(stack: &mut [u64], at: usize, rsp: u64, rip: u64) {
+        for i in 0..16 {
+            stack[at + 5 + i] = 0x100 + i as u64;
+        }
+        stack[at + 5 + 15] = rsp;
+        stack[at + 5 + 16] = rip;
+    }
+
+    fn check_interrupted(next: &X64Context, rsp: u64, rip: u64) {
+        assert_eq!((next.rip, next.rsp()), (rip, rsp));
+        for (i, reg) in GREGS_ORDER.iter().enumerate().take(15) {
+            assert_eq!(next.regs[*reg], Some(0x100 + i as u64), "greg {i}");
+        }
+    }
+
+    #[test]
+    fn signal_frames_by_cfi_expressions_come_back_with_an_exact_ip() {
+        // The handler returned to SIG+1 with rsp at the ucontext_t (slot 0); the
+        // interrupted frame is at F1's first instruction, rsp at slot 40 (F1's return
+        // address there).
+        let mut stack = vec![0u64; 64];
+        ucontext(&mut stack, 0, slot(40), BASE + F1);
+        stack[40] = BASE + F2;
+        let target = target_with(&eh_frame(), true, &stack);
+        let unw = NativeUnwinder::new(&target);
+        let handler_return = NativeFrame {
+            ctx: ctx(BASE + SIG + 1, slot(0)),
+            ip_is_exact: false,
+        };
+        let interrupted = unw
+            .step_frame(&handler_return, &target)
+            .expect("step")
+            .expect("interrupted frame");
+        assert!(interrupted.ip_is_exact, "a signal frame's caller is exact");
+        check_interrupted(&interrupted.ctx, slot(40), BASE + F1);
+        // Looked up at F1 itself (not F1 - 1, which no FDE covers): CFA = rsp + 8.
+        let caller = unw
+            .step_frame(&interrupted, &target)
+            .expect("step")
+            .expect("caller");
+        assert_eq!((caller.ctx.rip, caller.ctx.rsp()), (BASE + F2, slot(41)));
+        assert!(!caller.ip_is_exact);
+        // The same frame taken for a return address finds no CFI at F1 - 1.
+        let wrong = NativeFrame {
+            ip_is_exact: false,
+            ..interrupted
+        };
+        assert!(matches!(
+            unw.step_frame(&wrong, &target),
+            Err(UnwindError::NoUnwindInfo { .. })
+        ));
+    }
+
+    #[test]
+    fn a_trampoline_without_cfi_is_recognised_by_its_bytes() {
+        let mut stack = vec![0u64; 64];
+        ucontext(&mut stack, 0, slot(40), BASE + F1);
+        let target = target_with(&eh_frame(), true, &stack);
+        let unw = NativeUnwinder::new(&target);
+        let next = unw
+            .step_frame(
+                &NativeFrame {
+                    ctx: ctx(BASE + RESTORE, slot(0)),
+                    ip_is_exact: false,
+                },
+                &target,
+            )
+            .expect("step")
+            .expect("interrupted");
+        assert!(next.ip_is_exact);
+        check_interrupted(&next.ctx, slot(40), BASE + F1);
+        // Elsewhere without CFI: no unwind info.
+        assert!(matches!(
+            unw.step_innermost(&ctx(BASE + RESTORE + 0x10, slot(0)), &target),
+            Err(UnwindError::NoUnwindInfo { ip }) if ip == BASE + RESTORE + 0x10
+        ));
+        assert!(unw.is_in_module(BASE + RESTORE));
+        assert!(!unw.is_in_module(STACK));
+    }
+
+    #[test]
+    fn an_endless_expression_is_cut_off() {
+        let target = target_with(&eh_frame(), true, &f1_stack());
+        let unw = NativeUnwinder::new(&target);
+        match unw.step_innermost(&ctx(BASE + LOOPING, slot(0)), &target) {
+            Err(UnwindError::BadUnwindData { detail, .. }) => {
+                assert!(detail.contains("expression"), "{detail}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// xorshift64*: deterministic noise.
+    fn noise(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed | 1;
+        move || {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+    }
+
+    #[test]
+    fn random_bytes_as_eh_frame_give_typed_errors() {
+        let mut next = noise(7);
+        for round in 0..200 {
+            let len = 8 + (next() % 600) as usize;
+            let mut eh: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            // Half the time, a plausible length prefix so that parsing goes deeper.
+            if round % 2 == 0 {
+                eh[..4].copy_from_slice(&((len - 4) as u32).to_le_bytes());
+                eh[4..8].copy_from_slice(&0u32.to_le_bytes());
+            }
+            let target = target_with(&eh, false, &f1_stack());
+            let unw = NativeUnwinder::new(&target);
+            for ip in [F1 + 0x10, F2, SIG + 1] {
+                let r = unw.step_innermost(&ctx(BASE + ip, slot(0)), &target);
+                assert!(
+                    matches!(
+                        r,
+                        Err(UnwindError::NoUnwindInfo { .. } | UnwindError::BadUnwindData { .. })
+                    ),
+                    "round {round}: {r:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_stack_of_garbage_ends_in_typed_errors() {
+        let mut next = noise(11);
+        for round in 0..50 {
+            let mut stack: Vec<u64> = (0..STACK_SIZE / 8).map(|_| next()).collect();
+            // Some slots point back into the module, so that walks go on a while.
+            for i in (0..stack.len()).step_by(3) {
+                stack[i] = BASE + F1 + (stack[i] % 0x100);
+            }
+            let target = target_with(&eh_frame(), true, &stack);
+            let unw = NativeUnwinder::new(&target);
+            let mut frame = NativeFrame::innermost(ctx(BASE + F1 + 0x10, slot(0)));
+            let mut steps = 0;
+            let end = loop {
+                steps += 1;
+                assert!(steps < STACK_SIZE, "round {round}: no end");
+                match unw.step_frame(&frame, &target) {
+                    Ok(Some(f)) => frame = f,
+                    other => break other,
+                }
+            };
+            assert!(
+                matches!(
+                    end,
+                    Err(UnwindError::NoUnwindInfo { .. }
+                        | UnwindError::Read(_)
+                        | UnwindError::BadUnwindData { .. }
+                        | UnwindError::NotProgressing { .. })
+                        | Ok(None)
+                ),
+                "round {round}: {end:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn frame_pointer_chain_and_its_cycles() {
+        // slot 4: [rbp] = slot 8, ret F1; slot 8: [rbp] = slot 4 (a cycle), ret F1.
+        let mut stack = vec![0u64; 16];
+        stack[4] = slot(8);
+        stack[5] = BASE + F1;
+        stack[8] = slot(4);
+        stack[9] = BASE + F1 + 1;
+        stack[12] = slot(12); // a frame pointing at itself
+        stack[13] = BASE + F1 + 2;
+        let target = target_with(&eh_frame(), true, &stack);
+        let c = X64Context::new(0x1234, slot(0), Some(slot(4)));
+        let one = NativeUnwinder::step_frame_pointer(&c, &target)
+            .expect("step")
+            .expect("caller");
+        assert_eq!(one, X64Context::new(BASE + F1, slot(6), Some(slot(8))));
+        let two = NativeUnwinder::step_frame_pointer(&one, &target)
+            .expect("step")
+            .expect("caller");
+        assert_eq!(two, X64Context::new(BASE + F1 + 1, slot(10), Some(slot(4))));
+        assert!(matches!(
+            NativeUnwinder::step_frame_pointer(&two, &target),
+            Err(UnwindError::NotProgressing { sp, .. }) if sp == slot(6)
+        ));
+        let own = X64Context::new(0x1234, slot(11), Some(slot(12)));
+        let once = NativeUnwinder::step_frame_pointer(&own, &target)
+            .expect("step")
+            .expect("caller");
+        assert!(matches!(
+            NativeUnwinder::step_frame_pointer(&once, &target),
+            Err(UnwindError::NotProgressing { .. })
+        ));
+        // No rbp, a misaligned one, and one off the stack.
+        for rbp in [None, Some(slot(4) + 1), Some(0x10)] {
+            let c = X64Context::new(0x1234, slot(0), rbp);
+            let r = NativeUnwinder::step_frame_pointer(&c, &target);
+            assert!(
+                matches!(
+                    r,
+                    Err(UnwindError::NoUnwindInfo { .. } | UnwindError::NotProgressing { .. })
+                ),
+                "{rbp:?}: {r:?}"
+            );
+        }
+        let c = X64Context::new(0x1234, 0x10, Some(0x8000_0000));
+        assert!(matches!(
+            NativeUnwinder::step_frame_pointer(&c, &target),
+            Err(UnwindError::Read(_))
+        ));
+    }
+}
