@@ -9,6 +9,7 @@
 //! - [`contracts`]: versioned algorithms over the runtime's data.
 //! - [`formats`]: file formats `cdac` reads and writes.
 //! - [`unwind`]: stepping from a frame to its caller, managed and native.
+//! - [`symbols`]: naming native code by the ELF symbols of its module.
 //! - [`cli`]: the `cdac` command line, a thin user of the above.
 
 pub mod cli;
@@ -19,5 +20,6 @@ pub mod formats;
 pub mod limits;
 pub mod names;
 pub mod runtime;
+pub mod symbols;
 pub mod target;
 pub mod unwind;

@@ -1,0 +1,164 @@
+//! The ELF modules of a target: its file mappings grouped by path, with the address the
+//! file was loaded at, and the bytes of the file (from disk, or the headers the target has
+//! mapped). Shared by the native unwinder and the symbolizer.
+
+use std::path::{Path, PathBuf};
+
+use object::elf;
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::Endianness;
+
+use crate::target::{MappedFile, Target};
+
+/// One ELF file mapped into the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElfModule {
+    /// Path of the file, as the target saw it.
+    pub path: PathBuf,
+    /// Address of the mapping of file offset 0 (the ELF header).
+    pub base: u64,
+}
+
+/// The target's ELF modules and which addresses each one covers.
+#[derive(Debug, Default, Clone)]
+pub struct ModuleMap {
+    modules: Vec<ElfModule>,
+    /// `(start, end, module index)` of every file mapping, sorted by start.
+    ranges: Vec<(u64, u64, usize)>,
+}
+
+impl ModuleMap {
+    /// Groups the target's file mappings by path. A path without a mapping of file offset
+    /// 0 (no ELF header in memory, so no known load address) is left out, and so are the
+    /// kernel's pseudo-files (`[vdso]`, `/dev/zero`, deleted files, ...).
+    pub fn new(files: &[MappedFile]) -> ModuleMap {
+        let mut modules: Vec<ElfModule> = Vec::new();
+        let mut by_path: std::collections::HashMap<&Path, usize> = Default::default();
+        for f in files {
+            if f.file_offset != 0 || !is_module_path(&f.path) || by_path.contains_key(&*f.path) {
+                continue;
+            }
+            by_path.insert(&f.path, modules.len());
+            modules.push(ElfModule {
+                path: f.path.clone(),
+                base: f.start,
+            });
+        }
+        let mut ranges: Vec<(u64, u64, usize)> = files
+            .iter()
+            .filter(|f| f.start < f.end)
+            .filter_map(|f| by_path.get(&*f.path).map(|&i| (f.start, f.end, i)))
+            // A mapping below the module's base belongs to another load of the same file.
+            .filter(|&(start, _, i)| start >= modules[i].base)
+            .collect();
+        ranges.sort_unstable();
+        ModuleMap { modules, ranges }
+    }
+
+    /// The modules, in the order of their first mapping.
+    pub fn modules(&self) -> &[ElfModule] {
+        &self.modules
+    }
+
+    /// The module mapped at `addr` and its index in [`ModuleMap::modules`].
+    pub fn find(&self, addr: u64) -> Option<(usize, &ElfModule)> {
+        let i = self.ranges.partition_point(|r| r.0 <= addr);
+        let &(start, end, m) = self.ranges.get(i.checked_sub(1)?)?;
+        (start <= addr && addr < end).then(|| (m, &self.modules[m]))
+    }
+}
+
+fn is_module_path(path: &Path) -> bool {
+    let s = path.as_os_str().as_encoded_bytes();
+    s.first() == Some(&b'/')
+        && !s.starts_with(b"/dev/")
+        && !s.starts_with(b"/memfd:")
+        && !s.ends_with(b" (deleted)")
+}
+
+/// Most bytes read from the target for the headers of one module.
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// Most program headers accepted.
+const MAX_PHDRS: usize = 512;
+
+/// A program header, as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// `p_type`.
+    pub kind: elf::ProgramType,
+    /// `p_offset`.
+    pub offset: u64,
+    /// `p_vaddr`.
+    pub vaddr: u64,
+    /// `p_filesz`.
+    pub filesz: u64,
+    /// `p_memsz`.
+    pub memsz: u64,
+}
+
+/// The program headers of a 64-bit little-endian ELF image in `data` (which must hold
+/// the header and the program header table).
+pub fn program_headers(data: &[u8]) -> Result<Vec<Segment>, String> {
+    let header = elf::FileHeader64::<Endianness>::parse(data).map_err(|e| e.to_string())?;
+    let endian = header.endian().map_err(|e| e.to_string())?;
+    if endian != Endianness::Little || header.e_machine(endian) != elf::EM_X86_64 {
+        return Err("not an x86-64 little-endian ELF".into());
+    }
+    let phdrs = header
+        .program_headers(endian, data)
+        .map_err(|e| e.to_string())?;
+    if phdrs.len() > MAX_PHDRS {
+        return Err(format!("{} program headers", phdrs.len()));
+    }
+    Ok(phdrs
+        .iter()
+        .map(|p| Segment {
+            kind: p.p_type(endian),
+            offset: p.p_offset(endian),
+            vaddr: p.p_vaddr(endian),
+            filesz: p.p_filesz(endian),
+            memsz: p.p_memsz(endian),
+        })
+        .collect())
+}
+
+/// The load bias of an image whose header is mapped at `base`: what to add to the file's
+/// virtual addresses to get the target's (`base` minus the page of the first `PT_LOAD`).
+pub fn load_bias(base: u64, segments: &[Segment]) -> Option<u64> {
+    let first = segments
+        .iter()
+        .filter(|s| s.kind == elf::PT_LOAD)
+        .min_by_key(|s| s.offset)?;
+    Some(base.wrapping_sub(first.vaddr.wrapping_sub(first.offset)))
+}
+
+/// Reads the ELF header and program headers of the module mapped at `base` from target
+/// memory.
+pub fn headers_from_memory(target: &Target, base: u64) -> Result<Vec<Segment>, String> {
+    let ehdr = target.read_bytes(base, 64).map_err(|e| e.to_string())?;
+    let header = elf::FileHeader64::<Endianness>::parse(&*ehdr).map_err(|e| e.to_string())?;
+    let endian = header.endian().map_err(|e| e.to_string())?;
+    let phoff = header.e_phoff(endian);
+    let phsize = u64::from(header.e_phnum(endian)) * u64::from(header.e_phentsize(endian));
+    let len = phoff.saturating_add(phsize);
+    if len > MAX_HEADER_BYTES as u64 {
+        return Err(format!(
+            "program headers end at {len:#x}, beyond {MAX_HEADER_BYTES:#x}"
+        ));
+    }
+    let data = target
+        .read_bytes(base, (len as usize).max(64))
+        .map_err(|e| e.to_string())?;
+    program_headers(&data)
+}
+
+/// Whether the file at `path` on this machine is the one the target mapped at `base`: its
+/// ELF header matches the target's bytes (when the target has them; a dump without them
+/// cannot tell, and the file is trusted).
+pub fn file_matches_target(file: &[u8], target: &Target, base: u64) -> bool {
+    match (file.get(..64), target.read_bytes(base, 64)) {
+        (Some(disk), Ok(mem)) => disk == mem.as_slice(),
+        (Some(_), Err(_)) => true,
+        (None, _) => false,
+    }
+}

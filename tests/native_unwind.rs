@@ -1,0 +1,294 @@
+//! Native unwinding and symbols on dumps of the real .NET 10 testbed, against gdb: for
+//! every thread of a `gcore` and a `createdump --full` dump, the CFI walk from the
+//! thread's `NT_PRSTATUS` registers names the same native functions, in the same order, as
+//! `gdb -batch -ex 'thread apply all bt'` does before its first `??` frame.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cdac::symbols::ElfSymbols;
+use cdac::target::core_dump::CoreDump;
+use cdac::target::{DataLayout, Target};
+use cdac::unwind::native_x64::{NativeFrame, NativeUnwinder};
+use cdac::unwind::UnwindError;
+use common::{testbed_of, Variant};
+
+/// How a walk ended.
+#[derive(Debug)]
+enum End {
+    /// The CFI said the last frame is the outermost one.
+    Outermost,
+    /// The next frame is outside every ELF module (managed code).
+    LeftModules(u64),
+    /// A step failed.
+    Error(UnwindError),
+    /// The frame limit.
+    TooDeep,
+}
+
+struct Walk {
+    /// `(ip, name, aliases)` of each native frame, innermost first.
+    frames: Vec<(u64, String, Vec<String>)>,
+    end: End,
+    steps: usize,
+}
+
+fn walk(target: &Target, unw: &NativeUnwinder, syms: &ElfSymbols, frame: NativeFrame) -> Walk {
+    let mut frame = frame;
+    let mut frames = Vec::new();
+    let mut steps = 0;
+    let end = loop {
+        if !unw.is_in_module(frame.ctx.rip) {
+            break End::LeftModules(frame.ctx.rip);
+        }
+        let lookup = frame.lookup_ip();
+        let sym = syms.lookup(lookup).expect("in a module");
+        frames.push((
+            frame.ctx.rip,
+            sym.symbol.clone().unwrap_or_else(|| sym.to_string()),
+            syms.aliases(lookup),
+        ));
+        if frames.len() > 256 {
+            break End::TooDeep;
+        }
+        steps += 1;
+        match unw.step_frame(&frame, target) {
+            Ok(Some(next)) => frame = next,
+            Ok(None) => break End::Outermost,
+            Err(e) => break End::Error(e),
+        }
+    };
+    Walk { frames, end, steps }
+}
+
+/// gdb's frame types (`gdb.NORMAL_FRAME` ...).
+const GDB_NORMAL: u32 = 0;
+const GDB_INLINE: u32 = 2;
+const GDB_TAILCALL: u32 = 3;
+const GDB_SIGTRAMP: u32 = 4;
+
+/// Prints `F LWP TYPE PC NAME` for the frames of every thread.
+const GDB_SCRIPT: &str = r#"
+import gdb
+for inf in gdb.inferiors():
+    for th in inf.threads():
+        th.switch()
+        f = gdb.newest_frame()
+        n = 0
+        while f is not None and n < 64:
+            print("F %d %d 0x%x %s" % (th.ptid[1], f.type(), f.pc(), f.name()))
+            try:
+                f = f.older()
+            except gdb.error:
+                break
+            n += 1
+"#;
+
+/// One frame gdb shows.
+#[derive(Debug, Clone)]
+struct GdbFrame {
+    kind: u32,
+    pc: u64,
+    name: Option<String>,
+}
+
+/// gdb's physical frames per thread (LWP), up to its first frame outside every ELF
+/// module (managed code, where gdb's unwinding loses its way): inlined frames and the
+/// tail-call frames gdb rebuilds from DWARF call-site data are left out (they have no
+/// frame on the stack), and counted in the second number.
+fn gdb_backtraces(
+    exe: &Path,
+    core: &Path,
+    in_module: impl Fn(u64) -> bool,
+) -> BTreeMap<i32, (Vec<GdbFrame>, usize)> {
+    let script = core.with_extension("gdb-bt.py");
+    std::fs::write(&script, GDB_SCRIPT).expect("write gdb script");
+    let out = Command::new("gdb")
+        .env_remove("DEBUGINFOD_URLS")
+        .args(["-nx", "-batch", "-ex", "set debuginfod enabled off", "-x"])
+        .arg(&script)
+        .arg(exe)
+        .arg(core)
+        .output()
+        .expect("run gdb");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut threads: BTreeMap<i32, (Vec<GdbFrame>, usize, bool)> = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("F ") else {
+            continue;
+        };
+        let mut it = rest.splitn(4, ' ');
+        let (Some(tid), Some(kind), Some(pc), Some(name)) =
+            (it.next(), it.next(), it.next(), it.next())
+        else {
+            panic!("gdb line {line}");
+        };
+        let tid: i32 = tid.parse().expect("lwp");
+        let kind: u32 = kind.parse().expect("frame type");
+        let pc = u64::from_str_radix(pc.trim_start_matches("0x"), 16).expect("pc");
+        let name = (name != "None").then(|| name.to_string());
+        let entry = threads.entry(tid).or_default();
+        if entry.2 {
+            continue;
+        }
+        match kind {
+            GDB_INLINE | GDB_TAILCALL => entry.1 += 1,
+            GDB_NORMAL | GDB_SIGTRAMP if !in_module(pc) => entry.2 = true,
+            GDB_NORMAL | GDB_SIGTRAMP => entry.0.push(GdbFrame { kind, pc, name }),
+            other => panic!("gdb frame type {other}"),
+        }
+    }
+    assert!(!threads.is_empty(), "gdb printed no frames:\n{text}");
+    threads
+        .into_iter()
+        .map(|(t, (f, n, _))| (t, (f, n)))
+        .collect()
+}
+
+/// A name compared without its parameter list (gdb prints DWARF names bare, minimal
+/// symbols with parameters).
+fn bare(name: &str) -> &str {
+    match name.find('(') {
+        Some(i) if !name.starts_with("operator") => &name[..i],
+        _ => name,
+    }
+}
+
+fn same_function(gdb: &str, ours: &str, aliases: &[String]) -> bool {
+    let g = bare(gdb);
+    std::iter::once(ours)
+        .chain(aliases.iter().map(String::as_str))
+        .any(|n| bare(n) == g)
+}
+
+fn check_dump(kind: &str) {
+    let tb = testbed_of(Variant::Net10);
+    let core = tb.dump(kind);
+    let exe = common::testbed_exe(Variant::Net10);
+    let target = Target::new(
+        Arc::new(CoreDump::open(&core).expect("open core")),
+        DataLayout::LE64,
+    );
+    let unw = NativeUnwinder::new(&target);
+    let syms = ElfSymbols::new(&target);
+    let threads = target.source().threads().expect("threads");
+    assert!(threads.len() >= 10, "{} threads", threads.len());
+
+    let t0 = Instant::now();
+    let mut walks = BTreeMap::new();
+    for t in &threads {
+        let ctx = t.context.expect("NT_PRSTATUS registers");
+        walks.insert(
+            t.tid,
+            walk(&target, &unw, &syms, NativeFrame::innermost(ctx)),
+        );
+    }
+    let walk_time = t0.elapsed();
+    // Steps alone, with every module's CFI loaded.
+    let t1 = Instant::now();
+    for t in &threads {
+        let mut frame = NativeFrame::innermost(t.context.expect("registers"));
+        while unw.is_in_module(frame.ctx.rip) {
+            match unw.step_frame(&frame, &target) {
+                Ok(Some(next)) => frame = next,
+                _ => break,
+            }
+        }
+    }
+    let warm_time = t1.elapsed();
+    let gdb = gdb_backtraces(&exe, &core, |pc| unw.is_in_module(pc));
+
+    let (mut matched, mut gdb_frames, mut steps, mut virtual_frames) = (0, 0, 0, 0);
+    let (mut named, mut named_matched) = (0, 0);
+    let mut report = String::new();
+    let mut mismatched_lengths = 0;
+    for (tid, w) in &walks {
+        steps += w.steps;
+        let (g, skipped) = gdb
+            .get(tid)
+            .unwrap_or_else(|| panic!("gdb has no thread {tid}"));
+        virtual_frames += skipped;
+        report.push_str(&format!(
+            "thread {tid}: ours {:?} end {:?}\n      gdb {:?}\n",
+            w.frames
+                .iter()
+                .map(|f| format!("{:#x} {}", f.0, f.1))
+                .collect::<Vec<_>>(),
+            w.end,
+            g.iter()
+                .map(|f| format!(
+                    "{:#x} {}",
+                    f.pc,
+                    f.name.as_deref().unwrap_or("<signal handler called>")
+                ))
+                .collect::<Vec<_>>(),
+        ));
+        gdb_frames += g.len();
+        for (i, gf) in g.iter().enumerate() {
+            let Some((ip, ours, aliases)) = w.frames.get(i) else {
+                report.push_str(&format!("  MISSING #{i}: gdb {gf:?}\n"));
+                break;
+            };
+            // Where gdb names the function (debug info or a symbol covers it), we must
+            // name the same one; where it does not (libcoreclr's internal functions have
+            // no symbol), the frames must still agree.
+            let same = *ip == gf.pc
+                && match (&gf.name, gf.kind) {
+                    (Some(name), _) => same_function(name, ours, aliases),
+                    (None, GDB_SIGTRAMP) => ours.contains("restore_rt"),
+                    (None, _) => true,
+                };
+            if same {
+                matched += 1;
+                if gf.name.is_some() {
+                    named += 1;
+                    named_matched += 1;
+                }
+            } else {
+                report.push_str(&format!(
+                    "  MISMATCH #{i} {ip:#x}: ours {ours} gdb {gf:?}\n"
+                ));
+                break;
+            }
+        }
+        // Both walks end at the same place: gdb's last native frame is ours.
+        if g.len() < w.frames.len() && !matches!(w.end, End::Outermost) {
+            report.push_str(&format!(
+                "  EXTRA: ours has {} frames, gdb {}\n",
+                w.frames.len(),
+                g.len()
+            ));
+        }
+        if g.len() != w.frames.len() {
+            mismatched_lengths += 1;
+        }
+    }
+    eprintln!("{report}");
+    eprintln!(
+        "{kind}: {} threads, {steps} steps: {walk_time:?} with loading modules and symbols, {warm_time:?} warm ({:?}/step); {matched} of {gdb_frames} gdb frames matched ({named_matched} of {named} named ones by name), gdb's {virtual_frames} inlined and tail-call frames left out; {mismatched_lengths} threads of another length",
+        walks.len(),
+        warm_time / steps.max(1) as u32
+    );
+    assert_eq!(matched, gdb_frames, "{report}");
+    assert_eq!(mismatched_lengths, 0, "{report}");
+    assert!(
+        named >= walks.len(),
+        "most threads have a named frame: {named}"
+    );
+    assert!(walk_time < Duration::from_secs(10));
+}
+
+#[test]
+fn gcore_native_frames_match_gdb() {
+    check_dump("gcore");
+}
+
+#[test]
+fn full_dump_native_frames_match_gdb() {
+    check_dump("full");
+}
