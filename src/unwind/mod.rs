@@ -6,6 +6,8 @@
 //! frame-pointer chain. Each unwinder is one step: given the context of a frame, the
 //! context of its caller, or `None` at the outermost frame.
 
+pub mod managed_x64;
+
 use crate::contracts::ContractError;
 use crate::target::{ReadError, Target};
 
