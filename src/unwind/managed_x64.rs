@@ -417,17 +417,21 @@ pub fn virtual_unwind(
     let info = UnwindInfo::read(code, image_base, func.unwind_info, ip)?;
     let prolog_offset = ip - func.begin;
 
-    // The establisher frame: where UWOP_SAVE_NONVOL offsets count from.
-    let establisher = if info.frame_register == 0 {
-        reg(ctx, x64_reg::RSP)?
-    } else if prolog_offset >= u64::from(info.prolog_size) || info.chained.is_some() {
-        reg(ctx, info.frame_register)?.wrapping_sub(info.frame_offset_bytes(ip)?)
-    } else {
-        match info.set_fpreg_offset(ip)? {
-            Some(off) if prolog_offset >= u64::from(off) => {
-                reg(ctx, info.frame_register)?.wrapping_sub(info.frame_offset_bytes(ip)?)
-            }
-            _ => reg(ctx, x64_reg::RSP)?,
+    // The establisher frame: where UWOP_SAVE_NONVOL offsets count from (worked out only
+    // when needed: an epilog may have popped the frame register already).
+    let establisher = || -> Result<u64, UnwindError> {
+        if info.frame_register == 0 {
+            return reg(ctx, x64_reg::RSP);
+        }
+        let established = prolog_offset >= u64::from(info.prolog_size)
+            || info.chained.is_some()
+            || info
+                .set_fpreg_offset(ip)?
+                .is_some_and(|off| prolog_offset >= u64::from(off));
+        if established {
+            Ok(reg(ctx, info.frame_register)?.wrapping_sub(info.frame_offset_bytes(ip)?))
+        } else {
+            reg(ctx, x64_reg::RSP)
         }
     };
 
@@ -446,7 +450,7 @@ pub fn virtual_unwind(
     // Undo the prolog, following chained entries.
     let mut rsp = reg(ctx, x64_reg::RSP)?;
     let mut machine_frame = false;
-    let mut current = info;
+    let mut current = info.clone();
     let mut current_offset = prolog_offset;
     for depth in 0.. {
         let mut i = 0;
@@ -488,12 +492,12 @@ pub fn virtual_unwind(
                 }
                 op::SAVE_NONVOL => {
                     let off = current.slot(i + 1, ip)? * 8;
-                    out.regs[r] = Some(mem.read_u64(establisher.wrapping_add(off))?);
+                    out.regs[r] = Some(mem.read_u64(establisher()?.wrapping_add(off))?);
                     restored[r] = true;
                 }
                 op::SAVE_NONVOL_FAR => {
                     let off = current.slot(i + 1, ip)? | (current.slot(i + 2, ip)? << 16);
-                    out.regs[r] = Some(mem.read_u64(establisher.wrapping_add(off))?);
+                    out.regs[r] = Some(mem.read_u64(establisher()?.wrapping_add(off))?);
                     restored[r] = true;
                 }
                 op::PUSH_MACHFRAME => {
@@ -573,4 +577,400 @@ pub fn step_managed(
         return Err(UnwindError::NotProgressing { ip, sp });
     }
     Ok(caller)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::target::builder::MemoryBuilder;
+    use crate::target::DataLayout;
+
+    const BASE: u64 = 0x10_0000;
+    /// RVA of the RUNTIME_FUNCTION, the UNWIND_INFO, and the function.
+    const RF: u64 = 0x10;
+    const UI: u64 = 0x100;
+    const CODE: u64 = 0x1000;
+    const CODE_LEN: u64 = 0x100;
+    /// The caller's rsp (after the return) and the return address.
+    const S: u64 = 0x7000_0800;
+    const RA: u64 = 0x4242_4242;
+
+    fn code_op(offset: u8, op: u8, info: u8) -> u16 {
+        u16::from(offset) | (u16::from(op) << 8) | (u16::from(info) << 12)
+    }
+
+    /// A target with one function: its unwind header `[version|flags, prolog, count,
+    /// frame]`, code slots, code bytes (padded with int3), and stack slots.
+    fn target(header: [u8; 4], slots: &[u16], code: &[u8], stack: &[(u64, u64)]) -> Target {
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        let r = b.region(BASE, 0x2000);
+        r.u32(RF as usize, CODE as u32)
+            .u32(RF as usize + 4, (CODE + CODE_LEN) as u32)
+            .u32(RF as usize + 8, UI as u32);
+        r.bytes(UI as usize, &header);
+        for (i, s) in slots.iter().enumerate() {
+            r.u16(UI as usize + 4 + 2 * i, *s);
+        }
+        r.bytes(CODE as usize, &[0xcc; CODE_LEN as usize]);
+        r.bytes(CODE as usize, code);
+        let st = b.region(S - 0x400, 0x800);
+        for &(addr, v) in stack {
+            st.u64((addr - (S - 0x400)) as usize, v);
+        }
+        b.into_target()
+    }
+
+    fn unwind(t: &Target, ctx: &X64Context) -> Result<X64Context, UnwindError> {
+        virtual_unwind(t, BASE, BASE + RF, ctx, t, &|_| false)
+    }
+
+    fn ctx(offset: u64, rsp: u64, set: &[(usize, u64)]) -> X64Context {
+        let mut c = X64Context::new(BASE + CODE + offset, rsp, None);
+        for &(r, v) in set {
+            c.regs[r] = Some(v);
+        }
+        c
+    }
+
+    /// JIT-style frame: push rbp; push rbx; sub rsp, 0x28; lea rbp, [rsp+0x20]; body;
+    /// epilog lea rsp, [rbp+8]; pop rbx; pop rbp; ret.
+    fn rbp_frame() -> Target {
+        let mut code = vec![
+            0x55, 0x53, 0x48, 0x83, 0xec, 0x28, 0x48, 0x8d, 0x6c, 0x24, 0x20,
+        ];
+        code.resize(30, 0x90);
+        code.extend([0x48, 0x8d, 0x65, 0x08, 0x5b, 0x5d, 0xc3]);
+        target(
+            [0x01, 11, 4, 0x25],
+            &[
+                code_op(11, op::SET_FPREG, 0),
+                code_op(6, op::ALLOC_SMALL, 4),
+                code_op(2, op::PUSH_NONVOL, 3),
+                code_op(1, op::PUSH_NONVOL, 5),
+            ],
+            &code,
+            &[(S - 8, RA), (S - 16, 0xbbbb), (S - 24, 0x3333)],
+        )
+    }
+
+    fn expect_caller(out: &X64Context) {
+        assert_eq!(out.rip, RA);
+        assert_eq!(out.rsp(), S);
+        assert_eq!(out.rbp(), Some(0xbbbb));
+        assert_eq!(out.regs[x64_reg::RBX], Some(0x3333));
+    }
+
+    #[test]
+    fn body_uses_the_frame_register() {
+        let t = rbp_frame();
+        // rsp moved below the fixed frame (a localloc): only rbp locates the frame.
+        let c = ctx(
+            20,
+            S - 64 - 0x40,
+            &[
+                (x64_reg::RBP, S - 32),
+                (x64_reg::RAX, 7),
+                (x64_reg::R12, 12),
+            ],
+        );
+        let out = unwind(&t, &c).unwrap();
+        expect_caller(&out);
+        assert_eq!(
+            out.regs[x64_reg::RAX],
+            None,
+            "volatile registers are unknown"
+        );
+        assert_eq!(
+            out.regs[x64_reg::R12],
+            Some(12),
+            "untouched callee-saved kept"
+        );
+    }
+
+    #[test]
+    fn prolog_partway() {
+        let t = rbp_frame();
+        // After push rbp: only that push is undone.
+        let out = unwind(&t, &ctx(1, S - 16, &[(x64_reg::RBX, 0x3333)])).unwrap();
+        expect_caller(&out);
+        // After both pushes.
+        let out = unwind(&t, &ctx(2, S - 24, &[])).unwrap();
+        expect_caller(&out);
+        // After sub rsp, before lea rbp: rbp still the caller's (any value).
+        let out = unwind(&t, &ctx(6, S - 64, &[(x64_reg::RBP, 0xdead)])).unwrap();
+        expect_caller(&out);
+        // At the first instruction: nothing done but the call.
+        let out = unwind(
+            &t,
+            &ctx(0, S - 8, &[(x64_reg::RBP, 0xbbbb), (x64_reg::RBX, 0x3333)]),
+        )
+        .unwrap();
+        expect_caller(&out);
+    }
+
+    #[test]
+    fn epilog_is_emulated() {
+        let t = rbp_frame();
+        // At lea rsp, [rbp+8]: rsp anywhere, rbp the frame's.
+        let out = unwind(&t, &ctx(30, S - 200, &[(x64_reg::RBP, S - 32)])).unwrap();
+        expect_caller(&out);
+        // At pop rbp: rbx already restored.
+        let out = unwind(&t, &ctx(35, S - 16, &[(x64_reg::RBX, 0x3333)])).unwrap();
+        expect_caller(&out);
+        // At ret.
+        let out = unwind(
+            &t,
+            &ctx(36, S - 8, &[(x64_reg::RBX, 0x3333), (x64_reg::RBP, 0xbbbb)]),
+        )
+        .unwrap();
+        expect_caller(&out);
+    }
+
+    #[test]
+    fn epilog_with_add_and_tail_jump() {
+        // push r12; sub rsp, 0x20; ...; add rsp, 0x20; pop r12; jmp far away.
+        let mut code = vec![0x41, 0x54, 0x48, 0x83, 0xec, 0x20];
+        code.resize(16, 0x90);
+        code.extend([
+            0x48, 0x83, 0xc4, 0x20, 0x41, 0x5c, 0xe9, 0x00, 0x10, 0x00, 0x00,
+        ]);
+        let t = target(
+            [0x01, 6, 2, 0x00],
+            &[
+                code_op(6, op::ALLOC_SMALL, 3),
+                code_op(2, op::PUSH_NONVOL, 12),
+            ],
+            &code,
+            &[(S - 8, RA), (S - 16, 0x1212)],
+        );
+        let out = unwind(&t, &ctx(16, S - 48, &[])).unwrap();
+        assert_eq!((out.rip, out.rsp(), out.regs[12]), (RA, S, Some(0x1212)));
+        // The same from the body (codes, not emulation).
+        let out = unwind(&t, &ctx(10, S - 48, &[])).unwrap();
+        assert_eq!((out.rip, out.rsp(), out.regs[12]), (RA, S, Some(0x1212)));
+        // A jump inside the function is not an epilog: at `add` followed by a jump back,
+        // the codes apply (rsp is the body's).
+        let mut code2 = code.clone();
+        code2[22..27].copy_from_slice(&[0xe9, 0xf0, 0xff, 0xff, 0xff]);
+        let t2 = target(
+            [0x01, 6, 2, 0x00],
+            &[
+                code_op(6, op::ALLOC_SMALL, 3),
+                code_op(2, op::PUSH_NONVOL, 12),
+            ],
+            &code2,
+            &[(S - 8, RA), (S - 16, 0x1212)],
+        );
+        let out = unwind(&t2, &ctx(16, S - 48, &[])).unwrap();
+        assert_eq!((out.rip, out.rsp()), (RA, S));
+        // ...while the same bytes read as an epilog would have popped at S - 48 + 0x20.
+    }
+
+    #[test]
+    fn alloc_large_and_save_nonvol() {
+        // sub rsp, 0x12340 (ALLOC_LARGE info 0); mov [rsp+0x10], rbx (SAVE_NONVOL).
+        let frame = 0x12340u64;
+        let mut code = vec![0x48, 0x81, 0xec, 0x40, 0x23, 0x01, 0x00];
+        code.extend([0x48, 0x89, 0x5c, 0x24, 0x10]);
+        code.resize(32, 0x90);
+        let rsp = S - 8 - frame;
+        let t = {
+            let mut mb = MemoryBuilder::new(DataLayout::LE64);
+            let r = mb.region(BASE, 0x2000);
+            r.u32(RF as usize, CODE as u32)
+                .u32(RF as usize + 4, (CODE + CODE_LEN) as u32)
+                .u32(RF as usize + 8, UI as u32);
+            r.bytes(UI as usize, &[0x01, 12, 4, 0x00]);
+            for (i, s) in [
+                code_op(12, op::SAVE_NONVOL, 3),
+                (0x10 / 8) as u16,
+                code_op(7, op::ALLOC_LARGE, 0),
+                (frame / 8) as u16,
+            ]
+            .iter()
+            .enumerate()
+            {
+                r.u16(UI as usize + 4 + 2 * i, *s);
+            }
+            r.bytes(CODE as usize, &code);
+            let st = mb.region(rsp, (frame + 8) as usize);
+            st.u64(0x10, 0x3b3b);
+            st.u64(frame as usize, RA);
+            mb.into_target()
+        };
+        let out = unwind(&t, &ctx(20, rsp, &[])).unwrap();
+        assert_eq!(
+            (out.rip, out.rsp(), out.regs[x64_reg::RBX]),
+            (RA, S, Some(0x3b3b))
+        );
+        // Before the save ran, rbx is not restored (it still holds the caller's value).
+        let out = unwind(&t, &ctx(7, rsp, &[(x64_reg::RBX, 0x77)])).unwrap();
+        assert_eq!(
+            (out.rip, out.rsp(), out.regs[x64_reg::RBX]),
+            (RA, S, Some(0x77))
+        );
+    }
+
+    #[test]
+    fn alloc_large_32_bit_size() {
+        let size = 0x0012_3458u64;
+        let t = target(
+            [0x01, 0, 3, 0x00],
+            &[
+                code_op(0, op::ALLOC_LARGE, 1),
+                (size & 0xffff) as u16,
+                (size >> 16) as u16,
+            ],
+            &[0x90; 8],
+            &[],
+        );
+        let rsp = S - 8 - size;
+        // Below the stack: nothing there.
+        let err = unwind(&t, &ctx(4, rsp - 0x100_0000, &[])).unwrap_err();
+        assert!(matches!(err, UnwindError::Read(_)), "{err}");
+        // The return address found where the size says.
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        let r = b.region(BASE, 0x2000);
+        r.u32(RF as usize, CODE as u32)
+            .u32(RF as usize + 4, (CODE + CODE_LEN) as u32)
+            .u32(RF as usize + 8, UI as u32);
+        r.bytes(UI as usize, &[0x01, 0, 3, 0x00]);
+        r.u16(UI as usize + 4, code_op(0, op::ALLOC_LARGE, 1))
+            .u16(UI as usize + 6, (size & 0xffff) as u16)
+            .u16(UI as usize + 8, (size >> 16) as u16);
+        r.bytes(CODE as usize, &[0x90; 8]);
+        b.region(S - 8, 8).u64(0, RA);
+        let t = b.into_target();
+        let out = unwind(&t, &ctx(4, rsp, &[])).unwrap();
+        assert_eq!((out.rip, out.rsp()), (RA, S));
+    }
+
+    #[test]
+    fn machine_frame() {
+        // An interrupt frame: rip, cs, eflags, rsp, ss at rsp (after an error code).
+        for (info, skip) in [(0u8, 0u64), (1, 8)] {
+            let base = S - 0x100;
+            let t = target(
+                [0x01, 0, 1, 0x00],
+                &[code_op(0, op::PUSH_MACHFRAME, info)],
+                &[0x90; 8],
+                &[(base + skip, 0x5555), (base + skip + 24, 0x7000_0900)],
+            );
+            let out = unwind(&t, &ctx(2, base, &[])).unwrap();
+            assert_eq!((out.rip, out.rsp()), (0x5555, 0x7000_0900), "info {info}");
+        }
+    }
+
+    #[test]
+    fn chained_entry() {
+        // A cold part at CODE + 0x80 whose unwind info chains to the main body's.
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        let r = b.region(BASE, 0x2000);
+        // Main body: push rbp (1 code).
+        r.u32(0x40, CODE as u32)
+            .u32(0x44, (CODE + 0x80) as u32)
+            .u32(0x48, 0x200);
+        r.bytes(0x200, &[0x01, 1, 1, 0x00]);
+        r.u16(0x204, code_op(1, op::PUSH_NONVOL, 5));
+        // Cold part: no codes, chained to the body's entry.
+        r.u32(RF as usize, (CODE + 0x80) as u32)
+            .u32(RF as usize + 4, (CODE + 0x100) as u32)
+            .u32(RF as usize + 8, UI as u32);
+        r.bytes(UI as usize, &[0x01 | (UNW_FLAG_CHAININFO << 3), 0, 0, 0x00]);
+        r.u32(UI as usize + 4, CODE as u32)
+            .u32(UI as usize + 8, (CODE + 0x80) as u32)
+            .u32(UI as usize + 12, 0x200);
+        r.bytes(CODE as usize, &[0x90; 0x100]);
+        let st = b.region(S - 16, 16);
+        st.u64(0, 0xbbbb).u64(8, RA);
+        let t = b.into_target();
+        let out = unwind(&t, &ctx(0x90, S - 16, &[])).unwrap();
+        assert_eq!((out.rip, out.rsp(), out.rbp()), (RA, S, Some(0xbbbb)));
+    }
+
+    #[test]
+    fn damaged_unwind_info_is_an_error() {
+        let bad_data = |header: [u8; 4], slots: &[u16]| {
+            let t = target(header, slots, &[0x90; 8], &[(S - 8, RA)]);
+            unwind(&t, &ctx(4, S - 8, &[]))
+        };
+        // Version 0.
+        assert!(matches!(
+            bad_data([0x00, 0, 0, 0], &[]),
+            Err(UnwindError::BadUnwindData { .. })
+        ));
+        // Unknown operation 12.
+        assert!(matches!(
+            bad_data([0x01, 0, 1, 0], &[code_op(0, 12, 0)]),
+            Err(UnwindError::BadUnwindData { .. })
+        ));
+        // ALLOC_LARGE whose size slot is missing.
+        assert!(matches!(
+            bad_data([0x01, 0, 1, 0], &[code_op(0, op::ALLOC_LARGE, 0)]),
+            Err(UnwindError::BadUnwindData { .. })
+        ));
+        // SET_FPREG without a frame register.
+        assert!(matches!(
+            bad_data([0x01, 0, 1, 0], &[code_op(0, op::SET_FPREG, 0)]),
+            Err(UnwindError::BadUnwindData { .. })
+        ));
+        // A frame register whose value is unknown.
+        assert!(matches!(
+            bad_data([0x01, 0, 1, 0x05], &[code_op(0, op::SET_FPREG, 0)]),
+            Err(UnwindError::BadUnwindData { .. })
+        ));
+        // A chain that names itself: stopped after 32 entries.
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        let r = b.region(BASE, 0x2000);
+        r.u32(RF as usize, CODE as u32)
+            .u32(RF as usize + 4, (CODE + CODE_LEN) as u32)
+            .u32(RF as usize + 8, UI as u32);
+        r.bytes(UI as usize, &[0x01 | (UNW_FLAG_CHAININFO << 3), 0, 0, 0]);
+        r.u32(UI as usize + 4, CODE as u32)
+            .u32(UI as usize + 8, (CODE + CODE_LEN) as u32)
+            .u32(UI as usize + 12, UI as u32);
+        r.bytes(CODE as usize, &[0x90; 16]);
+        let t = b.into_target();
+        assert!(matches!(
+            unwind(&t, &ctx(4, S - 8, &[])),
+            Err(UnwindError::BadUnwindData { .. })
+        ));
+        // An entry that does not cover the IP, and one whose unwind info is unmapped.
+        let t = rbp_frame();
+        let mut c = ctx(0, S - 8, &[]);
+        c.rip = BASE + CODE - 1;
+        assert!(matches!(
+            unwind(&t, &c),
+            Err(UnwindError::BadUnwindData { .. })
+        ));
+        assert!(matches!(
+            virtual_unwind(
+                &t,
+                BASE + 0x100_0000,
+                BASE + RF,
+                &ctx(4, S - 8, &[]),
+                &t,
+                &|_| false
+            ),
+            Err(UnwindError::BadUnwindData { .. } | UnwindError::Read(_))
+        ));
+        // Random bytes as unwind info never panic.
+        let mut seed = 0x1234_5678_u64;
+        for _ in 0..2000 {
+            let mut next = || {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed
+            };
+            let h = next().to_le_bytes();
+            let slots: Vec<u16> = (0..8).map(|_| next() as u16).collect();
+            let t = target([h[0], h[1], h[2] % 10, h[3]], &slots, &[0x90; 8], &[]);
+            let mut c = ctx(h[4] as u64 % 8, S - 0x100, &[]);
+            for r in 0..16 {
+                c.regs[r] = Some(S - 0x100 + 8 * (next() % 16));
+            }
+            let _ = unwind(&t, &c);
+        }
+    }
 }
