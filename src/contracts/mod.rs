@@ -5,6 +5,7 @@
 //! implemented here, or to a typed "unsupported contract version" error. The specs, in
 //! our own words, are in `contracts/` at the top of the repository.
 
+pub mod debug_info;
 pub mod execution_manager;
 pub mod gc_info;
 pub mod loader;

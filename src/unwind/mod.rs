@@ -7,6 +7,7 @@
 //! context of its caller, or `None` at the outermost frame.
 
 pub mod elf_modules;
+pub mod managed_x64;
 pub mod native_x64;
 
 use crate::contracts::ContractError;
