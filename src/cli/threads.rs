@@ -117,7 +117,8 @@ pub fn run_threads(args: &ThreadsArgs) -> CliResult {
             text.push_str(&format!(
                 "    frame {} {}",
                 hex(f.address),
-                f.kind.map_or_else(|| format!("<tag {}>", hex(f.tag)), str::to_string)
+                f.kind
+                    .map_or_else(|| format!("<tag {}>", hex(f.tag)), str::to_string)
             ));
             if let Some(ra) = f.return_address {
                 text.push_str(&format!(" return {}", hex(ra)));

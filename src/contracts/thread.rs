@@ -386,7 +386,8 @@ impl<'a> Threads<'a> {
         let os_id = if f.d.ty("Thread")?.field("OSId")?.type_name.as_deref() == Some("uint32") {
             u64::from(f.u32(t, "Thread", "OSId")?)
         } else {
-            self.target.read_pointer(t.wrapping_add(f.off("Thread", "OSId")?))?
+            self.target
+                .read_pointer(t.wrapping_add(f.off("Thread", "OSId")?))?
         };
         let tracker_field = t.wrapping_add(f.off("Thread", "ExceptionTracker")?);
         let exception_tracker = self.target.read_pointer(tracker_field)?;
@@ -431,13 +432,12 @@ impl<'a> Threads<'a> {
         if value == 0 {
             return Ok(None);
         }
-        let typed_handle = f
-            .d
-            .ty("ExceptionInfo")?
-            .field("ThrownObject")?
-            .type_name
-            .as_deref()
-            .is_some_and(|t| t.eq_ignore_ascii_case("GCHandle") || t == "OBJECTHANDLE");
+        let typed_handle =
+            f.d.ty("ExceptionInfo")?
+                .field("ThrownObject")?
+                .type_name
+                .as_deref()
+                .is_some_and(|t| t.eq_ignore_ascii_case("GCHandle") || t == "OBJECTHANDLE");
         if !typed_handle && self.is_exception_object(value) {
             return Ok(Some(value));
         }
