@@ -131,6 +131,7 @@ fn check_caught(tb: &Testbed, rt: &Runtime) {
     let threads = Threads::for_runtime(rt).expect("Thread contract");
     let list = list(rt);
     let mut namer = MethodNamer::for_runtime(rt);
+    let em = execution_manager(rt.target(), rt.descriptor()).expect("EM");
     for (kind, message) in [
         (
             "catch",
@@ -166,6 +167,78 @@ fn check_caught(tb: &Testbed, rt: &Runtime) {
         assert_eq!(e.message.as_deref(), Some(message));
         assert_eq!(e.hresult as u32, 0x8013_1509, "COR_E_INVALIDOPERATION");
         assert!(e.inner.is_none());
+        // .NET 10 names the SoftwareExceptionFrame IL_Throw pushed: its saved context
+        // returns into the method that threw (CatchThrow, FilterThrow), whose frame is
+        // still on the stack (physical_frames).
+        if tb.variant == Variant::Net10 {
+            let frames = threads.frames(t).expect("frames");
+            let sef = frames
+                .iter()
+                .find(|f| f.kind == Some("SoftwareExceptionFrame"))
+                .unwrap_or_else(|| panic!("{kind}: no SoftwareExceptionFrame: {frames:?}"));
+            let ra = sef.return_address.expect("return address");
+            assert_eq!(sef.context_ip, Some(ra), "context Rip = return address");
+            let block = em.code_block(ra).expect("lookup").expect("managed");
+            let name = namer.name(block.method_desc);
+            let thrower = if kind == "catch" {
+                "CatchBlocker::CatchThrow"
+            } else {
+                "FilterBlocker::FilterThrow"
+            };
+            assert!(name.contains(thrower), "{kind}: {name}");
+            let physical: Vec<&str> = pt["physical_frames"]
+                .as_array()
+                .expect("physical")
+                .iter()
+                .filter_map(|v| v.as_str())
+                .collect();
+            assert!(physical.iter().any(|p| p.ends_with(thrower)));
+            let sp = sef.caller_sp.expect("context Rsp");
+            assert!(
+                sp > sef.address && sp - sef.address < 0x10000,
+                "thrower's SP above the Frame"
+            );
+        }
+    }
+}
+
+/// `cdac threads --json` lists the P/Invoke thread with its InlinedCallFrame and the catch
+/// thread with its exception.
+#[test]
+fn cli_threads_json() {
+    let tb = testbed_of(Variant::Net10);
+    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+        .args(["threads", "--json", "--pid", &tb.pid.to_string()])
+        .output()
+        .expect("run cdac");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let threads = v["threads"].as_array().expect("threads");
+    assert_eq!(
+        threads.len() as u64,
+        v["thread_count"].as_u64().expect("count")
+    );
+    for t in tb.manifest["threads"].as_array().expect("threads") {
+        let row = threads
+            .iter()
+            .find(|r| r["os_id"] == t["os_tid"])
+            .expect("listed");
+        assert_eq!(row["managed_id"], t["managed_id"]);
+        if t["kind"] == "pinvoke_read" {
+            assert_eq!(row["frames"][0]["kind"], "InlinedCallFrame");
+        }
+        if t["kind"] == "catch" {
+            assert_eq!(row["exception"]["type"], "System.InvalidOperationException");
+            assert_eq!(
+                row["exception"]["message"],
+                "cdac-catch: caught, then parked in the catch block"
+            );
+            assert_eq!(row["exception"]["hresult"], "0x80131509");
+        }
     }
 }
 

@@ -30,6 +30,7 @@ fn frame_json(f: &ExplicitFrame) -> Value {
         "caller_sp": f.caller_sp.map(hex),
         "saved_fp": f.saved_fp.map(hex),
         "datum": f.datum.map(hex),
+        "context_ip": f.context_ip.map(hex),
     })
 }
 
@@ -122,6 +123,9 @@ pub fn run_threads(args: &ThreadsArgs) -> CliResult {
             ));
             if let Some(ra) = f.return_address {
                 text.push_str(&format!(" return {}", hex(ra)));
+            }
+            if let Some(ip) = f.context_ip.filter(|&ip| Some(ip) != f.return_address) {
+                text.push_str(&format!(" context ip {}", hex(ip)));
             }
             if let Some(sp) = f.caller_sp {
                 text.push_str(&format!(" sp {}", hex(sp)));

@@ -17,8 +17,8 @@
 //! from the table's end (`<Kind>VtableSlotFromEnd`), the one part of the table that does
 //! not move between servicing builds.
 //!
-//! What a `ThrownObject` holds differs: a GC handle (.NET 8 and 9's `m_hThrowable`) or the
-//! object itself (.NET 10's `m_exception`). A value is taken for an object when its
+//! What a `ThrownObject` holds differs: a GC handle (`m_hThrowable`: .NET 8, 9 and 10.0)
+//! or, in later runtimes, the object itself (`m_exception`). A value is taken for an object when its
 //! MethodTable descends from `System.Exception` (the `ExceptionMethodTable` global), else
 //! for a handle to one; a field the descriptor types as `GCHandle` is always a handle.
 
@@ -46,6 +46,12 @@ const MAX_NESTED: usize = 64;
 const MAX_PARENTS: usize = 64;
 /// Bits of the low byte of an object's MethodTable pointer that are not part of it.
 const MT_MASK_DEFAULT: u64 = 0x7;
+
+/// Offsets of `Rsp`, `Rbp` and `Rip` in the Windows x64 `CONTEXT` the runtime uses on
+/// every OS.
+const AMD64_CONTEXT_RSP: u64 = 0x98;
+const AMD64_CONTEXT_RBP: u64 = 0xA0;
+const AMD64_CONTEXT_RIP: u64 = 0xF8;
 
 /// The Frame kinds the runtimes name (.NET 10's `<Kind>Identifier` globals).
 pub const FRAME_KINDS: &[&str] = &[
@@ -179,6 +185,10 @@ pub struct ExplicitFrame {
     pub saved_fp: Option<u64>,
     /// The InlinedCallFrame's `Datum` (the P/Invoke's MethodDesc, or a stub's secret arg).
     pub datum: Option<u64>,
+    /// The instruction pointer of the saved register context a frame holds
+    /// (SoftwareExceptionFrame, FaultingExceptionFrame, ResumableFrame); with it,
+    /// `caller_sp` and `saved_fp` are that context's `Rsp` and `Rbp`.
+    pub context_ip: Option<u64>,
     /// The next Frame.
     pub next: u64,
 }
@@ -576,6 +586,7 @@ impl<'a> Threads<'a> {
             caller_sp: None,
             saved_fp: None,
             datum: None,
+            context_ip: None,
             next,
         };
         let opt = |ty: &str, field: &str| -> Result<Option<u64>, ContractError> {
@@ -594,6 +605,25 @@ impl<'a> Threads<'a> {
             }
             Some("SoftwareExceptionFrame") => {
                 fr.return_address = opt("SoftwareExceptionFrame", "ReturnAddress")?;
+                if f.has("SoftwareExceptionFrame", "TargetContext") {
+                    let ctx =
+                        address.wrapping_add(f.off("SoftwareExceptionFrame", "TargetContext")?);
+                    self.context_registers(ctx, &mut fr)?;
+                }
+            }
+            Some("FaultingExceptionFrame") if f.has("FaultingExceptionFrame", "TargetContext") => {
+                let ctx = address.wrapping_add(f.off("FaultingExceptionFrame", "TargetContext")?);
+                self.context_registers(ctx, &mut fr)?;
+                fr.return_address = fr.context_ip;
+            }
+            Some("ResumableFrame" | "RedirectedThreadFrame")
+                if f.has("ResumableFrame", "TargetContextPtr") =>
+            {
+                let ctx = f.ptr(address, "ResumableFrame", "TargetContextPtr")?;
+                if ctx != 0 {
+                    self.context_registers(ctx, &mut fr)?;
+                    fr.return_address = fr.context_ip;
+                }
             }
             Some("HijackFrame") => {
                 fr.return_address = opt("HijackFrame", "ReturnAddress")?;
@@ -601,6 +631,18 @@ impl<'a> Threads<'a> {
             _ => {}
         }
         Ok(fr)
+    }
+
+    /// Reads the instruction, stack and frame pointers of a saved x64 `CONTEXT` into the
+    /// frame (other architectures: left unset).
+    fn context_registers(&self, ctx: u64, fr: &mut ExplicitFrame) -> Result<(), ContractError> {
+        if self.descriptor.global_string("Architecture").ok() != Some("x64") {
+            return Ok(());
+        }
+        fr.context_ip = Some(self.target.read_u64(ctx.wrapping_add(AMD64_CONTEXT_RIP))?);
+        fr.caller_sp = Some(self.target.read_u64(ctx.wrapping_add(AMD64_CONTEXT_RSP))?);
+        fr.saved_fp = Some(self.target.read_u64(ctx.wrapping_add(AMD64_CONTEXT_RBP))?);
+        Ok(())
     }
 
     /// The managed exception object at `object`: its type, message, HResult and inner
