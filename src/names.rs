@@ -285,6 +285,45 @@ impl<'t> MethodNamer<'t> {
             .collect()
     }
 
+    /// The runtime's name of the type a MethodTable stands for (`System.ArgumentException`,
+    /// `System.Collections.Generic.List`1[System.Int32]`), or `None` when it cannot be
+    /// named (a warning says why at debug level).
+    pub fn type_name(&mut self, method_table: u64) -> Option<String> {
+        let mut asked: BTreeSet<u64> = BTreeSet::new();
+        match method_table_info(self.target, self.descriptor, method_table) {
+            Ok(mt) => {
+                self.ensure_loaded(mt.module);
+                asked.insert(mt.module);
+            }
+            Err(e) => {
+                tracing::debug!("MethodTable {method_table:#x}: {e}");
+                return None;
+            }
+        }
+        for _ in 0..MAX_ROUNDS {
+            let result = {
+                let ctx = Ctx::new(self, &asked, false);
+                ctx.type_handle_name(method_table, 0)
+            };
+            match result {
+                Ok(name) => return Some(name),
+                Err(NameError::NeedModule(m)) if !asked.contains(&m) => {
+                    self.ensure_loaded(m);
+                    asked.insert(m);
+                }
+                Err(NameError::NeedModule(m)) => {
+                    tracing::debug!("MethodTable {method_table:#x}: module {m:#x} has no metadata");
+                    return None;
+                }
+                Err(NameError::Fail(e)) => {
+                    tracing::debug!("MethodTable {method_table:#x}: {e}");
+                    return None;
+                }
+            }
+        }
+        None
+    }
+
     /// `[module] <token 0x06000123>`.
     fn fallback(&self, info: &MethodDescInfo) -> String {
         let label = self.module_label(info.module);

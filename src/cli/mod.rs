@@ -25,6 +25,7 @@ mod info;
 mod mip;
 mod names;
 mod r2r;
+mod threads;
 
 use std::path::PathBuf;
 
@@ -66,6 +67,8 @@ enum Command {
     Mip(mip::MipCommand),
     /// Which managed methods have run, written as a MIP function-coverage profile.
     Coverage(mip::CoverageArgs),
+    /// The runtime's threads: ids, state, explicit Frames and the exception in flight.
+    Threads(threads::ThreadsArgs),
 }
 
 /// Which target to read, shared by every command.
@@ -198,6 +201,7 @@ pub fn main() -> i32 {
         Command::Symbolize(args) => r2r::run_symbolize(args),
         Command::Mip(cmd) => mip::run_mip(cmd),
         Command::Coverage(args) => mip::run_coverage(args),
+        Command::Threads(args) => threads::run_threads(args),
     };
     match result {
         Ok(()) => 0,

@@ -13,6 +13,7 @@ pub mod platform_metadata;
 pub mod precode_stubs;
 pub mod runtime_info;
 pub mod runtime_type_system;
+pub mod thread;
 pub mod unwind_codes;
 pub mod unwind_info;
 

@@ -1,0 +1,740 @@
+//! The Thread contract (the runtime's threads, their explicit Frame chains and the
+//! exception each has in flight) and the parts of the Exception contract that read a
+//! managed `System.Exception`.
+//!
+//! Threads are found through the `ThreadStore` global: `ThreadStore.FirstThreadLink` is the
+//! head of a singly linked list whose links sit inside each `Thread` at `Thread.LinkNext`
+//! (a link's `Thread` is the link minus that offset). Each thread records its managed id
+//! (`Id`), OS thread id (`OSId`), state bits, the head of its explicit Frame chain
+//! (`Frame`, ending in the FRAME_TOP sentinel −1), the exception tracker of the exception
+//! being dispatched (`ExceptionTracker`, leading to an `ExceptionInfo`: `ThrownObject`,
+//! `PreviousNestedInfo`) and a handle to the last exception thrown (`LastThrownObject`).
+//!
+//! Frames are told apart as each runtime does: .NET 10 stores a `FrameIdentifier` in a
+//! Frame's first word and publishes one `<Kind>Identifier` global per kind; .NET 8 and 9
+//! store a C++ vtable pointer there. For those, the vtables are the last slots of the
+//! exported `g_dacTable`, and the shipped descriptors name the slot of each kind counted
+//! from the table's end (`<Kind>VtableSlotFromEnd`), the one part of the table that does
+//! not move between servicing builds.
+//!
+//! What a `ThrownObject` holds differs: a GC handle (`m_hThrowable`: .NET 8, 9 and 10.0)
+//! or, in later runtimes, the object itself (`m_exception`). A value is taken for an object when its
+//! MethodTable descends from `System.Exception` (the `ExceptionMethodTable` global), else
+//! for a handle to one; a field the descriptor types as `GCHandle` is always a handle.
+
+use std::collections::HashSet;
+
+use serde::Serialize;
+
+use super::loader::Fields;
+use super::{version_of, ContractError};
+use crate::descriptor::DataDescriptor;
+use crate::limits::Limit;
+use crate::target::Target;
+
+/// The Thread contract versions implemented.
+const THREAD_VERSIONS: &[u64] = &[1];
+/// The value ending a Frame chain (FRAME_TOP).
+pub const FRAME_TOP: u64 = u64::MAX;
+/// Most frames walked on one thread's chain.
+const MAX_FRAMES: u64 = 4096;
+/// Most inner exceptions followed.
+const MAX_INNER: usize = 32;
+/// Most nested exception trackers followed.
+const MAX_NESTED: usize = 64;
+/// Most parents followed from a MethodTable when checking it descends from Exception.
+const MAX_PARENTS: usize = 64;
+/// Bits of the low byte of an object's MethodTable pointer that are not part of it.
+const MT_MASK_DEFAULT: u64 = 0x7;
+
+/// Offsets of `Rsp`, `Rbp` and `Rip` in the Windows x64 `CONTEXT` the runtime uses on
+/// every OS.
+const AMD64_CONTEXT_RSP: u64 = 0x98;
+const AMD64_CONTEXT_RBP: u64 = 0xA0;
+const AMD64_CONTEXT_RIP: u64 = 0xF8;
+
+/// The Frame kinds the runtimes name (.NET 10's `<Kind>Identifier` globals).
+pub const FRAME_KINDS: &[&str] = &[
+    "InlinedCallFrame",
+    "ResumableFrame",
+    "RedirectedThreadFrame",
+    "FaultingExceptionFrame",
+    "SoftwareExceptionFrame",
+    "FuncEvalFrame",
+    "PInvokeCalliFrame",
+    "HijackFrame",
+    "PrestubMethodFrame",
+    "CallCountingHelperFrame",
+    "StubDispatchFrame",
+    "ExternalMethodFrame",
+    "DynamicHelperFrame",
+    "ProtectValueClassFrame",
+    "DebuggerClassInitMarkFrame",
+    "DebuggerExitFrame",
+    "DebuggerU2MCatchHandlerFrame",
+    "ExceptionFilterFrame",
+    "HelperMethodFrame",
+    "HelperMethodFrame_1OBJ",
+    "HelperMethodFrame_2OBJ",
+    "HelperMethodFrame_3OBJ",
+    "HelperMethodFrame_PROTECTOBJ",
+    "TailCallFrame",
+];
+
+/// `Thread.State` bits (the runtime's `ThreadState`), as named in output.
+pub const THREAD_STATE_BITS: &[(u32, &str)] = &[
+    (0x0000_0002, "SuspensionTrapped"),
+    (0x0000_0004, "GCSuspendRedirected"),
+    (0x0000_0008, "DebugSuspendPending"),
+    (0x0000_0080, "Hijacked"),
+    (0x0000_0200, "Background"),
+    (0x0000_0400, "Unstarted"),
+    (0x0000_2000, "CoInitialized"),
+    (0x0000_4000, "InSTA"),
+    (0x0000_8000, "InMTA"),
+    (0x0001_0000, "Stopped"),
+    (0x0008_0000, "SyncSuspended"),
+    (0x0010_0000, "DebugWillSync"),
+    (0x0100_0000, "ThreadPoolWorker"),
+    (0x0200_0000, "WaitSleepJoin"),
+    (0x8000_0000, "Detached"),
+];
+
+/// What the ThreadStore says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThreadStoreInfo {
+    /// The `ThreadStore*`.
+    pub address: u64,
+    /// Threads the runtime counts (`ThreadStore.ThreadCount`).
+    pub thread_count: u32,
+    /// The first `Thread*` of the list (0 for none).
+    pub first_thread: u64,
+    /// The finalizer's `Thread*`, when the runtime publishes it.
+    pub finalizer_thread: Option<u64>,
+}
+
+/// One runtime thread.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThreadInfo {
+    /// The `Thread*`.
+    pub address: u64,
+    /// The managed thread id (`Environment.CurrentManagedThreadId`).
+    pub managed_id: u32,
+    /// The OS thread id (0 for a thread not started or gone).
+    pub os_id: u64,
+    /// `Thread.State` bits ([`THREAD_STATE_BITS`]).
+    pub state: u32,
+    /// Cooperative mode: the thread may be running managed code.
+    pub preemptive_gc_disabled: bool,
+    /// The head of its explicit Frame chain ([`FRAME_TOP`] for none).
+    pub frame: u64,
+    /// The `ExceptionInfo` (ExInfo / ExceptionTracker) of the exception being dispatched,
+    /// 0 for none.
+    pub exception_tracker: u64,
+    /// The exception object the tracker holds, when there is one.
+    pub current_exception: Option<u64>,
+    /// The last exception object the thread threw (its `LastThrownObject` handle), when
+    /// there is one.
+    pub last_thrown: Option<u64>,
+    /// The next `Thread*` of the list (0 at the end).
+    pub next: u64,
+}
+
+impl ThreadInfo {
+    /// The names of the state bits set.
+    pub fn state_names(&self) -> Vec<&'static str> {
+        THREAD_STATE_BITS
+            .iter()
+            .filter(|(bit, _)| self.state & bit != 0)
+            .map(|&(_, name)| name)
+            .collect()
+    }
+
+    /// The exception in flight: the tracker's, else the last thrown.
+    pub fn exception(&self) -> Option<u64> {
+        self.current_exception.or(self.last_thrown)
+    }
+}
+
+/// The threads of the ThreadStore's list, and why the walk stopped early if it did.
+#[derive(Debug)]
+pub struct ThreadList {
+    /// The ThreadStore.
+    pub store: ThreadStoreInfo,
+    /// The threads read, in list order.
+    pub threads: Vec<ThreadInfo>,
+    /// What ended the walk before the list's end (a cycle, a bad pointer, a limit).
+    pub error: Option<ContractError>,
+}
+
+/// One explicit Frame of a thread's chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExplicitFrame {
+    /// The Frame's address (on the thread's stack).
+    pub address: u64,
+    /// Its kind (`InlinedCallFrame`, ...), `None` when the first word names none cdac knows.
+    pub kind: Option<&'static str>,
+    /// The first word: a `FrameIdentifier` (.NET 10) or a vtable (.NET 8 and 9).
+    pub tag: u64,
+    /// Where control returns to in managed code (the InlinedCallFrame's
+    /// `CallerReturnAddress`, a transition frame's return address), when recorded.
+    pub return_address: Option<u64>,
+    /// The caller's stack pointer at the transition (the InlinedCallFrame's `CallSiteSP`).
+    pub caller_sp: Option<u64>,
+    /// The caller's frame pointer (the InlinedCallFrame's `CalleeSavedFP`).
+    pub saved_fp: Option<u64>,
+    /// The InlinedCallFrame's `Datum` (the P/Invoke's MethodDesc, or a stub's secret arg).
+    pub datum: Option<u64>,
+    /// The instruction pointer of the saved register context a frame holds
+    /// (SoftwareExceptionFrame, FaultingExceptionFrame, ResumableFrame); with it,
+    /// `caller_sp` and `saved_fp` are that context's `Rsp` and `Rbp`.
+    pub context_ip: Option<u64>,
+    /// The next Frame.
+    pub next: u64,
+}
+
+impl ExplicitFrame {
+    /// An InlinedCallFrame whose call is in progress (its return address is set): the
+    /// thread is in native code called from managed code.
+    pub fn is_active_pinvoke(&self) -> bool {
+        self.kind == Some("InlinedCallFrame") && self.return_address.is_some_and(|a| a != 0)
+    }
+}
+
+/// The frames of one chain, and why the walk stopped early if it did.
+#[derive(Debug)]
+pub struct FrameChain {
+    /// The frames read, innermost first.
+    pub frames: Vec<ExplicitFrame>,
+    /// What ended the walk before FRAME_TOP (a wild pointer, a cycle, the limit).
+    pub error: Option<ContractError>,
+}
+
+/// A managed exception object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExceptionInfo {
+    /// The object.
+    pub address: u64,
+    /// Its MethodTable.
+    pub method_table: u64,
+    /// The type's name (`System.InvalidOperationException`), when it could be named.
+    pub type_name: Option<String>,
+    /// `_message` (`None` for null or unreadable).
+    pub message: Option<String>,
+    /// `_HResult`.
+    pub hresult: i32,
+    /// `_innerException`.
+    pub inner: Option<Box<ExceptionInfo>>,
+    /// `_stackTrace` (the runtime's raw stack trace array object, 0 for none).
+    pub stack_trace: u64,
+    /// `_stackTraceString` (set when the trace was captured as text), when readable.
+    pub stack_trace_string: Option<String>,
+    /// The inner exception could not be read (why).
+    pub inner_error: Option<String>,
+}
+
+/// Reads threads, frames and exceptions of one runtime.
+pub struct Threads<'a> {
+    target: &'a Target,
+    descriptor: &'a DataDescriptor,
+    /// Frame tag → kind.
+    kinds: Vec<(u64, &'static str)>,
+}
+
+impl<'a> Threads<'a> {
+    /// The Thread contract of a runtime: checks its version, and learns how its Frames are
+    /// told apart. `dac_table` is the exported `g_dacTable` (address and size in bytes),
+    /// where .NET 8 and 9 keep their Frame vtables.
+    pub fn new(
+        target: &'a Target,
+        descriptor: &'a DataDescriptor,
+        dac_table: Option<(u64, u64)>,
+    ) -> Result<Threads<'a>, ContractError> {
+        version_of(descriptor, "Thread", THREAD_VERSIONS, "1")?;
+        let mut kinds = Vec::new();
+        for &kind in FRAME_KINDS {
+            if let Ok(v) = descriptor.global_value(&format!("{kind}Identifier")) {
+                kinds.push((v, kind));
+            }
+        }
+        if let Some((table, size)) = dac_table {
+            let slots = size / u64::from(target.pointer_size());
+            for &kind in FRAME_KINDS {
+                let Ok(from_end) = descriptor.global_value(&format!("{kind}VtableSlotFromEnd"))
+                else {
+                    continue;
+                };
+                if from_end == 0 || from_end > slots {
+                    continue;
+                }
+                let slot = table + (slots - from_end) * u64::from(target.pointer_size());
+                match target.read_pointer(slot) {
+                    Ok(vtable) if vtable != 0 => kinds.push((vtable, kind)),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!("g_dacTable slot of {kind}: {e}"),
+                }
+            }
+        }
+        Ok(Threads {
+            target,
+            descriptor,
+            kinds,
+        })
+    }
+
+    /// The Thread contract of an opened runtime.
+    pub fn for_runtime(rt: &'a crate::runtime::Runtime) -> Result<Threads<'a>, ContractError> {
+        let dac_table = rt
+            .module()
+            .exports
+            .iter()
+            .find(|s| s.name == crate::runtime::discovery::DAC_TABLE_SYMBOL)
+            .map(|s| (s.address, s.size));
+        Threads::new(rt.target(), rt.descriptor(), dac_table)
+    }
+
+    fn f(&self) -> Fields<'a> {
+        Fields::new(self.target, self.descriptor)
+    }
+
+    /// The kind a Frame's first word names.
+    pub fn frame_kind(&self, tag: u64) -> Option<&'static str> {
+        self.kinds.iter().find(|(t, _)| *t == tag).map(|&(_, k)| k)
+    }
+
+    /// What the ThreadStore says.
+    pub fn thread_store(&self) -> Result<ThreadStoreInfo, ContractError> {
+        let f = self.f();
+        let store = self.target.read_pointer(f.global("ThreadStore")?)?;
+        if store == 0 {
+            return Err(ContractError::Corrupt {
+                what: "ThreadStore global",
+                addr: f.global("ThreadStore")?,
+                detail: "null ThreadStore".into(),
+            });
+        }
+        let thread_count = f.u32(store, "ThreadStore", "ThreadCount")?;
+        let link = f.ptr(store, "ThreadStore", "FirstThreadLink")?;
+        let first_thread = self.thread_of_link(link)?;
+        let finalizer_thread = match f.global("FinalizerThread") {
+            Ok(g) => Some(self.target.read_pointer(g)?),
+            Err(_) => None,
+        };
+        Ok(ThreadStoreInfo {
+            address: store,
+            thread_count,
+            first_thread,
+            finalizer_thread,
+        })
+    }
+
+    fn thread_of_link(&self, link: u64) -> Result<u64, ContractError> {
+        if link == 0 {
+            return Ok(0);
+        }
+        let off = self.f().off("Thread", "LinkNext")?;
+        link.checked_sub(off).ok_or(ContractError::Corrupt {
+            what: "thread list link",
+            addr: link,
+            detail: format!("below the LinkNext offset {off}"),
+        })
+    }
+
+    /// Every thread of the ThreadStore's list. A walk cut short (a cycle, an unreadable
+    /// thread, more threads than [`crate::limits::Limits::max_list_length`]) keeps the
+    /// threads read before, with the reason in [`ThreadList::error`].
+    pub fn threads(&self) -> Result<ThreadList, ContractError> {
+        let store = self.thread_store()?;
+        let max = self.target.limits().max_list_length;
+        let mut seen = HashSet::new();
+        let mut threads = Vec::new();
+        let mut error = None;
+        let mut cur = store.first_thread;
+        while cur != 0 {
+            if threads.len() as u64 >= max {
+                error = Some(ContractError::LimitExceeded {
+                    what: "ThreadStore thread list",
+                    addr: store.address,
+                    limit: Limit::ListLength,
+                    cap: max,
+                    unit: "threads",
+                });
+                break;
+            }
+            if !seen.insert(cur) {
+                error = Some(ContractError::Corrupt {
+                    what: "ThreadStore thread list",
+                    addr: cur,
+                    detail: format!("thread {cur:#x} is on the list twice (a cycle)"),
+                });
+                break;
+            }
+            match self.thread(cur) {
+                Ok(t) => {
+                    cur = t.next;
+                    threads.push(t);
+                }
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
+            }
+        }
+        Ok(ThreadList {
+            store,
+            threads,
+            error,
+        })
+    }
+
+    /// One thread.
+    pub fn thread(&self, address: u64) -> Result<ThreadInfo, ContractError> {
+        let f = self.f();
+        let t = address;
+        let link = f.ptr(t, "Thread", "LinkNext")?;
+        let next = self.thread_of_link(link)?;
+        let os_id = if f.d.ty("Thread")?.field("OSId")?.type_name.as_deref() == Some("uint32") {
+            u64::from(f.u32(t, "Thread", "OSId")?)
+        } else {
+            self.target
+                .read_pointer(t.wrapping_add(f.off("Thread", "OSId")?))?
+        };
+        let tracker_field = t.wrapping_add(f.off("Thread", "ExceptionTracker")?);
+        let exception_tracker = self.target.read_pointer(tracker_field)?;
+        let current_exception = if exception_tracker != 0 {
+            self.tracker_exception(exception_tracker)?
+        } else {
+            None
+        };
+        let last_thrown = if f.has("Thread", "LastThrownObject") {
+            let handle = f.ptr(t, "Thread", "LastThrownObject")?;
+            self.deref_handle(handle)?
+        } else {
+            None
+        };
+        Ok(ThreadInfo {
+            address: t,
+            managed_id: f.u32(t, "Thread", "Id")?,
+            os_id,
+            state: f.u32(t, "Thread", "State")?,
+            preemptive_gc_disabled: f.u32(t, "Thread", "PreemptiveGCDisabled")? & 1 != 0,
+            frame: f.ptr(t, "Thread", "Frame")?,
+            exception_tracker,
+            current_exception,
+            last_thrown,
+            next,
+        })
+    }
+
+    /// The object a GC handle holds (`None` for a null handle or object).
+    fn deref_handle(&self, handle: u64) -> Result<Option<u64>, ContractError> {
+        if handle == 0 {
+            return Ok(None);
+        }
+        let obj = self.target.read_pointer(handle)?;
+        Ok((obj != 0).then_some(obj))
+    }
+
+    /// The exception object an `ExceptionInfo` holds.
+    fn tracker_exception(&self, tracker: u64) -> Result<Option<u64>, ContractError> {
+        let f = self.f();
+        let value = f.ptr(tracker, "ExceptionInfo", "ThrownObject")?;
+        if value == 0 {
+            return Ok(None);
+        }
+        let typed_handle =
+            f.d.ty("ExceptionInfo")?
+                .field("ThrownObject")?
+                .type_name
+                .as_deref()
+                .is_some_and(|t| t.eq_ignore_ascii_case("GCHandle") || t == "OBJECTHANDLE");
+        if !typed_handle && self.is_exception_object(value) {
+            return Ok(Some(value));
+        }
+        self.deref_handle(value)
+    }
+
+    /// The exception trackers nested under this one (`PreviousNestedInfo` chain), this one
+    /// first. Empty where the runtime does not describe the chain.
+    pub fn nested_trackers(&self, tracker: u64) -> Result<Vec<u64>, ContractError> {
+        let f = self.f();
+        let mut out = Vec::new();
+        if tracker == 0 {
+            return Ok(out);
+        }
+        out.push(tracker);
+        if !f.has("ExceptionInfo", "PreviousNestedInfo") {
+            return Ok(out);
+        }
+        let mut cur = f.ptr(tracker, "ExceptionInfo", "PreviousNestedInfo")?;
+        while cur != 0 {
+            if out.len() >= MAX_NESTED || out.contains(&cur) {
+                return Err(ContractError::LimitExceeded {
+                    what: "nested exception trackers",
+                    addr: tracker,
+                    limit: Limit::Fixed,
+                    cap: MAX_NESTED as u64,
+                    unit: "trackers (or a cycle)",
+                });
+            }
+            out.push(cur);
+            cur = f.ptr(cur, "ExceptionInfo", "PreviousNestedInfo")?;
+        }
+        Ok(out)
+    }
+
+    /// The MethodTable of an object.
+    pub fn method_table_of(&self, object: u64) -> Result<u64, ContractError> {
+        let mask = self
+            .descriptor
+            .global_value("ObjectToMethodTableUnmask")
+            .unwrap_or(MT_MASK_DEFAULT);
+        let off = self.f().off("Object", "m_pMethTab").unwrap_or(0);
+        Ok(self.target.read_pointer(object.wrapping_add(off))? & !mask)
+    }
+
+    /// Whether the object's type is `System.Exception` or derives from it. Without the
+    /// `ExceptionMethodTable` global, any object with a readable MethodTable passes.
+    pub fn is_exception_object(&self, object: u64) -> bool {
+        let Ok(mut mt) = self.method_table_of(object) else {
+            return false;
+        };
+        let exception_mt = match self.descriptor.global_value("ExceptionMethodTable") {
+            Ok(g) => match self.target.read_pointer(g) {
+                Ok(v) if v != 0 => v,
+                _ => return false,
+            },
+            Err(_) => {
+                return mt != 0 && self.f().ptr(mt, "MethodTable", "ParentMethodTable").is_ok()
+            }
+        };
+        for _ in 0..MAX_PARENTS {
+            if mt == 0 {
+                return false;
+            }
+            if mt == exception_mt {
+                return true;
+            }
+            match self.f().ptr(mt, "MethodTable", "ParentMethodTable") {
+                Ok(p) => mt = p,
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// The explicit Frames of a thread, innermost first, up to FRAME_TOP.
+    pub fn frames(&self, thread: &ThreadInfo) -> Result<Vec<ExplicitFrame>, ContractError> {
+        let chain = self.frame_chain(thread.frame);
+        match chain.error {
+            Some(e) => Err(e),
+            None => Ok(chain.frames),
+        }
+    }
+
+    /// The Frame chain from `head`, keeping what was read before a wild pointer, a cycle
+    /// or the bound ([`FrameChain::error`]).
+    pub fn frame_chain(&self, head: u64) -> FrameChain {
+        let mut frames = Vec::new();
+        let mut seen = HashSet::new();
+        let mut cur = head;
+        let mut error = None;
+        while cur != FRAME_TOP && cur != 0 {
+            if frames.len() as u64 >= MAX_FRAMES {
+                error = Some(ContractError::LimitExceeded {
+                    what: "Frame chain",
+                    addr: head,
+                    limit: Limit::Fixed,
+                    cap: MAX_FRAMES,
+                    unit: "frames",
+                });
+                break;
+            }
+            if !seen.insert(cur) {
+                error = Some(ContractError::Corrupt {
+                    what: "Frame chain",
+                    addr: cur,
+                    detail: format!("frame {cur:#x} is on the chain twice (a cycle)"),
+                });
+                break;
+            }
+            match self.frame(cur) {
+                Ok(fr) => {
+                    cur = fr.next;
+                    frames.push(fr);
+                }
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
+            }
+        }
+        FrameChain { frames, error }
+    }
+
+    /// One Frame.
+    pub fn frame(&self, address: u64) -> Result<ExplicitFrame, ContractError> {
+        let f = self.f();
+        let tag = self.target.read_pointer(address)?;
+        let next = f.ptr(address, "Frame", "Next")?;
+        let kind = self.frame_kind(tag);
+        let mut fr = ExplicitFrame {
+            address,
+            kind,
+            tag,
+            return_address: None,
+            caller_sp: None,
+            saved_fp: None,
+            datum: None,
+            context_ip: None,
+            next,
+        };
+        let opt = |ty: &str, field: &str| -> Result<Option<u64>, ContractError> {
+            if f.has(ty, field) {
+                Ok(Some(f.ptr(address, ty, field)?))
+            } else {
+                Ok(None)
+            }
+        };
+        match kind {
+            Some("InlinedCallFrame") => {
+                fr.return_address = opt("InlinedCallFrame", "CallerReturnAddress")?;
+                fr.caller_sp = opt("InlinedCallFrame", "CallSiteSP")?;
+                fr.saved_fp = opt("InlinedCallFrame", "CalleeSavedFP")?;
+                fr.datum = opt("InlinedCallFrame", "Datum")?;
+            }
+            Some("SoftwareExceptionFrame") => {
+                fr.return_address = opt("SoftwareExceptionFrame", "ReturnAddress")?;
+                if f.has("SoftwareExceptionFrame", "TargetContext") {
+                    let ctx =
+                        address.wrapping_add(f.off("SoftwareExceptionFrame", "TargetContext")?);
+                    self.context_registers(ctx, &mut fr)?;
+                }
+            }
+            Some("FaultingExceptionFrame") if f.has("FaultingExceptionFrame", "TargetContext") => {
+                let ctx = address.wrapping_add(f.off("FaultingExceptionFrame", "TargetContext")?);
+                self.context_registers(ctx, &mut fr)?;
+                fr.return_address = fr.context_ip;
+            }
+            Some("ResumableFrame" | "RedirectedThreadFrame")
+                if f.has("ResumableFrame", "TargetContextPtr") =>
+            {
+                let ctx = f.ptr(address, "ResumableFrame", "TargetContextPtr")?;
+                if ctx != 0 {
+                    self.context_registers(ctx, &mut fr)?;
+                    fr.return_address = fr.context_ip;
+                }
+            }
+            Some("HijackFrame") => {
+                fr.return_address = opt("HijackFrame", "ReturnAddress")?;
+            }
+            _ => {}
+        }
+        Ok(fr)
+    }
+
+    /// Reads the instruction, stack and frame pointers of a saved x64 `CONTEXT` into the
+    /// frame (other architectures: left unset).
+    fn context_registers(&self, ctx: u64, fr: &mut ExplicitFrame) -> Result<(), ContractError> {
+        if self.descriptor.global_string("Architecture").ok() != Some("x64") {
+            return Ok(());
+        }
+        fr.context_ip = Some(self.target.read_u64(ctx.wrapping_add(AMD64_CONTEXT_RIP))?);
+        fr.caller_sp = Some(self.target.read_u64(ctx.wrapping_add(AMD64_CONTEXT_RSP))?);
+        fr.saved_fp = Some(self.target.read_u64(ctx.wrapping_add(AMD64_CONTEXT_RBP))?);
+        Ok(())
+    }
+
+    /// The managed exception object at `object`: its type, message, HResult and inner
+    /// exceptions (bounded, cycle-safe).
+    pub fn exception(
+        &self,
+        object: u64,
+        namer: &mut crate::names::MethodNamer<'_>,
+    ) -> Result<ExceptionInfo, ContractError> {
+        let mut seen = HashSet::new();
+        self.exception_at(object, namer, &mut seen, 0)
+    }
+
+    fn exception_at(
+        &self,
+        object: u64,
+        namer: &mut crate::names::MethodNamer<'_>,
+        seen: &mut HashSet<u64>,
+        depth: usize,
+    ) -> Result<ExceptionInfo, ContractError> {
+        let f = self.f();
+        seen.insert(object);
+        let method_table = self.method_table_of(object)?;
+        let type_name = namer.type_name(method_table);
+        let message_obj = f.ptr(object, "Exception", "_message")?;
+        let message = if message_obj != 0 {
+            Some(self.string(message_obj)?)
+        } else {
+            None
+        };
+        let hresult = f.u32(object, "Exception", "_HResult")? as i32;
+        let stack_trace = if f.has("Exception", "_stackTrace") {
+            f.ptr(object, "Exception", "_stackTrace")?
+        } else {
+            0
+        };
+        let stack_trace_string = if f.has("Exception", "_stackTraceString") {
+            match f.ptr(object, "Exception", "_stackTraceString")? {
+                0 => None,
+                s => self.string(s).ok(),
+            }
+        } else {
+            None
+        };
+        let inner_obj = f.ptr(object, "Exception", "_innerException")?;
+        let mut inner_error = None;
+        let inner = if inner_obj == 0 {
+            None
+        } else if seen.contains(&inner_obj) {
+            inner_error = Some(format!("inner exception {inner_obj:#x} repeats (a cycle)"));
+            None
+        } else if depth + 1 >= MAX_INNER {
+            inner_error = Some(format!("more than {MAX_INNER} inner exceptions"));
+            None
+        } else {
+            match self.exception_at(inner_obj, namer, seen, depth + 1) {
+                Ok(e) => Some(Box::new(e)),
+                Err(e) => {
+                    inner_error = Some(e.to_string());
+                    None
+                }
+            }
+        };
+        Ok(ExceptionInfo {
+            address: object,
+            method_table,
+            type_name,
+            message,
+            hresult,
+            inner,
+            stack_trace,
+            stack_trace_string,
+            inner_error,
+        })
+    }
+
+    /// A managed `System.String`, read as UTF-16 (at most
+    /// [`crate::limits::Limits::max_string_length`] code units).
+    pub fn string(&self, object: u64) -> Result<String, ContractError> {
+        let f = self.f();
+        let len = u64::from(f.u32(object, "String", "m_StringLength")?);
+        let cap = self.target.limits().max_string_length;
+        if len > cap {
+            return Err(ContractError::LimitExceeded {
+                what: "managed string",
+                addr: object,
+                limit: Limit::StringLength,
+                cap,
+                unit: "UTF-16 code units",
+            });
+        }
+        let first = object.wrapping_add(f.off("String", "m_FirstChar")?);
+        Ok(self.target.read_utf16(first, len as usize)?)
+    }
+}

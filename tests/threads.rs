@@ -1,0 +1,452 @@
+//! The Thread contract on the C# testbed (.NET 10, 9 and 8, live and from dumps): every
+//! parked thread of the manifest is found with its managed and OS ids, the P/Invoke-blocked
+//! thread's InlinedCallFrame returns into the method of its expected chain, the threads
+//! parked in a catch and in a filter hold their exceptions, and a crash dump's crashing
+//! thread holds the unhandled exception with its inner one. Damaged data gives errors or
+//! partial results.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+
+use cdac::contracts::execution_manager::execution_manager;
+use cdac::contracts::thread::{ThreadList, Threads, FRAME_TOP};
+use cdac::names::MethodNamer;
+use cdac::runtime::{OpenOptions, Runtime};
+use cdac::target::{DataLayout, MappedFile, MemorySource, ReadError, Target, TargetKind};
+use common::{hex, testbed_exe, testbed_of, Testbed, Variant};
+
+fn open_live(tb: &Testbed) -> Runtime {
+    Runtime::attach(tb.pid, &OpenOptions::default()).expect("attach")
+}
+
+fn list(rt: &Runtime) -> ThreadList {
+    let threads = Threads::for_runtime(rt).expect("Thread contract");
+    let list = threads.threads().expect("thread list");
+    assert!(list.error.is_none(), "walk cut short: {:?}", list.error);
+    list
+}
+
+/// Every manifest thread is on the list with its OS id and managed id; the list is as long
+/// as the ThreadStore's count.
+fn check_ids(tb: &Testbed, rt: &Runtime) {
+    let list = list(rt);
+    assert_eq!(
+        list.threads.len() as u32,
+        list.store.thread_count,
+        "{}: listed threads = ThreadCount",
+        tb.variant.name()
+    );
+    for t in tb.manifest["threads"].as_array().expect("threads") {
+        let os_tid = t["os_tid"].as_u64().expect("os_tid");
+        let managed = t["managed_id"].as_u64().expect("managed_id") as u32;
+        let found = list
+            .threads
+            .iter()
+            .find(|x| x.os_id == os_tid)
+            .unwrap_or_else(|| panic!("{}: thread {os_tid} not listed", tb.variant.name()));
+        assert_eq!(
+            found.managed_id,
+            managed,
+            "{}: {}",
+            tb.variant.name(),
+            t["name"]
+        );
+    }
+    // The main thread (managed id 1) is the process's own.
+    let main = list
+        .threads
+        .iter()
+        .find(|x| x.managed_id == 1)
+        .expect("main");
+    assert_eq!(main.os_id, tb.pid as u64);
+}
+
+/// The P/Invoke thread's first Frame is an active InlinedCallFrame whose return address is
+/// in ReadInner (the expected chain's caller of the P/Invoke), with its MethodDesc.
+fn check_pinvoke(tb: &Testbed, rt: &Runtime) {
+    let threads = Threads::for_runtime(rt).expect("Thread contract");
+    let list = list(rt);
+    let em = execution_manager(rt.target(), rt.descriptor()).expect("EM");
+    let pt = tb.manifest["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .find(|t| t["kind"] == "pinvoke_read")
+        .expect("pinvoke thread");
+    let os_tid = pt["os_tid"].as_u64().expect("tid");
+    let t = list
+        .threads
+        .iter()
+        .find(|x| x.os_id == os_tid)
+        .expect("listed");
+    let frames = threads.frames(t).expect("frames");
+    let icf = frames
+        .iter()
+        .find(|f| f.is_active_pinvoke())
+        .unwrap_or_else(|| {
+            panic!(
+                "{}: no active InlinedCallFrame: {frames:?}",
+                tb.variant.name()
+            )
+        });
+    assert_eq!(
+        icf.address, t.frame,
+        "the InlinedCallFrame is the chain's head"
+    );
+    let ra = icf.return_address.expect("return address");
+    let block = em
+        .code_block(ra)
+        .expect("lookup")
+        .unwrap_or_else(|| panic!("{}: return {ra:#x} not managed", tb.variant.name()));
+    // expected_chain[0] is the P/Invoke itself; [1] is ReadInner, which called it.
+    let want = hex(&pt["chain_method_descs"][1]);
+    assert_eq!(
+        block.method_desc,
+        want,
+        "{}: return address in ReadInner",
+        tb.variant.name()
+    );
+    let name = MethodNamer::for_runtime(rt).name(block.method_desc);
+    assert!(name.contains("PipeReader::ReadInner"), "{name}");
+    // The call site's SP and frame pointer are on this thread's stack, near the Frame.
+    let sp = icf.caller_sp.expect("sp");
+    let fp = icf.saved_fp.expect("fp");
+    assert!(sp.abs_diff(icf.address) < 0x1000 && fp.abs_diff(icf.address) < 0x1000);
+    assert!(fp > sp, "frame pointer above the call site's SP");
+    // Every chain ends at FRAME_TOP.
+    for t in &list.threads {
+        let chain = threads.frame_chain(t.frame);
+        assert!(chain.error.is_none(), "{:#x}: {:?}", t.address, chain.error);
+        if let Some(last) = chain.frames.last() {
+            assert_eq!(last.next, FRAME_TOP);
+        }
+    }
+}
+
+/// The threads parked in a catch block and in a filter hold their exceptions.
+fn check_caught(tb: &Testbed, rt: &Runtime) {
+    let threads = Threads::for_runtime(rt).expect("Thread contract");
+    let list = list(rt);
+    let mut namer = MethodNamer::for_runtime(rt);
+    let em = execution_manager(rt.target(), rt.descriptor()).expect("EM");
+    for (kind, message) in [
+        (
+            "catch",
+            "cdac-catch: caught, then parked in the catch block",
+        ),
+        (
+            "filter",
+            "cdac-filter: thrown for a filter that never returns",
+        ),
+    ] {
+        let pt = tb.manifest["threads"]
+            .as_array()
+            .expect("threads")
+            .iter()
+            .find(|t| t["kind"] == kind)
+            .expect("parked thread");
+        let os_tid = pt["os_tid"].as_u64().expect("tid");
+        let t = list
+            .threads
+            .iter()
+            .find(|x| x.os_id == os_tid)
+            .expect("listed");
+        let obj = t
+            .exception()
+            .unwrap_or_else(|| panic!("{}: {kind} thread holds no exception", tb.variant.name()));
+        let e = threads.exception(obj, &mut namer).expect("exception");
+        assert_eq!(
+            e.type_name.as_deref(),
+            Some("System.InvalidOperationException"),
+            "{}",
+            tb.variant.name()
+        );
+        assert_eq!(e.message.as_deref(), Some(message));
+        assert_eq!(e.hresult as u32, 0x8013_1509, "COR_E_INVALIDOPERATION");
+        assert!(e.inner.is_none());
+        // .NET 10 names the SoftwareExceptionFrame IL_Throw pushed: its saved context
+        // returns into the method that threw (CatchThrow, FilterThrow), whose frame is
+        // still on the stack (physical_frames).
+        if tb.variant == Variant::Net10 {
+            let frames = threads.frames(t).expect("frames");
+            let sef = frames
+                .iter()
+                .find(|f| f.kind == Some("SoftwareExceptionFrame"))
+                .unwrap_or_else(|| panic!("{kind}: no SoftwareExceptionFrame: {frames:?}"));
+            let ra = sef.return_address.expect("return address");
+            assert_eq!(sef.context_ip, Some(ra), "context Rip = return address");
+            let block = em.code_block(ra).expect("lookup").expect("managed");
+            let name = namer.name(block.method_desc);
+            let thrower = if kind == "catch" {
+                "CatchBlocker::CatchThrow"
+            } else {
+                "FilterBlocker::FilterThrow"
+            };
+            assert!(name.contains(thrower), "{kind}: {name}");
+            let physical: Vec<&str> = pt["physical_frames"]
+                .as_array()
+                .expect("physical")
+                .iter()
+                .filter_map(|v| v.as_str())
+                .collect();
+            assert!(physical.iter().any(|p| p.ends_with(thrower)));
+            let sp = sef.caller_sp.expect("context Rsp");
+            assert!(
+                sp > sef.address && sp - sef.address < 0x10000,
+                "thrower's SP above the Frame"
+            );
+        }
+    }
+}
+
+/// `cdac threads --json` lists the P/Invoke thread with its InlinedCallFrame and the catch
+/// thread with its exception.
+#[test]
+fn cli_threads_json() {
+    let tb = testbed_of(Variant::Net10);
+    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+        .args(["threads", "--json", "--pid", &tb.pid.to_string()])
+        .output()
+        .expect("run cdac");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let threads = v["threads"].as_array().expect("threads");
+    assert_eq!(
+        threads.len() as u64,
+        v["thread_count"].as_u64().expect("count")
+    );
+    for t in tb.manifest["threads"].as_array().expect("threads") {
+        let row = threads
+            .iter()
+            .find(|r| r["os_id"] == t["os_tid"])
+            .expect("listed");
+        assert_eq!(row["managed_id"], t["managed_id"]);
+        if t["kind"] == "pinvoke_read" {
+            assert_eq!(row["frames"][0]["kind"], "InlinedCallFrame");
+        }
+        if t["kind"] == "catch" {
+            assert_eq!(row["exception"]["type"], "System.InvalidOperationException");
+            assert_eq!(
+                row["exception"]["message"],
+                "cdac-catch: caught, then parked in the catch block"
+            );
+            assert_eq!(row["exception"]["hresult"], "0x80131509");
+        }
+    }
+}
+
+fn check_all(tb: &Testbed, rt: &Runtime) {
+    check_ids(tb, rt);
+    check_pinvoke(tb, rt);
+    check_caught(tb, rt);
+}
+
+#[test]
+fn net10_live() {
+    let tb = testbed_of(Variant::Net10);
+    check_all(tb, &open_live(tb));
+}
+
+#[test]
+fn net9_live() {
+    let tb = testbed_of(Variant::Net9);
+    check_all(tb, &open_live(tb));
+}
+
+#[test]
+fn net8_live() {
+    let tb = testbed_of(Variant::Net8);
+    check_all(tb, &open_live(tb));
+}
+
+#[test]
+fn net10_full_dump() {
+    let tb = testbed_of(Variant::Net10);
+    let rt = Runtime::open_dump(tb.dump("full"), &OpenOptions::default()).expect("dump");
+    check_all(tb, &rt);
+}
+
+/// Runs the testbed with `--crash` under the runtime's own crash dumping; returns the
+/// manifest and the dump.
+fn crash_dump(variant: Variant) -> (serde_json::Value, PathBuf) {
+    let exe = testbed_exe(variant);
+    let dir = common::scratch(&format!("crash-{}", variant.name()));
+    let manifest = dir.join("manifest.json");
+    let dump = dir.join("crash.core");
+    let _ = std::fs::remove_file(&dump);
+    let status = Command::new(&exe)
+        .arg("--manifest")
+        .arg(&manifest)
+        .args(["--crash", "--max-seconds", "300"])
+        .env("DOTNET_DbgEnableMiniDump", "1")
+        .env("DOTNET_DbgMiniDumpType", "4")
+        .env("DOTNET_DbgMiniDumpName", &dump)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("crash.log")).expect("log"))
+        .status()
+        .expect("run testbed --crash");
+    assert!(!status.success(), "the testbed crashes");
+    assert!(
+        dump.exists(),
+        "no crash dump; see {}",
+        dir.join("crash.log").display()
+    );
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest).expect("manifest")).expect("JSON");
+    (m, dump)
+}
+
+fn check_crash(variant: Variant) {
+    let (m, dump) = crash_dump(variant);
+    let crash = &m["crash"];
+    let rt = Runtime::open_dump(&dump, &OpenOptions::default()).expect("open crash dump");
+    let threads = Threads::for_runtime(&rt).expect("Thread contract");
+    let list = threads.threads().expect("threads");
+    let tid = crash["os_tid"].as_u64().expect("os_tid");
+    let t = list
+        .threads
+        .iter()
+        .find(|x| x.os_id == tid)
+        .expect("crashing thread listed");
+    assert_eq!(
+        u64::from(t.managed_id),
+        crash["managed_id"].as_u64().expect("managed id")
+    );
+    let obj = t.exception().expect("crashing thread holds its exception");
+    let mut namer = MethodNamer::for_runtime(&rt);
+    let e = threads.exception(obj, &mut namer).expect("exception");
+    assert_eq!(e.type_name.as_deref(), crash["exception_type"].as_str());
+    assert_eq!(e.message.as_deref(), crash["message"].as_str());
+    let inner = e.inner.as_deref().expect("inner exception");
+    assert_eq!(
+        inner.type_name.as_deref(),
+        crash["inner"]["exception_type"].as_str()
+    );
+    assert_eq!(inner.message.as_deref(), crash["inner"]["message"].as_str());
+    assert_eq!(inner.hresult as u32, 0x8007_0057, "COR_E_ARGUMENT");
+    assert!(inner.inner.is_none());
+    let _ = std::fs::remove_file(&dump);
+}
+
+#[test]
+fn net10_crash_dump() {
+    check_crash(Variant::Net10);
+}
+
+#[test]
+fn net9_crash_dump() {
+    check_crash(Variant::Net9);
+}
+
+#[test]
+fn net8_crash_dump() {
+    check_crash(Variant::Net8);
+}
+
+// ---------------------------------------------------------------- damaged data
+
+/// Target memory with some 8-byte words replaced.
+struct Patched {
+    inner: Arc<dyn MemorySource>,
+    words: Vec<(u64, u64)>,
+}
+
+impl MemorySource for Patched {
+    fn read_exact(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        self.inner.read_exact(addr, buf)?;
+        for &(at, value) in &self.words {
+            let bytes = value.to_le_bytes();
+            for (i, b) in bytes.iter().enumerate() {
+                let a = at + i as u64;
+                if a >= addr && a < addr + buf.len() as u64 {
+                    buf[(a - addr) as usize] = *b;
+                }
+            }
+        }
+        Ok(())
+    }
+    fn mapped_files(&self) -> &[MappedFile] {
+        self.inner.mapped_files()
+    }
+    fn threads(&self) -> Result<Vec<cdac::target::ThreadInfo>, ReadError> {
+        self.inner.threads()
+    }
+    fn kind(&self) -> TargetKind {
+        self.inner.kind()
+    }
+    fn native_layout(&self) -> Option<DataLayout> {
+        self.inner.native_layout()
+    }
+}
+
+/// The Thread contract over the runtime's memory with `words` replaced.
+fn with_patched<R>(rt: &Runtime, words: &[(u64, u64)], f: impl FnOnce(&Threads) -> R) -> R {
+    let source = Arc::new(Patched {
+        inner: rt.target().source().clone(),
+        words: words.to_vec(),
+    });
+    let target = Target::new(source, rt.target().layout());
+    let dac = rt
+        .module()
+        .exports
+        .iter()
+        .find(|s| s.name == "g_dacTable")
+        .map(|s| (s.address, s.size));
+    let threads = Threads::new(&target, rt.descriptor(), dac).expect("contract");
+    f(&threads)
+}
+
+/// A thread list whose last link points back at the first thread: the walk stops with an
+/// error naming the cycle, keeping the threads read; a Frame whose Next is wild ends its
+/// chain with an error, keeping the frames before it; a cyclic Frame chain likewise.
+#[test]
+fn damaged_lists_give_errors_not_hangs() {
+    let tb = testbed_of(Variant::Net10);
+    let rt = open_live(tb);
+    let threads = Threads::for_runtime(&rt).expect("contract");
+    let good = threads.threads().expect("list");
+    let link_off = rt
+        .descriptor()
+        .ty("Thread")
+        .expect("Thread")
+        .offset("LinkNext")
+        .expect("LinkNext");
+    let first = good.threads[0].address;
+    let last = good.threads.last().expect("threads").address;
+    let cyc = with_patched(&rt, &[(last + link_off, first + link_off)], |t| {
+        t.threads().expect("list")
+    });
+    assert_eq!(cyc.threads.len(), good.threads.len());
+    let err = cyc.error.expect("cycle reported").to_string();
+    assert!(err.contains("cycle"), "{err}");
+
+    // Wild and cyclic Frame chains.
+    let t = good
+        .threads
+        .iter()
+        .find(|t| t.frame != FRAME_TOP)
+        .expect("a thread with frames");
+    let next_off = rt
+        .descriptor()
+        .ty("Frame")
+        .expect("Frame")
+        .offset("Next")
+        .expect("Next");
+    let chain = with_patched(&rt, &[(t.frame + next_off, 0x10)], |c| {
+        c.frame_chain(t.frame)
+    });
+    assert_eq!(chain.frames.len(), 1);
+    assert!(chain.error.is_some());
+    let chain = with_patched(&rt, &[(t.frame + next_off, t.frame)], |c| {
+        c.frame_chain(t.frame)
+    });
+    assert_eq!(chain.frames.len(), 1);
+    assert!(chain.error.expect("cycle").to_string().contains("cycle"));
+}
