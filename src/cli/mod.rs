@@ -25,6 +25,7 @@ mod info;
 mod mip;
 mod names;
 mod r2r;
+mod stacks;
 mod threads;
 
 use std::path::PathBuf;
@@ -69,6 +70,9 @@ enum Command {
     Coverage(mip::CoverageArgs),
     /// The runtime's threads: ids, state, explicit Frames and the exception in flight.
     Threads(threads::ThreadsArgs),
+    /// Every thread's stack: managed frames named, native ones with --native (stops each
+    /// live thread for a moment, one at a time; --nonblocking stops none).
+    Stacks(stacks::StacksArgs),
 }
 
 /// Which target to read, shared by every command.
@@ -202,6 +206,7 @@ pub fn main() -> i32 {
         Command::Mip(cmd) => mip::run_mip(cmd),
         Command::Coverage(args) => mip::run_coverage(args),
         Command::Threads(args) => threads::run_threads(args),
+        Command::Stacks(args) => stacks::run_stacks(args),
     };
     match result {
         Ok(()) => 0,

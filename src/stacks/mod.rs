@@ -1,0 +1,233 @@
+//! The stacks of a target's threads: each OS thread's registers (a core's notes, a live
+//! thread stopped for a moment, or the non-blocking `/proc` view), joined with the
+//! runtime's Thread object (managed id, state, explicit Frames, exception in flight), and
+//! walked frame by frame ([`walk`]).
+
+pub mod walk;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+pub use walk::{logical_frames, FoundBy, FrameCode, Stack, StackEnd, StackFrame, StackWalker};
+
+use crate::contracts::thread::{ExceptionInfo, ExplicitFrame, ThreadInfo, Threads};
+use crate::contracts::ContractError;
+use crate::names::MethodNamer;
+use crate::runtime::Runtime;
+use crate::target::thread_snapshot::{
+    peek_threads, snapshot_threads, SnapshotError, SnapshotOptions,
+};
+use crate::target::TargetKind;
+use crate::unwind::X64Context;
+
+/// How a live process's registers are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveRegisters {
+    /// Stop each thread for a moment (ptrace), one at a time, copying its stack.
+    Stop,
+    /// Stop nothing: the kernel's `/proc/PID/task/TID/syscall` view (rip and rsp of a
+    /// thread blocked in a system call; nothing for a running one). Best effort: the
+    /// stack may change while it is read.
+    NonBlocking,
+}
+
+/// Where a thread's registers came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegisterSource {
+    /// The core's `NT_PRSTATUS` note.
+    Core,
+    /// ptrace while the thread was stopped.
+    Ptrace,
+    /// `/proc/PID/task/TID/syscall`, without stopping (best effort).
+    ProcSyscall,
+}
+
+/// The runtime's view of a thread.
+#[derive(Debug, Clone, Serialize)]
+pub struct ManagedThread {
+    /// The `Thread*`.
+    pub address: u64,
+    /// `Environment.CurrentManagedThreadId`.
+    pub managed_id: u32,
+    /// The names of its state bits.
+    pub state: Vec<&'static str>,
+    /// Its explicit Frames, innermost first.
+    pub explicit_frames: Vec<ExplicitFrame>,
+    /// The exception in flight (being dispatched, or last thrown).
+    pub exception: Option<ExceptionInfo>,
+}
+
+/// One thread and its stack.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThreadStack {
+    /// Kernel thread id.
+    pub os_id: i32,
+    /// The thread's name (`comm`, live only).
+    pub name: Option<String>,
+    /// What the runtime knows of it (`None` for a thread the runtime never saw).
+    pub managed: Option<ManagedThread>,
+    /// Where its registers came from (`None`: none could be read, e.g. a running thread
+    /// in non-blocking mode).
+    pub registers: Option<RegisterSource>,
+    /// How long the thread was stopped to read its registers and stack (ptrace only).
+    pub stopped_for: Option<Duration>,
+    /// Its stack, when registers were read.
+    pub stack: Option<Stack>,
+    /// Why there is no stack, or what is uncertain about it.
+    pub note: Option<String>,
+}
+
+/// Why the stacks could not be read at all.
+#[derive(Debug, thiserror::Error)]
+pub enum StacksError {
+    /// The runtime's data could not be read.
+    #[error(transparent)]
+    Contract(#[from] ContractError),
+    /// The live process's threads could not be stopped or read.
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+}
+
+/// What [`thread_stacks`] returns: every thread, and the total snapshot time of a live
+/// process.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stacks {
+    /// Threads, in kernel thread id order.
+    pub threads: Vec<ThreadStack>,
+    /// Wall time of the live snapshot (all threads), when one was taken.
+    pub snapshot_time: Option<Duration>,
+    /// Threads the runtime lists that were not read, and why (e.g. the runtime's thread
+    /// list was cut short).
+    pub warnings: Vec<String>,
+}
+
+/// The stacks of the threads of `rt`'s target whose kernel ids `filter` accepts (all with
+/// `None`). `live` says how a live process's registers are read.
+pub fn thread_stacks(
+    rt: &Runtime,
+    live: LiveRegisters,
+    filter: Option<&dyn Fn(i32, Option<u32>) -> bool>,
+) -> Result<Stacks, StacksError> {
+    let walker = StackWalker::new(rt)?;
+    let mut warnings = Vec::new();
+    let mut namer = MethodNamer::for_runtime(rt);
+    // The runtime's threads, by OS id.
+    let contract = Threads::for_runtime(rt);
+    let mut managed: HashMap<i32, (ThreadInfo, Vec<ExplicitFrame>)> = HashMap::new();
+    match &contract {
+        Ok(c) => match c.threads() {
+            Ok(list) => {
+                if let Some(e) = list.error {
+                    warnings.push(format!("the runtime's thread list was cut short: {e}"));
+                }
+                for t in list.threads {
+                    let frames = c.frames(&t).unwrap_or_default();
+                    if let Ok(os) = i32::try_from(t.os_id) {
+                        if os != 0 {
+                            managed.insert(os, (t, frames));
+                        }
+                    }
+                }
+            }
+            Err(e) => warnings.push(format!("the runtime's threads could not be read: {e}")),
+        },
+        Err(e) => warnings.push(format!("no Thread contract: {e}")),
+    }
+    let wanted =
+        |os: i32| filter.is_none_or(|f| f(os, managed.get(&os).map(|(t, _)| t.managed_id)));
+    let managed_of = |os: i32, namer: &mut MethodNamer<'_>| {
+        let (t, frames) = managed.get(&os)?;
+        let exception = match (&contract, t.exception()) {
+            (Ok(c), Some(obj)) => c.exception(obj, namer).ok(),
+            _ => None,
+        };
+        Some(ManagedThread {
+            address: t.address,
+            managed_id: t.managed_id,
+            state: t.state_names(),
+            explicit_frames: frames.clone(),
+            exception,
+        })
+    };
+    let frames_of = |os: i32| -> &[ExplicitFrame] {
+        managed.get(&os).map(|(_, f)| f.as_slice()).unwrap_or(&[])
+    };
+    let target = rt.target();
+    let mut threads = Vec::new();
+    let mut snapshot_time = None;
+    match target.source().kind() {
+        TargetKind::Live { pid } if live == LiveRegisters::Stop => {
+            let snapshot = snapshot_threads(pid, &SnapshotOptions::default())?;
+            snapshot_time = Some(snapshot.elapsed);
+            for s in &snapshot.skipped {
+                warnings.push(format!("thread {}: {}", s.tid, s.reason));
+            }
+            for s in snapshot.threads.iter().filter(|s| wanted(s.tid)) {
+                let mem = s.stack_memory(target);
+                let stack = walker.walk(s.context, &mem, frames_of(s.tid));
+                threads.push(ThreadStack {
+                    os_id: s.tid,
+                    name: s.name.clone(),
+                    managed: managed_of(s.tid, &mut namer),
+                    registers: Some(RegisterSource::Ptrace),
+                    stopped_for: Some(s.stopped_for),
+                    stack: Some(stack),
+                    note: None,
+                });
+            }
+        }
+        TargetKind::Live { pid } => {
+            for p in peek_threads(pid)?.into_iter().filter(|p| wanted(p.tid)) {
+                let (stack, note) = match p.context() {
+                    Some(ctx) => (
+                        Some(walker.walk(ctx, target, frames_of(p.tid))),
+                        Some("best effort: read without stopping the thread".to_string()),
+                    ),
+                    None => (
+                        None,
+                        Some("running: no registers without stopping it".to_string()),
+                    ),
+                };
+                threads.push(ThreadStack {
+                    os_id: p.tid,
+                    name: p.name.clone(),
+                    managed: managed_of(p.tid, &mut namer),
+                    registers: stack.as_ref().map(|_| RegisterSource::ProcSyscall),
+                    stopped_for: None,
+                    stack,
+                    note,
+                });
+            }
+        }
+        _ => {
+            let os_threads = target.source().threads().map_err(ContractError::from)?;
+            for t in os_threads.into_iter().filter(|t| wanted(t.tid)) {
+                let start = t
+                    .context
+                    .or_else(|| Some(X64Context::new(t.ip?, t.sp?, None)));
+                let stack = start.map(|ctx| walker.walk(ctx, target, frames_of(t.tid)));
+                let note = stack
+                    .is_none()
+                    .then(|| "the dump has no registers for this thread".to_string());
+                threads.push(ThreadStack {
+                    os_id: t.tid,
+                    name: None,
+                    managed: managed_of(t.tid, &mut namer),
+                    registers: stack.as_ref().map(|_| RegisterSource::Core),
+                    stopped_for: None,
+                    stack,
+                    note,
+                });
+            }
+        }
+    }
+    threads.sort_by_key(|t| t.os_id);
+    Ok(Stacks {
+        threads,
+        snapshot_time,
+        warnings,
+    })
+}

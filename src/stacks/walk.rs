@@ -1,0 +1,469 @@
+//! One thread's stack, frame by frame: managed frames stepped with the runtime's unwind
+//! info, native frames with their module's CFI (else the frame-pointer chain), and the
+//! thread's explicit Frames to cross back into managed code where neither can go on.
+
+use serde::Serialize;
+
+use crate::contracts::debug_info::{il_offset, DebugInfoFormat, IlOffset};
+use crate::contracts::execution_manager::{execution_manager, CodeBlock, ExecutionManager};
+use crate::contracts::thread::ExplicitFrame;
+use crate::contracts::ContractError;
+use crate::runtime::Runtime;
+use crate::unwind::managed_x64::step_managed;
+use crate::unwind::native_x64::{NativeFrame, NativeUnwinder};
+use crate::unwind::{StackMemory, UnwindError, X64Context};
+
+/// Most frames one walk returns: deeper stacks are cut there (and say so).
+pub const DEFAULT_MAX_FRAMES: usize = 1024;
+
+/// How a frame's registers were found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FoundBy {
+    /// The thread's own registers (the innermost frame).
+    Registers,
+    /// The runtime's unwind info of the managed frame below.
+    UnwindInfo,
+    /// The CFI of the native frame below.
+    Cfi,
+    /// A signal frame's saved context (the frame below was the signal trampoline).
+    SignalContext,
+    /// The frame-pointer chain (code without CFI).
+    FramePointer,
+    /// An explicit Frame of the runtime (a P/Invoke's InlinedCallFrame, a transition
+    /// frame): where the unwinders could not go on.
+    ExplicitFrame,
+}
+
+/// What code a frame is in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FrameCode {
+    /// Managed code the ExecutionManager knows.
+    Managed {
+        /// The method's MethodDesc.
+        method_desc: u64,
+        /// Start of the method's (hot) code.
+        method_start: u64,
+        /// `jit` or `r2r` (or `unknown`).
+        jit_type: &'static str,
+        /// The frame runs a funclet (a catch, finally, fault or filter block) of the
+        /// method.
+        funclet: bool,
+        /// The index of the frame of the method the funclet belongs to, when the walk
+        /// reached it.
+        parent_frame: Option<usize>,
+    },
+    /// Code of an ELF module (or anonymous memory no one describes).
+    Native,
+}
+
+/// One frame of a stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StackFrame {
+    /// The frame's instruction pointer (a return address, except for the innermost frame
+    /// and one interrupted by a signal).
+    pub ip: u64,
+    /// The frame's stack pointer.
+    pub sp: u64,
+    /// What code the frame is in.
+    pub code: FrameCode,
+    /// Offset of `ip` in its method (managed) or nothing (native: see the symbol).
+    pub offset: Option<u64>,
+    /// The IL offset the frame is at, from the method's debug info (managed frames).
+    pub il_offset: Option<IlOffset>,
+    /// How the frame's registers were found.
+    pub found_by: FoundBy,
+}
+
+impl StackFrame {
+    /// The MethodDesc of a managed frame.
+    pub fn method_desc(&self) -> Option<u64> {
+        match self.code {
+            FrameCode::Managed { method_desc, .. } => Some(method_desc),
+            FrameCode::Native => None,
+        }
+    }
+
+    /// Whether the frame runs a funclet.
+    pub fn is_funclet(&self) -> bool {
+        matches!(self.code, FrameCode::Managed { funclet: true, .. })
+    }
+}
+
+/// Why a walk ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum StackEnd {
+    /// The outermost frame (the unwind data says there is no caller).
+    Complete,
+    /// A step failed: the frames before it stand.
+    Error {
+        /// What went wrong.
+        message: String,
+    },
+    /// The walk reached the frame limit.
+    FrameLimit {
+        /// The limit.
+        frames: usize,
+    },
+}
+
+/// A walked stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Stack {
+    /// Frames, innermost first.
+    pub frames: Vec<StackFrame>,
+    /// Why the walk ended.
+    pub end: StackEnd,
+}
+
+/// Walks the stacks of one runtime's threads.
+pub struct StackWalker<'a> {
+    rt: &'a Runtime,
+    em: Box<dyn ExecutionManager + 'a>,
+    native: NativeUnwinder,
+    debug_format: DebugInfoFormat,
+    max_frames: usize,
+}
+
+impl<'a> StackWalker<'a> {
+    /// A walker over `rt`'s code.
+    pub fn new(rt: &'a Runtime) -> Result<StackWalker<'a>, ContractError> {
+        let em = execution_manager(rt.target(), rt.descriptor())?;
+        let major = rt
+            .version()
+            .and_then(|v| v.product_version.split('.').next()?.parse().ok());
+        Ok(StackWalker {
+            rt,
+            em,
+            native: NativeUnwinder::new(rt.target()),
+            debug_format: DebugInfoFormat::for_runtime(rt.descriptor(), major),
+            max_frames: DEFAULT_MAX_FRAMES,
+        })
+    }
+
+    /// Sets the most frames a walk returns.
+    pub fn with_max_frames(mut self, max_frames: usize) -> StackWalker<'a> {
+        self.max_frames = max_frames.max(1);
+        self
+    }
+
+    /// The ExecutionManager the walker looks code up with.
+    pub fn execution_manager(&self) -> &dyn ExecutionManager {
+        self.em.as_ref()
+    }
+
+    /// Walks a stack from a thread's registers. `mem` reads the stack (a copy taken while
+    /// the thread was stopped, over the target); `transitions` are the thread's explicit
+    /// Frames, used to go on where unwinding from a frame fails.
+    pub fn walk(
+        &self,
+        start: X64Context,
+        mem: &dyn StackMemory,
+        transitions: &[ExplicitFrame],
+    ) -> Stack {
+        let mut frames: Vec<StackFrame> = Vec::new();
+        let mut frame = NativeFrame::innermost(start);
+        let mut found_by = FoundBy::Registers;
+        let end = loop {
+            if frames.len() >= self.max_frames {
+                break StackEnd::FrameLimit {
+                    frames: self.max_frames,
+                };
+            }
+            let lookup = frame.lookup_ip();
+            let block = self.em.code_block(lookup).ok().flatten();
+            frames.push(self.describe(&frame, block.as_ref(), found_by));
+            let stepped = match &block {
+                Some(b) => step_managed(self.rt.target(), self.em.as_ref(), b, &frame.ctx, mem)
+                    .map(|ctx| {
+                        Some((
+                            NativeFrame {
+                                ctx,
+                                ip_is_exact: false,
+                            },
+                            FoundBy::UnwindInfo,
+                        ))
+                    }),
+                None => self.step_native(&frame, mem),
+            };
+            match stepped {
+                Ok(Some((next, how))) if next.ctx.rip != 0 => {
+                    frame = next;
+                    found_by = how;
+                }
+                Ok(_) => break StackEnd::Complete,
+                Err(e) => match resume_at_transition(transitions, &frame.ctx, &frames) {
+                    Some(ctx) => {
+                        frame = NativeFrame {
+                            ctx,
+                            ip_is_exact: false,
+                        };
+                        found_by = FoundBy::ExplicitFrame;
+                    }
+                    None => {
+                        break StackEnd::Error {
+                            message: e.to_string(),
+                        }
+                    }
+                },
+            }
+        };
+        link_funclets(&mut frames);
+        Stack { frames, end }
+    }
+
+    /// One native step: the module's CFI, else the frame-pointer chain.
+    fn step_native(
+        &self,
+        frame: &NativeFrame,
+        mem: &dyn StackMemory,
+    ) -> Result<Option<(NativeFrame, FoundBy)>, UnwindError> {
+        if self.native.is_in_module(frame.ctx.rip) {
+            match self.native.step_frame(frame, mem) {
+                Ok(Some(next)) => {
+                    let how = if next.ip_is_exact {
+                        FoundBy::SignalContext
+                    } else {
+                        FoundBy::Cfi
+                    };
+                    return Ok(Some((next, how)));
+                }
+                Ok(None) => return Ok(None),
+                // No CFI covers the address (hand-written code): try the frame pointer.
+                Err(UnwindError::NoUnwindInfo { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        NativeUnwinder::step_frame_pointer(&frame.ctx, mem).map(|next| {
+            next.map(|ctx| {
+                (
+                    NativeFrame {
+                        ctx,
+                        ip_is_exact: false,
+                    },
+                    FoundBy::FramePointer,
+                )
+            })
+        })
+    }
+
+    fn describe(
+        &self,
+        frame: &NativeFrame,
+        block: Option<&CodeBlock>,
+        found_by: FoundBy,
+    ) -> StackFrame {
+        let ip = frame.ctx.rip;
+        let sp = frame.ctx.rsp();
+        let Some(b) = block else {
+            return StackFrame {
+                ip,
+                sp,
+                code: FrameCode::Native,
+                offset: None,
+                il_offset: None,
+                found_by,
+            };
+        };
+        let funclet = self.em.is_funclet(b).unwrap_or(false);
+        // `b` was found at `ip - 1` for a return address: the IL offset is the call's.
+        let il = il_offset(
+            self.rt.target(),
+            self.em.as_ref(),
+            b,
+            &self.debug_format,
+            false,
+        )
+        .ok()
+        .flatten()
+        .map(|m| m.il_offset);
+        StackFrame {
+            ip,
+            sp,
+            code: FrameCode::Managed {
+                method_desc: b.method_desc,
+                method_start: b.start,
+                jit_type: b.jit_type.as_str(),
+                funclet,
+                parent_frame: None,
+            },
+            offset: Some(b.relative_offset + (ip - b.ip)),
+            il_offset: il,
+            found_by,
+        }
+    }
+}
+
+/// Where to go on after a failed step from `ctx`: the innermost explicit Frame above it
+/// that records a managed return address and the stack pointer there (an active
+/// InlinedCallFrame, a transition frame, a saved context), not already walked past.
+fn resume_at_transition(
+    transitions: &[ExplicitFrame],
+    ctx: &X64Context,
+    frames: &[StackFrame],
+) -> Option<X64Context> {
+    let sp = ctx.rsp();
+    transitions
+        .iter()
+        .filter_map(|f| {
+            let ip = f.context_ip.or(f.return_address).filter(|&a| a != 0)?;
+            let caller_sp = f.caller_sp.filter(|&s| s > sp)?;
+            Some((caller_sp, X64Context::new(ip, caller_sp, f.saved_fp)))
+        })
+        .filter(|(caller_sp, c)| {
+            !frames
+                .iter()
+                .any(|fr| fr.ip == c.rip && fr.sp == *caller_sp)
+        })
+        .min_by_key(|(caller_sp, _)| *caller_sp)
+        .map(|(_, c)| c)
+}
+
+/// Ties each funclet frame to the frame of its method further up the stack: the next
+/// frame of the same MethodDesc that is not a funclet.
+fn link_funclets(frames: &mut [StackFrame]) {
+    for i in 0..frames.len() {
+        let Some(md) = frames[i].method_desc() else {
+            continue;
+        };
+        if !frames[i].is_funclet() {
+            continue;
+        }
+        let parent = (i + 1..frames.len())
+            .find(|&j| frames[j].method_desc() == Some(md) && !frames[j].is_funclet());
+        if let FrameCode::Managed { parent_frame, .. } = &mut frames[i].code {
+            *parent_frame = parent;
+        }
+    }
+}
+
+/// The logical frames of a stack: each funclet frame followed directly by its method's
+/// frame, with what ran between them (the exception dispatch and, during a filter, the
+/// frames it is filtering for) left out; native frames kept.
+pub fn logical_frames(stack: &Stack) -> Vec<&StackFrame> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < stack.frames.len() {
+        let f = &stack.frames[i];
+        out.push(f);
+        match f.code {
+            FrameCode::Managed {
+                parent_frame: Some(p),
+                ..
+            } if p > i => {
+                out.push(&stack.frames[p]);
+                i = p + 1;
+            }
+            _ => i += 1,
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn managed(md: u64, funclet: bool) -> StackFrame {
+        StackFrame {
+            ip: md,
+            sp: md,
+            code: FrameCode::Managed {
+                method_desc: md,
+                method_start: md,
+                jit_type: "jit",
+                funclet,
+                parent_frame: None,
+            },
+            offset: Some(0),
+            il_offset: None,
+            found_by: FoundBy::UnwindInfo,
+        }
+    }
+
+    fn native() -> StackFrame {
+        StackFrame {
+            ip: 1,
+            sp: 1,
+            code: FrameCode::Native,
+            offset: None,
+            il_offset: None,
+            found_by: FoundBy::Cfi,
+        }
+    }
+
+    #[test]
+    fn a_filter_funclet_links_past_the_frames_it_filters_for() {
+        // wait <- filter funclet of owner <- dispatch (native) <- thrower <- owner <- middle
+        let mut frames = vec![
+            managed(1, false),
+            managed(2, true),
+            native(),
+            managed(3, false),
+            managed(2, false),
+            managed(4, false),
+        ];
+        link_funclets(&mut frames);
+        assert!(matches!(
+            frames[1].code,
+            FrameCode::Managed {
+                parent_frame: Some(4),
+                ..
+            }
+        ));
+        let stack = Stack {
+            frames,
+            end: StackEnd::Complete,
+        };
+        let logical: Vec<Option<u64>> = logical_frames(&stack)
+            .iter()
+            .map(|f| f.method_desc())
+            .collect();
+        assert_eq!(logical, vec![Some(1), Some(2), Some(2), Some(4)]);
+    }
+
+    #[test]
+    fn a_funclet_without_its_method_stays_unlinked() {
+        let mut frames = vec![managed(2, true), managed(3, false)];
+        link_funclets(&mut frames);
+        assert!(matches!(
+            frames[0].code,
+            FrameCode::Managed {
+                parent_frame: None,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn transitions_resume_above_the_failed_frame_once() {
+        let icf = |ret: u64, sp: u64| ExplicitFrame {
+            address: sp - 0x40,
+            kind: Some("InlinedCallFrame"),
+            tag: 0,
+            return_address: Some(ret),
+            caller_sp: Some(sp),
+            saved_fp: Some(sp + 0x20),
+            datum: None,
+            context_ip: None,
+            next: 0,
+        };
+        let frames_list = [icf(0xAAA, 0x2000), icf(0xBBB, 0x3000), icf(0xCCC, 0x1000)];
+        let ctx = X64Context::new(0x10, 0x1800, None);
+        let resumed = resume_at_transition(&frames_list, &ctx, &[]).expect("a frame above");
+        assert_eq!((resumed.rip, resumed.rsp()), (0xAAA, 0x2000));
+        assert_eq!(resumed.rbp(), Some(0x2020));
+        // Already walked: the next one up.
+        let walked = StackFrame {
+            ip: 0xAAA,
+            sp: 0x2000,
+            ..native()
+        };
+        let resumed = resume_at_transition(&frames_list, &ctx, &[walked]).expect("next");
+        assert_eq!(resumed.rip, 0xBBB);
+        let high = X64Context::new(0x10, 0x4000, None);
+        assert!(resume_at_transition(&frames_list, &high, &[]).is_none());
+    }
+}
