@@ -353,7 +353,7 @@ mod tests {
     #[test]
     fn demangles_cpp_and_rust_and_leaves_c_alone() {
         assert_eq!(
-            demangle("_ZN7CorUnix11CPalThread9SuspendEv"),
+            demangle("_ZN7CorUnix10CPalThread7SuspendEv"),
             "CorUnix::CPalThread::Suspend()"
         );
         assert_eq!(
@@ -395,7 +395,7 @@ mod tests {
         );
         assert_eq!(
             t.aliases(0x105),
-            ["f_local", "f", "f_weak", "f_alias_label"]
+            ["f_alias_label", "f_local", "f_weak", "f"]
         );
         assert_eq!(t.covering(0x110), None, "past f's end, before the label");
         assert_eq!(t.covering(0x250), Some((0x200, "label")));
