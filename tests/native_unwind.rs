@@ -58,7 +58,19 @@ fn walk(target: &Target, unw: &NativeUnwinder, syms: &ElfSymbols, frame: NativeF
         }
         steps += 1;
         match unw.step_frame(&frame, target) {
-            Ok(Some(next)) => frame = next,
+            Ok(Some(next)) => {
+                // An exact caller means this frame was a signal trampoline, whose CFI
+                // starts a byte early (glibc's `nop` before `__restore_rt`): it is named
+                // at its rip.
+                if next.ip_is_exact {
+                    if let (Some(last), Some(sym)) = (frames.last_mut(), syms.lookup(frame.ctx.rip))
+                    {
+                        last.1 = sym.symbol.clone().unwrap_or_else(|| sym.to_string());
+                        last.2 = syms.aliases(frame.ctx.rip);
+                    }
+                }
+                frame = next
+            }
             Ok(None) => break End::Outermost,
             Err(e) => break End::Error(e),
         }
@@ -110,7 +122,8 @@ fn gdb_backtraces(
     std::fs::write(&script, GDB_SCRIPT).expect("write gdb script");
     let out = Command::new("gdb")
         .env_remove("DEBUGINFOD_URLS")
-        .args(["-nx", "-batch", "-ex", "set debuginfod enabled off", "-x"])
+        .args(["-nx", "-batch", "-ex", "set debuginfod enabled off"])
+        .args(["-ex", "set backtrace past-main on", "-x"])
         .arg(&script)
         .arg(exe)
         .arg(core)
@@ -166,18 +179,63 @@ fn same_function(gdb: &str, ours: &str, aliases: &[String]) -> bool {
         .any(|n| bare(n) == g)
 }
 
+/// What a comparison with gdb found.
+struct Compared {
+    threads: usize,
+    matched: usize,
+    gdb_frames: usize,
+    named: usize,
+    report: String,
+    /// Our walks, by thread.
+    walks: BTreeMap<i32, Walk>,
+}
+
 fn check_dump(kind: &str) {
     let tb = testbed_of(Variant::Net10);
     let core = tb.dump(kind);
     let exe = common::testbed_exe(Variant::Net10);
+    let c = compare_with_gdb(&exe, &core, kind);
+    assert!(c.threads >= 10, "{} threads", c.threads);
+    assert!(
+        c.named >= c.threads,
+        "most threads have a named frame: {}",
+        c.named
+    );
+    assert!(c.matched > 100, "{}", c.report);
+    // A few threads end in managed code, the others at clone3 (the outermost frame).
+    let managed = c
+        .walks
+        .values()
+        .filter(|w| matches!(w.end, End::LeftModules(_)))
+        .count();
+    let outermost = c
+        .walks
+        .values()
+        .filter(|w| matches!(w.end, End::Outermost))
+        .count();
+    assert!(
+        managed >= 5 && outermost >= 5,
+        "{managed} {outermost}\n{}",
+        c.report
+    );
+    for w in c.walks.values() {
+        if matches!(w.end, End::Outermost) {
+            let last = w.frames.last().map(|f| f.1.as_str());
+            assert!(last.is_some_and(|n| n.contains("clone")), "{last:?}");
+        }
+    }
+}
+
+/// Walks every thread of `core` with our CFI unwinder and compares with gdb's frames.
+/// Panics on any difference.
+fn compare_with_gdb(exe: &Path, core: &Path, kind: &str) -> Compared {
     let target = Target::new(
-        Arc::new(CoreDump::open(&core).expect("open core")),
+        Arc::new(CoreDump::open(core).expect("open core")),
         DataLayout::LE64,
     );
     let unw = NativeUnwinder::new(&target);
     let syms = ElfSymbols::new(&target);
     let threads = target.source().threads().expect("threads");
-    assert!(threads.len() >= 10, "{} threads", threads.len());
 
     let t0 = Instant::now();
     let mut walks = BTreeMap::new();
@@ -276,11 +334,15 @@ fn check_dump(kind: &str) {
     );
     assert_eq!(matched, gdb_frames, "{report}");
     assert_eq!(mismatched_lengths, 0, "{report}");
-    assert!(
-        named >= walks.len(),
-        "most threads have a named frame: {named}"
-    );
     assert!(walk_time < Duration::from_secs(10));
+    Compared {
+        threads: walks.len(),
+        matched,
+        gdb_frames,
+        named,
+        report,
+        walks,
+    }
 }
 
 #[test]
@@ -291,4 +353,87 @@ fn gcore_native_frames_match_gdb() {
 #[test]
 fn full_dump_native_frames_match_gdb() {
     check_dump("full");
+}
+
+/// A C program whose main thread is interrupted by SIGALRM while it spins, and parks in
+/// the handler: its stack goes through glibc's `__restore_rt` signal frame.
+const SIGNAL_PROGRAM: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static volatile unsigned long counter;
+
+__attribute__((noinline)) void parked_in_handler(void) {
+    puts("ready");
+    fflush(stdout);
+    for (;;) pause();
+}
+
+__attribute__((noinline)) void on_alarm(int sig) {
+    (void)sig;
+    parked_in_handler();
+    counter++;
+}
+
+__attribute__((noinline)) void spin(void) {
+    for (;;) counter++;
+}
+
+__attribute__((noinline)) int main(void) {
+    signal(SIGALRM, on_alarm);
+    alarm(1);
+    spin();
+    return 0;
+}
+"#;
+
+#[test]
+fn signal_frames_are_unwound_into_the_interrupted_code() {
+    let dir = common::scratch("native-unwind-signal");
+    let src = dir.join("sig.c");
+    let exe = dir.join("sig");
+    std::fs::write(&src, SIGNAL_PROGRAM).expect("write C source");
+    let status = Command::new("cc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc failed");
+    let mut child = Command::new(&exe)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the signal program");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("read ready");
+    assert_eq!(line.trim(), "ready");
+    let core = dir.join("sig.core");
+    common::gcore(child.id() as i32, &core);
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let c = compare_with_gdb(&exe, &core, "signal");
+    let w = c.walks.values().next().expect("one thread");
+    let names: Vec<&str> = w.frames.iter().map(|f| f.1.as_str()).collect();
+    let at = |name: &str| {
+        names
+            .iter()
+            .position(|n| *n == name)
+            .unwrap_or_else(|| panic!("no {name} in {names:?}"))
+    };
+    // pause .. parked_in_handler, on_alarm, __restore_rt, spin (the interrupted frame,
+    // at an exact instruction), main, then libc's start and _start, the outermost.
+    let restore = at("__restore_rt");
+    assert_eq!(at("on_alarm") + 1, restore, "{names:?}");
+    assert_eq!(at("spin"), restore + 1, "{names:?}");
+    assert_eq!(at("main"), restore + 2, "{names:?}");
+    assert_eq!(names.last(), Some(&"_start"), "{names:?}");
+    assert!(matches!(w.end, End::Outermost), "{:?}", w.end);
+    assert_eq!(c.matched, c.gdb_frames);
+    assert_eq!(c.matched, names.len(), "gdb sees every frame we do");
 }

@@ -975,7 +975,10 @@ mod tests {
         let unw = NativeUnwinder::new(&target);
         let mut c = ctx(BASE + F4 + 8, slot(0));
         c.regs[x64_reg::RBP] = Some(slot(2));
-        let next = unw.step_innermost(&c, &target).expect("step").expect("caller");
+        let next = unw
+            .step_innermost(&c, &target)
+            .expect("step")
+            .expect("caller");
         assert_eq!(next.rip, BASE + F2, "[rbp + 8]");
         assert_eq!(next.rsp(), slot(4), "rbp + 16");
         assert_eq!(next.rbp(), Some(0xbebe), "[rbp]");
