@@ -259,7 +259,7 @@ fn compare_with_gdb(exe: &Path, core: &Path, kind: &str) -> Compared {
         }
     }
     let warm_time = t1.elapsed();
-    let gdb = gdb_backtraces(&exe, &core, |pc| unw.is_in_module(pc));
+    let gdb = gdb_backtraces(exe, core, |pc| unw.is_in_module(pc));
 
     let (mut matched, mut gdb_frames, mut steps, mut virtual_frames) = (0, 0, 0, 0);
     let (mut named, mut named_matched) = (0, 0);
@@ -335,6 +335,15 @@ fn compare_with_gdb(exe: &Path, core: &Path, kind: &str) -> Compared {
     assert_eq!(matched, gdb_frames, "{report}");
     assert_eq!(mismatched_lengths, 0, "{report}");
     assert!(walk_time < Duration::from_secs(10));
+    // Every walk ends cleanly: at the outermost frame, or where code leaves the modules.
+    for (tid, w) in &walks {
+        match &w.end {
+            End::Outermost => {}
+            End::LeftModules(ip) => assert!(!unw.is_in_module(*ip)),
+            End::Error(e) => panic!("thread {tid}: {e}\n{report}"),
+            End::TooDeep => panic!("thread {tid}: too deep\n{report}"),
+        }
+    }
     Compared {
         threads: walks.len(),
         matched,

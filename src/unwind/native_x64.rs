@@ -221,7 +221,7 @@ impl NativeUnwinder {
         let next = match found {
             Some(next) => next,
             None => match step_restore_rt(&self.target, &frame.ctx, mem)? {
-                Some(next) => Stepped::Caller(next, true),
+                Some(next) => Stepped::Caller(Box::new(next), true),
                 None => return Err(UnwindError::NoUnwindInfo { ip }),
             },
         };
@@ -235,7 +235,7 @@ impl NativeUnwinder {
                     return Err(UnwindError::NotProgressing { ip, sp: ctx.rsp() });
                 }
                 Ok(Some(NativeFrame {
-                    ctx,
+                    ctx: *ctx,
                     ip_is_exact: signal,
                 }))
             }
@@ -293,7 +293,7 @@ enum Stepped {
     /// The return address is undefined: no caller.
     Outermost,
     /// The caller, and whether this frame was a signal frame (the caller's ip is exact).
-    Caller(X64Context, bool),
+    Caller(Box<X64Context>, bool),
 }
 
 /// Reads a module's CFI: from the file on disk when it is there and matches the target,
@@ -522,7 +522,7 @@ fn step_with_fde<'a, S: UnwindSection<Slice<'a>>>(
     let signal = fde.is_signal_trampoline();
     let next = apply_row(section, row, ra, ctx, mem)?;
     Ok(match next {
-        Some(next) => Stepped::Caller(next, signal),
+        Some(next) => Stepped::Caller(Box::new(next), signal),
         None => Stepped::Outermost,
     })
 }
