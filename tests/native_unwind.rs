@@ -218,6 +218,35 @@ fn check_dump(kind: &str) {
         "{managed} {outermost}\n{}",
         c.report
     );
+    // The parked threads of the manifest: blocked in libc under managed code.
+    let parked = tb.manifest["threads"].as_array().expect("threads");
+    assert_eq!(parked.len(), 8);
+    for t in parked {
+        let tid = t["os_tid"].as_i64().expect("os_tid") as i32;
+        let w = &c.walks[&tid];
+        let kind = t["kind"].as_str().expect("kind");
+        assert!(matches!(w.end, End::LeftModules(_)), "{kind}: {:?}", w.end);
+        let first = w.frames.first().map(|f| (f.1.as_str(), &f.2));
+        match t["syscall"].as_str() {
+            // futex(2): the runtime's wait on a pthread condition, called from managed code.
+            Some("202") => {
+                let (name, _) = first.expect("a native frame");
+                assert_eq!(name, "__futex_abstimed_wait_common", "{kind}");
+                assert!(w
+                    .frames
+                    .iter()
+                    .any(|f| f.2.iter().any(|a| a.starts_with("pthread_cond"))));
+            }
+            // read(2) from a P/Invoke inlined into managed code: libc's read is the one
+            // native frame.
+            Some("0") => {
+                assert_eq!(w.frames.len(), 1, "{kind}");
+                let (_, aliases) = first.expect("read");
+                assert!(aliases.iter().any(|a| a == "read"), "{aliases:?}");
+            }
+            _ => assert_eq!(kind, "spin"),
+        }
+    }
     for w in c.walks.values() {
         if matches!(w.end, End::Outermost) {
             let last = w.frames.last().map(|f| f.1.as_str());
