@@ -475,3 +475,84 @@ fn signal_frames_are_unwound_into_the_interrupted_code() {
     assert_eq!(c.matched, c.gdb_frames);
     assert_eq!(c.matched, names.len(), "gdb sees every frame we do");
 }
+
+/// The memory of another source with every mapped file renamed to a path that does not
+/// exist: modules must then be read from the target's memory.
+struct FilesElsewhere {
+    inner: Arc<dyn cdac::target::MemorySource>,
+    files: Vec<cdac::target::MappedFile>,
+}
+
+impl cdac::target::MemorySource for FilesElsewhere {
+    fn read_exact(&self, addr: u64, buf: &mut [u8]) -> Result<(), cdac::target::ReadError> {
+        self.inner.read_exact(addr, buf)
+    }
+    fn mapped_files(&self) -> &[cdac::target::MappedFile] {
+        &self.files
+    }
+    fn threads(&self) -> Result<Vec<cdac::target::ThreadInfo>, cdac::target::ReadError> {
+        self.inner.threads()
+    }
+    fn kind(&self) -> cdac::target::TargetKind {
+        self.inner.kind()
+    }
+    fn native_layout(&self) -> Option<DataLayout> {
+        self.inner.native_layout()
+    }
+}
+
+#[test]
+fn modules_not_on_disk_are_read_from_memory() {
+    let core = testbed_of(Variant::Net10).dump("full");
+    let source: Arc<dyn cdac::target::MemorySource> =
+        Arc::new(CoreDump::open(&core).expect("open core"));
+    let on_disk = Target::new(source.clone(), DataLayout::LE64);
+    let files = source
+        .mapped_files()
+        .iter()
+        .map(|f| {
+            let mut f = f.clone();
+            let name = f
+                .path
+                .file_name()
+                .map(|n| n.to_os_string())
+                .unwrap_or_default();
+            f.path = Path::new("/nonexistent/cdac-test").join(name);
+            f
+        })
+        .collect();
+    let in_memory = Target::new(
+        Arc::new(FilesElsewhere {
+            inner: source,
+            files,
+        }),
+        DataLayout::LE64,
+    );
+    let (unw_disk, syms_disk) = (NativeUnwinder::new(&on_disk), ElfSymbols::new(&on_disk));
+    let (unw_mem, syms_mem) = (NativeUnwinder::new(&in_memory), ElfSymbols::new(&in_memory));
+    let (mut frames, mut named_from_memory) = (0, 0);
+    for t in on_disk.source().threads().expect("threads") {
+        let ctx = t.context.expect("registers");
+        let a = walk(&on_disk, &unw_disk, &syms_disk, NativeFrame::innermost(ctx));
+        let b = walk(&in_memory, &unw_mem, &syms_mem, NativeFrame::innermost(ctx));
+        let ips = |w: &Walk| w.frames.iter().map(|f| f.0).collect::<Vec<_>>();
+        assert_eq!(
+            ips(&a),
+            ips(&b),
+            "thread {}: the same frames from memory",
+            t.tid
+        );
+        frames += a.frames.len();
+        // The dynamic symbols in memory name what they cover: the same function as the
+        // file's full symbol table (one of its aliases).
+        for (fa, fb) in a.frames.iter().zip(&b.frames) {
+            if let Some(sym) = syms_mem.lookup(fb.0 - 1).and_then(|s| s.symbol) {
+                assert!(fa.2.contains(&sym), "{sym} not among {:?}", fa.2);
+                named_from_memory += 1;
+            }
+        }
+    }
+    eprintln!("{frames} frames the same from memory; {named_from_memory} named by dynamic symbols in memory");
+    assert!(frames > 100);
+    assert!(named_from_memory >= 10, "{named_from_memory}");
+}
