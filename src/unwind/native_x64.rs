@@ -207,6 +207,11 @@ impl NativeUnwinder {
     ///
     /// After a step, rip, rsp and the registers the CFI restores are known (the
     /// callee-saved ones, or all of them through a signal frame); the others are not.
+    ///
+    /// A caller that comes back with `ip_is_exact` means `frame` was a signal
+    /// trampoline, which is entered by a return and not a call: name that frame at
+    /// `frame.ctx.rip` rather than at [`NativeFrame::lookup_ip`] (glibc's CFI for
+    /// `__restore_rt` starts at the `nop` a byte before the symbol).
     pub fn step_frame(
         &self,
         frame: &NativeFrame,
@@ -1156,6 +1161,81 @@ mod tests {
                 "round {round}: {end:?}"
             );
         }
+    }
+
+    #[test]
+    fn debug_frame_is_used_where_eh_frame_has_no_fde() {
+        // .eh_frame without an FDE for F1 (only F2), .debug_frame with F1's.
+        let mut eh_table = FrameTable::default();
+        let cie = CommonInformationEntry::new(encoding(), 1, -8, X86_64::RA);
+        let cie_id = eh_table.add_cie(cie.clone());
+        let mut f2 = FrameDescriptionEntry::new(Address::Constant(F2), 0x100);
+        f2.add_instruction(0, I::Undefined(X86_64::RA));
+        eh_table.add_fde(cie_id, f2);
+        let mut eh = write::EhFrame(EndianVec::new(LittleEndian));
+        eh_table.write_eh_frame(&mut eh).expect("eh_frame");
+
+        let mut debug_table = FrameTable::default();
+        let mut dcie = CommonInformationEntry::new(
+            gimli::Encoding {
+                version: 4,
+                ..encoding()
+            },
+            1,
+            -8,
+            X86_64::RA,
+        );
+        dcie.add_instruction(I::Cfa(X86_64::RSP, 8));
+        dcie.add_instruction(I::Offset(X86_64::RA, -8));
+        let dcie = debug_table.add_cie(dcie);
+        let mut f1 = FrameDescriptionEntry::new(Address::Constant(F1), 0x100);
+        f1.add_instruction(4, I::CfaOffset(16));
+        f1.add_instruction(4, I::Offset(X86_64::RBP, -16));
+        debug_table.add_fde(dcie, f1);
+        let mut df = write::DebugFrame(EndianVec::new(LittleEndian));
+        debug_table.write_debug_frame(&mut df).expect("debug_frame");
+
+        let cfi = ModuleCfi::new(
+            BASE,
+            Some(Section {
+                addr: EH,
+                data: eh.0.into_vec(),
+            }),
+            None,
+            Some(Section {
+                addr: 0,
+                data: df.0.into_vec(),
+            }),
+        );
+        let mut stack = vec![0u64; 8];
+        stack[0] = 0xbebe;
+        stack[1] = BASE + F2;
+        let target = target_with(&eh_frame(), true, &stack);
+        let c = ctx(BASE + F1 + 8, slot(0));
+        match step_by_cfi(&cfi, c.rip, &c, &target).expect("step") {
+            Some(Stepped::Caller(next, false)) => {
+                assert_eq!(
+                    (next.rip, next.rsp(), next.rbp()),
+                    (BASE + F2, slot(2), Some(0xbebe))
+                );
+            }
+            _ => panic!("no caller from .debug_frame"),
+        }
+        assert!(matches!(
+            step_by_cfi(&cfi, BASE + F2, &c, &target),
+            Ok(Some(Stepped::Outermost))
+        ));
+        assert!(matches!(
+            step_by_cfi(&cfi, BASE + 0x3000, &c, &target),
+            Ok(None)
+        ));
+    }
+
+    #[test]
+    fn unwinder_and_symbols_are_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<NativeUnwinder>();
+        check::<crate::symbols::ElfSymbols>();
     }
 
     #[test]
