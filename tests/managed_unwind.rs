@@ -190,3 +190,176 @@ fn spinner_chain_gcore() {
 fn spinner_chain_createdump_full() {
     spinner_chain_in("full");
 }
+
+/// Whether the bytes before `ra` end a call instruction (`call rel32`, or `call r/m64` in
+/// its register, `[reg]`, `[reg+disp8]`, `[reg+disp32]` and `[rip+disp32]` forms).
+fn after_call(rt: &Runtime, ra: u64) -> bool {
+    let Ok(b) = rt.target().read_bytes(ra - 7, 7) else {
+        return false;
+    };
+    let at = |back: usize| b[7 - back];
+    let modrm_call = |m: u8| m & 0x38 == 0x10;
+    at(5) == 0xe8
+        || (at(2) == 0xff && modrm_call(at(1)) && at(1) >> 6 == 3)
+        || (at(2) == 0xff
+            && modrm_call(at(1))
+            && at(1) >> 6 == 0
+            && at(1) & 7 != 4
+            && at(1) & 7 != 5)
+        || (at(3) == 0xff && modrm_call(at(2)) && at(2) >> 6 == 1 && at(2) & 7 != 4)
+        || (at(4) == 0xff && modrm_call(at(3)) && at(3) >> 6 == 1 && at(3) & 7 == 4)
+        || (at(6) == 0xff && modrm_call(at(5)) && (at(5) >> 6 == 2 || at(5) & 0xc7 == 5))
+        || (at(7) == 0xff && modrm_call(at(6)) && at(6) >> 6 == 2 && at(6) & 7 == 4)
+}
+
+/// Walks a parked thread from its registers: `step_managed` in managed code, the frame
+/// pointer chain in native code (the runtime and its assembly helpers keep rbp frames).
+/// Returns the managed frames met.
+fn hybrid_walk(
+    rt: &Runtime,
+    em: &dyn ExecutionManager,
+    mut ctx: X64Context,
+) -> Result<Vec<(u64, u64)>, String> {
+    let t = rt.target();
+    let mut managed = Vec::new();
+    for _ in 0..256 {
+        let block = em.code_block(ctx.rip).map_err(|e| e.to_string())?;
+        match block {
+            Some(block) => {
+                managed.push((ctx.rip, block.method_desc));
+                ctx = step_managed(t, em, &block, &ctx, t)
+                    .map_err(|e| format!("after {managed:x?}: {e}"))?;
+                if !after_call(rt, ctx.rip) && em.code_block(ctx.rip).ok().flatten().is_some() {
+                    return Err(format!(
+                        "after {managed:x?}: return address {:#x} follows no call",
+                        ctx.rip
+                    ));
+                }
+            }
+            None => {
+                let Some(rbp) = ctx.rbp() else { break };
+                if rbp <= ctx.rsp() || rbp - ctx.rsp() > 1 << 24 {
+                    break;
+                }
+                let (Ok(saved), Ok(ra)) = (t.read_u64(rbp), t.read_u64(rbp + 8)) else {
+                    break;
+                };
+                if ra == 0 {
+                    break;
+                }
+                ctx = X64Context::new(ra, rbp + 16, Some(saved));
+            }
+        }
+    }
+    Ok(managed)
+}
+
+/// Where native code (glibc clobbers rbp) hides the first managed frame: scans the stack
+/// from rsp for the first return address into managed code that follows a call, and
+/// starts the walk there, taking rbp from the slot below it (the native callee's
+/// `push rbp`; the runtime keeps frame pointers). Falls back to the next candidate when
+/// that guess does not walk.
+fn scan_then_walk(
+    rt: &Runtime,
+    em: &dyn ExecutionManager,
+    ctx: X64Context,
+) -> Result<Vec<(u64, u64)>, String> {
+    let t = rt.target();
+    let mut last = String::from("no managed return address on the stack");
+    let mut tried = 0;
+    for i in 1..0x4000u64 {
+        let slot = ctx.rsp() + 8 * i;
+        let Ok(ra) = t.read_u64(slot) else { break };
+        if em.code_block(ra).ok().flatten().is_none() || !after_call(rt, ra) {
+            continue;
+        }
+        let Ok(rbp) = t.read_u64(slot - 8) else {
+            continue;
+        };
+        match hybrid_walk(rt, em, X64Context::new(ra, slot + 8, Some(rbp))) {
+            Ok(frames) => return Ok(frames),
+            Err(e) => last = e,
+        }
+        tried += 1;
+        if tried == 4 {
+            break;
+        }
+    }
+    Err(last)
+}
+
+/// Every parked thread of a testbed (gcore dump): walked from its registers, our managed
+/// frames are its chain (a funclet's method counted once), and every managed return
+/// address follows a call.
+fn parked_threads_through_native_frames(variant: Variant) {
+    let tb = testbed_of(variant);
+    let rt = Runtime::open_dump(tb.dump("gcore"), &OpenOptions::default()).expect("open dump");
+    let em = execution_manager(rt.target(), rt.descriptor()).expect("em");
+    let threads = rt.target().source().threads().expect("threads");
+    let mut checked = Vec::new();
+    for parked in tb.manifest["threads"].as_array().expect("threads") {
+        let kind = parked["kind"].as_str().expect("kind");
+        let tid = parked["os_tid"].as_i64().expect("os_tid") as i32;
+        let names: Vec<&str> = parked["expected_chain"]
+            .as_array()
+            .expect("chain")
+            .iter()
+            .map(|v| v.as_str().expect("name"))
+            .collect();
+        let mds: Vec<u64> = parked["chain_method_descs"]
+            .as_array()
+            .expect("mds")
+            .iter()
+            .map(hex)
+            .collect();
+        let physical: Vec<&str> = parked["physical_frames"]
+            .as_array()
+            .expect("physical")
+            .iter()
+            .map(|v| v.as_str().expect("name"))
+            .collect();
+        // Our methods that have frames, in chain order (an inlined P/Invoke has none).
+        let want: Vec<u64> = names
+            .iter()
+            .zip(&mds)
+            .filter(|(n, _)| physical.contains(n))
+            .map(|(_, &md)| md)
+            .collect();
+        let ctx = threads
+            .iter()
+            .find(|t| t.tid == tid)
+            .and_then(|t| t.context)
+            .unwrap_or_else(|| panic!("{kind}: thread {tid} has no registers"));
+        let frames =
+            scan_then_walk(&rt, em.as_ref(), ctx).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        // Ours, consecutive repeats (a funclet, then its method; OSR) counted once.
+        let mut ours: Vec<u64> = frames
+            .iter()
+            .map(|&(_, md)| md)
+            .filter(|md| mds.contains(md))
+            .collect();
+        ours.dedup();
+        assert_eq!(ours, want, "{} {kind}: frames {frames:x?}", variant.name());
+        checked.push((kind.to_string(), frames.len()));
+    }
+    eprintln!(
+        "{}: parked threads walked (managed frames each): {checked:?}",
+        variant.name()
+    );
+    assert!(checked.len() >= 8, "{checked:?}");
+}
+
+#[test]
+fn parked_threads_net10() {
+    parked_threads_through_native_frames(Variant::Net10);
+}
+
+#[test]
+fn parked_threads_net9() {
+    parked_threads_through_native_frames(Variant::Net9);
+}
+
+#[test]
+fn parked_threads_net8() {
+    parked_threads_through_native_frames(Variant::Net8);
+}
