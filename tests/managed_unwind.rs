@@ -3,7 +3,9 @@
 
 mod common;
 
-use cdac::contracts::debug_info::{il_offset, native_map, DebugInfoFormat, IlOffset};
+use cdac::contracts::debug_info::{
+    il_offset, native_map, BoundsEncoding, DebugInfoFormat, IlOffset,
+};
 use cdac::contracts::execution_manager::enumerate::all_code;
 use cdac::contracts::execution_manager::{execution_manager, ExecutionManager, JitType};
 use cdac::runtime::{OpenOptions, Runtime};
@@ -26,9 +28,38 @@ fn debug_info_of_every_jitted_method(variant: Variant) {
     let format = format_of(&rt);
     let code = all_code(rt.target(), rt.descriptor()).expect("code");
     let (mut jitted, mut with_map, mut entries, mut failures) = (0, 0, 0, Vec::new());
+    let (mut r2r, mut r2r_with_map) = (0, 0);
+    for c in code.iter().filter(|c| c.jit_type == JitType::R2r) {
+        let block = em.code_block(c.start).expect("lookup").expect("block");
+        r2r += 1;
+        match native_map(rt.target(), em.as_ref(), &block, &format) {
+            Ok(map) => {
+                r2r_with_map += usize::from(!map.is_empty());
+                let inside = map
+                    .iter()
+                    .all(|m| u64::from(m.native_offset) <= c.size + c.cold_size);
+                if !inside {
+                    failures.push(format!("R2R {:#x}: {map:?}", c.start));
+                }
+            }
+            Err(e) => failures.push(format!("R2R {:#x}: {e}", c.start)),
+        }
+    }
+    // The other encoding, to show that the checks tell them apart.
+    let other = DebugInfoFormat {
+        encoding: match format.encoding {
+            BoundsEncoding::Nibble => BoundsEncoding::Packed,
+            BoundsEncoding::Packed => BoundsEncoding::Nibble,
+        },
+        ..format
+    };
+    let mut other_accepted = 0;
     for c in code.iter().filter(|c| c.jit_type == JitType::Jit) {
         jitted += 1;
         let block = em.code_block(c.start).expect("lookup").expect("block");
+        if native_map(rt.target(), em.as_ref(), &block, &other).is_ok_and(|m| !m.is_empty()) {
+            other_accepted += 1;
+        }
         match native_map(rt.target(), em.as_ref(), &block, &format) {
             Ok(map) => {
                 if !map.is_empty() {
@@ -47,7 +78,8 @@ fn debug_info_of_every_jitted_method(variant: Variant) {
         }
     }
     eprintln!(
-        "{}: {jitted} JIT'ed methods, {with_map} with a map, {entries} mappings, {} failures, format {format:?}",
+        "{}: {jitted} JIT'ed methods, {with_map} with a map, {entries} mappings; \
+         {r2r} ReadyToRun methods, {r2r_with_map} with a map; {} failures; format {format:?}",
         variant.name(),
         failures.len()
     );
@@ -60,6 +92,15 @@ fn debug_info_of_every_jitted_method(variant: Variant) {
     assert!(
         jitted > 100 && with_map * 10 >= jitted * 9,
         "{jitted} {with_map}"
+    );
+    eprintln!(
+        "{}: the other encoding ({:?}) accepted {other_accepted} of {with_map} maps",
+        variant.name(),
+        other.encoding
+    );
+    assert!(
+        other_accepted * 4 < with_map,
+        "{other_accepted} of {with_map}"
     );
 }
 
@@ -170,6 +211,10 @@ fn spinner_chain_in(kind: &str) {
         "{kind}: {frames:x?}"
     );
     eprintln!("{kind}: spinner frames {frames:x?}; {managed_threads} threads in managed code");
+    // Every caller frame's IP is a return address: it follows a call.
+    for f in &frames[1..] {
+        assert!(after_call(&rt, f.ip), "{kind}: {f:x?} follows no call");
+    }
     // IL offsets: every caller frame is at a call, which maps to IL.
     for f in &frames[1..expected.len()] {
         let il = f.il.and_then(IlOffset::il);

@@ -541,9 +541,9 @@ fn caller_registers(unwound: X64Context, restored: [bool; 16]) -> X64Context {
         rip: unwound.rip,
         regs: [None; 16],
     };
-    for r in 0..16 {
+    for (r, (slot, value)) in out.regs.iter_mut().zip(unwound.regs).enumerate() {
         if restored[r] || NONVOLATILE.contains(&r) {
-            out.regs[r] = unwound.regs[r];
+            *slot = value;
         }
     }
     out
