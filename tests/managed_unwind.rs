@@ -408,3 +408,77 @@ fn parked_threads_net9() {
 fn parked_threads_net8() {
     parked_threads_through_native_frames(Variant::Net8);
 }
+
+/// A stack where every slot holds a value made from its address: every read succeeds.
+struct FakeStack;
+
+impl cdac::unwind::StackMemory for FakeStack {
+    fn read_u64(&self, addr: u64) -> Result<u64, cdac::target::ReadError> {
+        Ok(addr.wrapping_mul(0x9e37_79b9).rotate_left(17) | 1)
+    }
+}
+
+/// The unwind info of every JIT'ed and ReadyToRun method of the live .NET 10 testbed is
+/// accepted: at the first instruction only the return address is popped, and right after
+/// the prolog the step moves up the stack.
+#[test]
+fn unwind_info_of_every_method() {
+    use cdac::unwind::managed_x64::{virtual_unwind, RuntimeFunction};
+    use cdac::unwind::StackMemory;
+    let tb = testbed_of(Variant::Net10);
+    let rt = Runtime::attach(tb.pid, &OpenOptions::default()).expect("attach");
+    let em = execution_manager(rt.target(), rt.descriptor()).expect("em");
+    let t = rt.target();
+    let code = all_code(t, rt.descriptor()).expect("code");
+    let (mut checked, mut osr, mut failures) = (0, 0, Vec::new());
+    let (rsp, rbp) = (0x7000_0000u64, 0x7000_1000u64);
+    for c in &code {
+        let block = em.code_block(c.start).expect("lookup").expect("block");
+        let Some(rf) = em.unwind_info(&block).expect("unwind info") else {
+            failures.push(format!("{:#x}: no RUNTIME_FUNCTION", c.start));
+            continue;
+        };
+        let base = em.unwind_info_base_address(&block);
+        let func = RuntimeFunction::read(t, base, rf).expect("RUNTIME_FUNCTION");
+        assert_eq!(func.begin, c.start, "the method's entry starts it");
+        let prolog = u64::from(t.read_u8(func.unwind_info + 1).expect("prolog size"));
+        checked += 1;
+        // OSR methods describe the tier-0 frame they sit on with codes at offset 0: those
+        // apply at the entry too (the step then leaves both frames).
+        let count = usize::from(t.read_u8(func.unwind_info + 2).expect("count"));
+        let slots = t
+            .read_bytes(func.unwind_info + 4, 2 * count)
+            .expect("codes");
+        let at_zero = slots.chunks(2).any(|s| s[0] == 0);
+        osr += usize::from(at_zero);
+        let at_entry = X64Context::new(c.start, rsp, Some(rbp));
+        match virtual_unwind(t, base, rf, &at_entry, &FakeStack, &|_| false) {
+            Ok(out) if out.rip == FakeStack.read_u64(rsp).unwrap() && out.rsp() == rsp + 8 => {}
+            Ok(out) if at_zero && out.rsp() > rsp + 8 => {}
+            other => failures.push(format!(
+                "{:#x} ({:?}, prolog {prolog}) at entry: {other:x?}; code {:02x?} info {:02x?}",
+                c.start,
+                c.jit_type,
+                t.read_bytes(c.start, 16),
+                t.read_bytes(func.unwind_info, 16)
+            )),
+        }
+        if prolog < c.size {
+            let body = X64Context::new(c.start + prolog, rsp, Some(rbp));
+            match virtual_unwind(t, base, rf, &body, &FakeStack, &|_| false) {
+                Ok(out) if out.rsp() > rsp.min(rbp - 0x1000) => {}
+                other => failures.push(format!("{:#x} after the prolog: {other:x?}", c.start)),
+            }
+        }
+    }
+    eprintln!(
+        "unwind info of {checked} methods checked ({osr} with codes at offset 0: OSR), {} failures",
+        failures.len()
+    );
+    assert!(checked > 1000, "{checked}");
+    assert!(
+        failures.is_empty(),
+        "{:#?}",
+        &failures[..failures.len().min(10)]
+    );
+}
