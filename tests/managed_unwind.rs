@@ -156,6 +156,40 @@ fn walk(
     (frames, None)
 }
 
+/// The IL size of `Namespace.Type::Method` in the testbed's own assembly, from its
+/// metadata (MethodDef RVA, then the method body's tiny or fat header).
+fn il_size(tb: &common::Testbed, name: &str) -> u32 {
+    use cdac::formats::ecma::pe::{metadata_from_pe, PeLayout};
+    use cdac::formats::ecma::tables::TableId;
+    use cdac::formats::ecma::Metadata;
+    use object::read::pe::PeFile64;
+    let dll = std::path::Path::new(tb.manifest["app_dir"].as_str().expect("app_dir"))
+        .join("Cdac.Testbed.dll");
+    let image = std::fs::read(&dll).expect("testbed assembly");
+    let md = Metadata::parse(metadata_from_pe(&image, PeLayout::File).expect("metadata"))
+        .expect("parse metadata");
+    let (ty, method) = name.split_once("::").expect("Type::Method");
+    let type_rid = md.find_type(ty).unwrap_or_else(|| panic!("{ty} not found"));
+    let rid = md
+        .type_methods(type_rid)
+        .expect("methods")
+        .into_iter()
+        .find(|&r| md.method_name(r).expect("name") == method)
+        .unwrap_or_else(|| panic!("{name} not found"));
+    let rva = md.tables.row(TableId::MethodDef, rid).expect("row").raw(0);
+    let pe = PeFile64::parse(&*image).expect("PE");
+    let (offset, _) = pe
+        .section_table()
+        .pe_file_range_at(rva)
+        .expect("body in a section");
+    let body = &image[offset as usize..];
+    match body[0] & 3 {
+        2 => u32::from(body[0] >> 2),
+        3 => u32::from_le_bytes([body[4], body[5], body[6], body[7]]),
+        _ => panic!("{name}: bad method header {:#x}", body[0]),
+    }
+}
+
 /// On a dump of the .NET 10 testbed: the spinner's managed frames are its chain, and no
 /// other thread's walk fails while in managed code.
 fn spinner_chain_in(kind: &str) {
@@ -215,15 +249,30 @@ fn spinner_chain_in(kind: &str) {
     for f in &frames[1..] {
         assert!(after_call(&rt, f.ip), "{kind}: {f:x?} follows no call");
     }
-    // IL offsets: every caller frame is at a call, which maps to IL.
-    for f in &frames[1..expected.len()] {
-        let il = f.il.and_then(IlOffset::il);
-        assert!(
-            il.is_some_and(|n| n < 0x1000),
-            "{kind}: caller frame {f:x?} has no IL offset"
-        );
+    // IL offsets: every frame of ours maps into its method's IL (a caller frame, at a
+    // call, to a real offset).
+    let names: Vec<&str> = spin["expected_chain"]
+        .as_array()
+        .expect("expected_chain")
+        .iter()
+        .map(|v| v.as_str().expect("name"))
+        .collect();
+    let mut ils = Vec::new();
+    for (i, f) in frames[..expected.len()].iter().enumerate() {
+        let name = names[want
+            .iter()
+            .position(|&md| md == f.method_desc)
+            .expect("ours")];
+        let size = il_size(tb, name);
+        let il =
+            f.il.unwrap_or_else(|| panic!("{kind}: {name} has no mapping"));
+        match il {
+            IlOffset::Il(n) => assert!(n < size, "{kind}: {name} at IL {n:#x} of {size:#x}"),
+            other => assert!(i == 0, "{kind}: caller {name} maps to {other:?}"),
+        }
+        ils.push((name, il, size));
     }
-    assert!(frames[0].il.is_some(), "{kind}: the innermost frame maps");
+    eprintln!("{kind}: IL offsets (offset, IL size) {ils:?}");
 }
 
 #[test]
