@@ -531,3 +531,122 @@ fn unwind_info_of_every_method() {
         &failures[..failures.len().min(10)]
     );
 }
+
+/// Real epilogs: in every JIT'ed method of the live .NET 10 testbed, the pops of the
+/// registers its prolog pushed (in reverse order) followed by `ret`, and the stack
+/// adjustment before them when there is one, are emulated: unwinding from each of those
+/// instructions restores the pushed registers from where the pops read them.
+#[test]
+fn real_epilogs_are_emulated() {
+    use cdac::unwind::managed_x64::{virtual_unwind, RuntimeFunction};
+    use cdac::unwind::StackMemory;
+    let tb = testbed_of(Variant::Net10);
+    let rt = Runtime::attach(tb.pid, &OpenOptions::default()).expect("attach");
+    let em = execution_manager(rt.target(), rt.descriptor()).expect("em");
+    let t = rt.target();
+    let code = all_code(t, rt.descriptor()).expect("code");
+    let (mut with_pushes, mut found, mut checked_ips, mut failures) = (0, 0, 0, Vec::new());
+    let mut leas = 0;
+    for c in code.iter().filter(|c| c.jit_type == JitType::Jit) {
+        let block = em.code_block(c.start).expect("lookup").expect("block");
+        let Some(rf) = em.unwind_info(&block).expect("unwind info") else {
+            continue;
+        };
+        let base = em.unwind_info_base_address(&block);
+        let func = RuntimeFunction::read(t, base, rf).expect("RUNTIME_FUNCTION");
+        let count = usize::from(t.read_u8(func.unwind_info + 2).expect("count"));
+        let slots = t
+            .read_bytes(func.unwind_info + 4, 2 * count)
+            .expect("codes");
+        // Pushed registers, last pushed first (the codes' order).
+        let mut pushed = Vec::new();
+        let mut other_ops = false;
+        let mut i = 0;
+        while i < count {
+            let (op, info) = (slots[2 * i + 1] & 0xf, slots[2 * i + 1] >> 4);
+            match op {
+                0 => pushed.push(info),
+                2 | 3 => {}
+                1 => i += 1 + usize::from(info == 1),
+                4 | 8 => {
+                    other_ops = true;
+                    i += 1
+                }
+                _ => other_ops = true,
+            }
+            i += 1;
+        }
+        if pushed.is_empty() || other_ops {
+            continue;
+        }
+        with_pushes += 1;
+        let mut pattern = Vec::new();
+        for &r in &pushed {
+            if r >= 8 {
+                pattern.push(0x41);
+            }
+            pattern.push(0x58 + (r & 7));
+        }
+        pattern.push(0xc3);
+        let len = (func.end - func.begin) as usize;
+        let Ok(bytes) = t.read_bytes(func.begin, len) else {
+            continue;
+        };
+        let starts: Vec<usize> = bytes
+            .windows(pattern.len())
+            .enumerate()
+            .filter(|(_, w)| *w == &pattern[..])
+            .map(|(k, _)| k)
+            .collect();
+        if starts.is_empty() {
+            continue;
+        }
+        found += 1;
+        let rsp = 0x7000_0000u64;
+        for k in starts {
+            // At the first pop; and at the stack adjustment before it, when present.
+            let mut at = vec![(k, rsp)];
+            if k >= 4 && bytes[k - 4..k - 1] == [0x48, 0x83, 0xc4] {
+                at.push((k - 4, rsp - u64::from(bytes[k - 1])));
+            }
+            if k >= 7 && bytes[k - 7..k - 4] == [0x48, 0x81, 0xc4] {
+                let n =
+                    u32::from_le_bytes([bytes[k - 4], bytes[k - 3], bytes[k - 2], bytes[k - 1]]);
+                at.push((k - 7, rsp - u64::from(n)));
+            }
+            let mut at: Vec<(usize, u64, u64)> =
+                at.into_iter().map(|(o, sp)| (o, sp, 0x1234)).collect();
+            // lea rsp, [rbp+disp8]: rbp locates the pops, rsp is anywhere below.
+            if k >= 4 && bytes[k - 4..k - 1] == [0x48, 0x8d, 0x65] {
+                let disp = i64::from(bytes[k - 1] as i8);
+                at.push((k - 4, rsp - 0x400, rsp.wrapping_add_signed(-disp)));
+                leas += 1;
+            }
+            for (offset, sp, rbp) in at {
+                checked_ips += 1;
+                let ctx = X64Context::new(func.begin + offset as u64, sp, Some(rbp));
+                let out = virtual_unwind(t, base, rf, &ctx, &FakeStack, &|_| false);
+                let ok = out.as_ref().is_ok_and(|o| {
+                    pushed.iter().enumerate().all(|(j, &r)| {
+                        o.regs[usize::from(r)] == FakeStack.read_u64(rsp + 8 * j as u64).ok()
+                    }) && o.rsp() == rsp + 8 * pushed.len() as u64 + 8
+                        && o.rip == FakeStack.read_u64(rsp + 8 * pushed.len() as u64).unwrap()
+                });
+                if !ok {
+                    failures.push(format!("{:#x}+{offset:#x}: {out:x?}", func.begin));
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{with_pushes} methods push registers (and use only pushes, allocations, a frame \
+         register); {found} have a pops-then-ret epilog; {checked_ips} epilog IPs unwound ({leas} at lea rsp, [rbp+d]); {} failures",
+        failures.len()
+    );
+    assert!(found * 10 >= with_pushes * 8, "{found} of {with_pushes}");
+    assert!(
+        failures.is_empty(),
+        "{:#?}",
+        &failures[..failures.len().min(10)]
+    );
+}
