@@ -58,7 +58,19 @@ fn walk(target: &Target, unw: &NativeUnwinder, syms: &ElfSymbols, frame: NativeF
         }
         steps += 1;
         match unw.step_frame(&frame, target) {
-            Ok(Some(next)) => frame = next,
+            Ok(Some(next)) => {
+                // An exact caller means this frame was a signal trampoline, whose CFI
+                // starts a byte early (glibc's `nop` before `__restore_rt`): it is named
+                // at its rip.
+                if next.ip_is_exact {
+                    if let (Some(last), Some(sym)) = (frames.last_mut(), syms.lookup(frame.ctx.rip))
+                    {
+                        last.1 = sym.symbol.clone().unwrap_or_else(|| sym.to_string());
+                        last.2 = syms.aliases(frame.ctx.rip);
+                    }
+                }
+                frame = next
+            }
             Ok(None) => break End::Outermost,
             Err(e) => break End::Error(e),
         }
@@ -110,7 +122,8 @@ fn gdb_backtraces(
     std::fs::write(&script, GDB_SCRIPT).expect("write gdb script");
     let out = Command::new("gdb")
         .env_remove("DEBUGINFOD_URLS")
-        .args(["-nx", "-batch", "-ex", "set debuginfod enabled off", "-x"])
+        .args(["-nx", "-batch", "-ex", "set debuginfod enabled off"])
+        .args(["-ex", "set backtrace past-main on", "-x"])
         .arg(&script)
         .arg(exe)
         .arg(core)
@@ -166,18 +179,92 @@ fn same_function(gdb: &str, ours: &str, aliases: &[String]) -> bool {
         .any(|n| bare(n) == g)
 }
 
+/// What a comparison with gdb found.
+struct Compared {
+    threads: usize,
+    matched: usize,
+    gdb_frames: usize,
+    named: usize,
+    report: String,
+    /// Our walks, by thread.
+    walks: BTreeMap<i32, Walk>,
+}
+
 fn check_dump(kind: &str) {
     let tb = testbed_of(Variant::Net10);
     let core = tb.dump(kind);
     let exe = common::testbed_exe(Variant::Net10);
+    let c = compare_with_gdb(&exe, &core, kind);
+    assert!(c.threads >= 10, "{} threads", c.threads);
+    assert!(
+        c.named >= c.threads,
+        "most threads have a named frame: {}",
+        c.named
+    );
+    assert!(c.matched > 100, "{}", c.report);
+    // A few threads end in managed code, the others at clone3 (the outermost frame).
+    let managed = c
+        .walks
+        .values()
+        .filter(|w| matches!(w.end, End::LeftModules(_)))
+        .count();
+    let outermost = c
+        .walks
+        .values()
+        .filter(|w| matches!(w.end, End::Outermost))
+        .count();
+    assert!(
+        managed >= 5 && outermost >= 5,
+        "{managed} {outermost}\n{}",
+        c.report
+    );
+    // The parked threads of the manifest: blocked in libc under managed code.
+    let parked = tb.manifest["threads"].as_array().expect("threads");
+    assert_eq!(parked.len(), 8);
+    for t in parked {
+        let tid = t["os_tid"].as_i64().expect("os_tid") as i32;
+        let w = &c.walks[&tid];
+        let kind = t["kind"].as_str().expect("kind");
+        assert!(matches!(w.end, End::LeftModules(_)), "{kind}: {:?}", w.end);
+        let first = w.frames.first().map(|f| (f.1.as_str(), &f.2));
+        match t["syscall"].as_str() {
+            // futex(2): the runtime's wait on a pthread condition, called from managed code.
+            Some("202") => {
+                let (name, _) = first.expect("a native frame");
+                assert_eq!(name, "__futex_abstimed_wait_common", "{kind}");
+                assert!(w
+                    .frames
+                    .iter()
+                    .any(|f| f.2.iter().any(|a| a.starts_with("pthread_cond"))));
+            }
+            // read(2) from a P/Invoke inlined into managed code: libc's read is the one
+            // native frame.
+            Some("0") => {
+                assert_eq!(w.frames.len(), 1, "{kind}");
+                let (_, aliases) = first.expect("read");
+                assert!(aliases.iter().any(|a| a == "read"), "{aliases:?}");
+            }
+            _ => assert_eq!(kind, "spin"),
+        }
+    }
+    for w in c.walks.values() {
+        if matches!(w.end, End::Outermost) {
+            let last = w.frames.last().map(|f| f.1.as_str());
+            assert!(last.is_some_and(|n| n.contains("clone")), "{last:?}");
+        }
+    }
+}
+
+/// Walks every thread of `core` with our CFI unwinder and compares with gdb's frames.
+/// Panics on any difference.
+fn compare_with_gdb(exe: &Path, core: &Path, kind: &str) -> Compared {
     let target = Target::new(
-        Arc::new(CoreDump::open(&core).expect("open core")),
+        Arc::new(CoreDump::open(core).expect("open core")),
         DataLayout::LE64,
     );
     let unw = NativeUnwinder::new(&target);
     let syms = ElfSymbols::new(&target);
     let threads = target.source().threads().expect("threads");
-    assert!(threads.len() >= 10, "{} threads", threads.len());
 
     let t0 = Instant::now();
     let mut walks = BTreeMap::new();
@@ -201,7 +288,7 @@ fn check_dump(kind: &str) {
         }
     }
     let warm_time = t1.elapsed();
-    let gdb = gdb_backtraces(&exe, &core, |pc| unw.is_in_module(pc));
+    let gdb = gdb_backtraces(exe, core, |pc| unw.is_in_module(pc));
 
     let (mut matched, mut gdb_frames, mut steps, mut virtual_frames) = (0, 0, 0, 0);
     let (mut named, mut named_matched) = (0, 0);
@@ -276,11 +363,24 @@ fn check_dump(kind: &str) {
     );
     assert_eq!(matched, gdb_frames, "{report}");
     assert_eq!(mismatched_lengths, 0, "{report}");
-    assert!(
-        named >= walks.len(),
-        "most threads have a named frame: {named}"
-    );
     assert!(walk_time < Duration::from_secs(10));
+    // Every walk ends cleanly: at the outermost frame, or where code leaves the modules.
+    for (tid, w) in &walks {
+        match &w.end {
+            End::Outermost => {}
+            End::LeftModules(ip) => assert!(!unw.is_in_module(*ip)),
+            End::Error(e) => panic!("thread {tid}: {e}\n{report}"),
+            End::TooDeep => panic!("thread {tid}: too deep\n{report}"),
+        }
+    }
+    Compared {
+        threads: walks.len(),
+        matched,
+        gdb_frames,
+        named,
+        report,
+        walks,
+    }
 }
 
 #[test]
@@ -291,4 +391,168 @@ fn gcore_native_frames_match_gdb() {
 #[test]
 fn full_dump_native_frames_match_gdb() {
     check_dump("full");
+}
+
+/// A C program whose main thread is interrupted by SIGALRM while it spins, and parks in
+/// the handler: its stack goes through glibc's `__restore_rt` signal frame.
+const SIGNAL_PROGRAM: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+
+static volatile unsigned long counter;
+
+__attribute__((noinline)) void parked_in_handler(void) {
+    puts("ready");
+    fflush(stdout);
+    for (;;) pause();
+}
+
+__attribute__((noinline)) void on_alarm(int sig) {
+    (void)sig;
+    parked_in_handler();
+    counter++;
+}
+
+__attribute__((noinline)) void spin(void) {
+    for (;;) counter++;
+}
+
+__attribute__((noinline)) int main(void) {
+    signal(SIGALRM, on_alarm);
+    alarm(1);
+    spin();
+    return 0;
+}
+"#;
+
+#[test]
+fn signal_frames_are_unwound_into_the_interrupted_code() {
+    let dir = common::scratch("native-unwind-signal");
+    let src = dir.join("sig.c");
+    let exe = dir.join("sig");
+    std::fs::write(&src, SIGNAL_PROGRAM).expect("write C source");
+    let status = Command::new("cc")
+        .args(["-O2", "-g", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc failed");
+    let mut child = Command::new(&exe)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the signal program");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("read ready");
+    assert_eq!(line.trim(), "ready");
+    let core = dir.join("sig.core");
+    common::gcore(child.id() as i32, &core);
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let c = compare_with_gdb(&exe, &core, "signal");
+    let w = c.walks.values().next().expect("one thread");
+    let names: Vec<&str> = w.frames.iter().map(|f| f.1.as_str()).collect();
+    let at = |name: &str| {
+        names
+            .iter()
+            .position(|n| *n == name)
+            .unwrap_or_else(|| panic!("no {name} in {names:?}"))
+    };
+    // pause .. parked_in_handler, on_alarm, __restore_rt, spin (the interrupted frame,
+    // at an exact instruction), main, then libc's start and _start, the outermost.
+    let restore = at("__restore_rt");
+    assert_eq!(at("on_alarm") + 1, restore, "{names:?}");
+    assert_eq!(at("spin"), restore + 1, "{names:?}");
+    assert_eq!(at("main"), restore + 2, "{names:?}");
+    assert_eq!(names.last(), Some(&"_start"), "{names:?}");
+    assert!(matches!(w.end, End::Outermost), "{:?}", w.end);
+    assert_eq!(c.matched, c.gdb_frames);
+    assert_eq!(c.matched, names.len(), "gdb sees every frame we do");
+}
+
+/// The memory of another source with every mapped file renamed to a path that does not
+/// exist: modules must then be read from the target's memory.
+struct FilesElsewhere {
+    inner: Arc<dyn cdac::target::MemorySource>,
+    files: Vec<cdac::target::MappedFile>,
+}
+
+impl cdac::target::MemorySource for FilesElsewhere {
+    fn read_exact(&self, addr: u64, buf: &mut [u8]) -> Result<(), cdac::target::ReadError> {
+        self.inner.read_exact(addr, buf)
+    }
+    fn mapped_files(&self) -> &[cdac::target::MappedFile] {
+        &self.files
+    }
+    fn threads(&self) -> Result<Vec<cdac::target::ThreadInfo>, cdac::target::ReadError> {
+        self.inner.threads()
+    }
+    fn kind(&self) -> cdac::target::TargetKind {
+        self.inner.kind()
+    }
+    fn native_layout(&self) -> Option<DataLayout> {
+        self.inner.native_layout()
+    }
+}
+
+#[test]
+fn modules_not_on_disk_are_read_from_memory() {
+    let core = testbed_of(Variant::Net10).dump("full");
+    let source: Arc<dyn cdac::target::MemorySource> =
+        Arc::new(CoreDump::open(&core).expect("open core"));
+    let on_disk = Target::new(source.clone(), DataLayout::LE64);
+    let files = source
+        .mapped_files()
+        .iter()
+        .map(|f| {
+            let mut f = f.clone();
+            let name = f
+                .path
+                .file_name()
+                .map(|n| n.to_os_string())
+                .unwrap_or_default();
+            f.path = Path::new("/nonexistent/cdac-test").join(name);
+            f
+        })
+        .collect();
+    let in_memory = Target::new(
+        Arc::new(FilesElsewhere {
+            inner: source,
+            files,
+        }),
+        DataLayout::LE64,
+    );
+    let (unw_disk, syms_disk) = (NativeUnwinder::new(&on_disk), ElfSymbols::new(&on_disk));
+    let (unw_mem, syms_mem) = (NativeUnwinder::new(&in_memory), ElfSymbols::new(&in_memory));
+    let (mut frames, mut named_from_memory) = (0, 0);
+    for t in on_disk.source().threads().expect("threads") {
+        let ctx = t.context.expect("registers");
+        let a = walk(&on_disk, &unw_disk, &syms_disk, NativeFrame::innermost(ctx));
+        let b = walk(&in_memory, &unw_mem, &syms_mem, NativeFrame::innermost(ctx));
+        let ips = |w: &Walk| w.frames.iter().map(|f| f.0).collect::<Vec<_>>();
+        assert_eq!(
+            ips(&a),
+            ips(&b),
+            "thread {}: the same frames from memory",
+            t.tid
+        );
+        frames += a.frames.len();
+        // The dynamic symbols in memory name what they cover: the same function as the
+        // file's full symbol table (one of its aliases).
+        for (fa, fb) in a.frames.iter().zip(&b.frames) {
+            if let Some(sym) = syms_mem.lookup(fb.0 - 1).and_then(|s| s.symbol) {
+                assert!(fa.2.contains(&sym), "{sym} not among {:?}", fa.2);
+                named_from_memory += 1;
+            }
+        }
+    }
+    eprintln!("{frames} frames the same from memory; {named_from_memory} named by dynamic symbols in memory");
+    assert!(frames > 100);
+    assert!(named_from_memory >= 10, "{named_from_memory}");
 }

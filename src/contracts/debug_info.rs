@@ -377,16 +377,19 @@ fn bounds_location(
     Ok(Some((start, u64::from(bounds))))
 }
 
-/// Up to `len` bytes at `addr`: fewer when the memory ends sooner.
+/// Up to `len` bytes at `addr`: fewer when the memory ends sooner (at least one).
 fn read_up_to(target: &Target, addr: u64, len: usize) -> Result<Vec<u8>, ContractError> {
-    let mut n = len;
-    loop {
-        match target.read_bytes(addr, n) {
-            Ok(b) => return Ok(b),
-            Err(e) if n <= 1 => return Err(e.into()),
-            Err(_) => n /= 2,
+    if let Ok(b) = target.read_bytes(addr, len) {
+        return Ok(b);
+    }
+    let mut out = vec![target.read_u8(addr)?];
+    for i in 1..len as u64 {
+        match target.read_u8(addr.wrapping_add(i)) {
+            Ok(b) => out.push(b),
+            Err(_) => break,
         }
     }
+    Ok(out)
 }
 
 /// The native-to-IL map of the method `block` is in, in native-offset order (the
@@ -446,4 +449,255 @@ pub fn il_offset(
         return Ok(None);
     };
     Ok(mapping_at(&map, offset))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Nibble-encodes numbers the way the runtime's NibbleWriter does.
+    fn nibbles(values: &[u32]) -> Vec<u8> {
+        let mut ns: Vec<u8> = Vec::new();
+        for &v in values {
+            let mut groups = vec![(v & 7) as u8];
+            let mut rest = v >> 3;
+            while rest != 0 {
+                groups.push((rest & 7) as u8 | 8);
+                rest >>= 3;
+            }
+            ns.extend(groups.iter().rev());
+        }
+        ns.chunks(2)
+            .map(|c| c[0] | (c.get(1).copied().unwrap_or(0) << 4))
+            .collect()
+    }
+
+    #[test]
+    fn nibble_numbers() {
+        // The runtime's examples: 0 → x0, 7 → x7, 8 → 0x09, 63 → 0x7F, 64 → 89 x0.
+        assert_eq!(nibbles(&[8]), [0x09]);
+        assert_eq!(nibbles(&[63]), [0x7f]);
+        assert_eq!(nibbles(&[64]), [0x89, 0x00]);
+        assert_eq!(nibbles(&[512]), [0x89, 0x08]);
+        let mut r = Nibbles::new(&[0x89, 0x08, 0x7f], 0);
+        assert_eq!((r.u32().unwrap(), r.u32().unwrap()), (512, 63));
+        let big = nibbles(&[u32::MAX, 5]);
+        let mut r = Nibbles::new(&big, 0);
+        assert_eq!((r.u32().unwrap(), r.u32().unwrap()), (u32::MAX, 5));
+    }
+
+    #[test]
+    fn nibble_bounds() {
+        // (native, il, source): prolog at 0, IL 0 at 4, a call at 9 (IL 6), epilog at 20.
+        let bytes = nibbles(&[
+            4,
+            0,
+            (-2i32 as u32).wrapping_add(3),
+            0,
+            4,
+            3,
+            1 | 2,
+            5,
+            9,
+            16 | 4,
+            11,
+            0,
+            8,
+        ]);
+        let map = decode_bounds(&bytes, 0x1000, BoundsEncoding::Nibble).unwrap();
+        let got: Vec<_> = map
+            .iter()
+            .map(|m| (m.native_offset, m.il_offset, m.source.call_instruction))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, IlOffset::Prolog, false),
+                (4, IlOffset::Il(0), false),
+                (9, IlOffset::Il(6), true),
+                (20, IlOffset::Epilog, false),
+            ]
+        );
+        assert!(map[1].source.sequence_point && map[1].source.stack_empty);
+        assert!(map[2].source.call_site);
+        // The mapping of a return address one past a call at 9..14: ip − 1 = 13.
+        assert_eq!(mapping_at(&map, 13).unwrap().il_offset, IlOffset::Il(6));
+        assert_eq!(mapping_at(&map, 3).unwrap().il_offset, IlOffset::Prolog);
+        assert_eq!(mapping_at(&map, 25).unwrap().il_offset, IlOffset::Epilog);
+        assert_eq!(mapping_at(&[], 3), None);
+    }
+
+    /// Bit-packs entries (source bits, native delta, IL + 3) as the .NET 10 writer does.
+    fn packed(entries: &[(u8, u32, u32)], native_bits: u32, il_bits: u32) -> Vec<u8> {
+        let mut out = nibbles(&[entries.len() as u32, native_bits - 1, il_bits - 1]);
+        let (mut acc, mut have) = (0u128, 0u32);
+        for &(st, delta, il) in entries {
+            let v = u128::from(st)
+                | (u128::from(delta) << 2)
+                | (u128::from(il.wrapping_add(3)) << (2 + native_bits));
+            acc |= v << have;
+            have += 2 + native_bits + il_bits;
+            while have >= 8 {
+                out.push(acc as u8);
+                acc >>= 8;
+                have -= 8;
+            }
+        }
+        if have > 0 {
+            out.push(acc as u8);
+        }
+        out
+    }
+
+    #[test]
+    fn packed_bounds() {
+        let entries = [
+            (0, 0, -2i32 as u32),
+            (2, 7, 0),
+            (1, 12, 0x1234),
+            (3, 100, -1i32 as u32),
+        ];
+        let bytes = packed(&entries, 7, 32);
+        let map = decode_bounds(&bytes, 0, BoundsEncoding::Packed).unwrap();
+        let got: Vec<_> = map
+            .iter()
+            .map(|m| {
+                (
+                    m.native_offset,
+                    m.il_offset,
+                    m.source.call_instruction,
+                    m.source.stack_empty,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, IlOffset::Prolog, false, false),
+                (7, IlOffset::Il(0), false, true),
+                (19, IlOffset::Il(0x1234), true, false),
+                (119, IlOffset::NoMapping, true, true),
+            ]
+        );
+        // Widest entries: 32 + 32 + 2 bits.
+        let wide = packed(&[(1, u32::MAX, 0x7fff_0000)], 32, 32);
+        let map = decode_bounds(&wide, 0, BoundsEncoding::Packed).unwrap();
+        assert_eq!(map[0].native_offset, u32::MAX);
+        assert_eq!(map[0].il_offset, IlOffset::Il(0x7fff_0000));
+    }
+
+    #[test]
+    fn damaged_bounds_are_errors() {
+        let corrupt = |r: Result<Vec<OffsetMapping>, ContractError>| {
+            matches!(r, Err(ContractError::Corrupt { .. }))
+        };
+        // A count larger than the bytes can hold.
+        assert!(corrupt(decode_bounds(
+            &nibbles(&[1000, 1, 1]),
+            0,
+            BoundsEncoding::Packed
+        )));
+        assert!(corrupt(decode_bounds(
+            &nibbles(&[1000, 1, 1]),
+            0,
+            BoundsEncoding::Nibble
+        )));
+        // More than 32 bits per field.
+        assert!(corrupt(decode_bounds(
+            &nibbles(&[1, 40, 1, 0]),
+            0,
+            BoundsEncoding::Packed
+        )));
+        // Entries running past the end.
+        let mut short = packed(&[(0, 1, 1), (0, 1, 1), (0, 1, 1)], 8, 8);
+        short.pop();
+        assert!(corrupt(decode_bounds(&short, 0, BoundsEncoding::Packed)));
+        // A number that never ends, and one over 32 bits.
+        assert!(corrupt(decode_bounds(
+            &[0xff; 8],
+            0,
+            BoundsEncoding::Nibble
+        )));
+        assert!(corrupt(decode_bounds(
+            &[0x99, 0x99, 0x99, 0x99, 0x99, 0x01],
+            0,
+            BoundsEncoding::Nibble
+        )));
+        // Non-zero bytes after the entries.
+        let mut tail = nibbles(&[1, 0, 3, 0]);
+        tail.push(0x55);
+        assert!(corrupt(decode_bounds(&tail, 0, BoundsEncoding::Nibble)));
+        // A native offset that overflows.
+        assert!(corrupt(decode_bounds(
+            &nibbles(&[2, u32::MAX, 3, 0, 1, 3, 0]),
+            0,
+            BoundsEncoding::Nibble
+        )));
+        // Random bytes never panic.
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for len in 0..3000usize {
+            let bytes: Vec<u8> = (0..len % 64)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed as u8
+                })
+                .collect();
+            let _ = decode_bounds(&bytes, 0, BoundsEncoding::Nibble);
+            let _ = decode_bounds(&bytes, 0, BoundsEncoding::Packed);
+        }
+    }
+
+    #[test]
+    fn blob_headers() {
+        use crate::target::builder::MemoryBuilder;
+        use crate::target::DataLayout;
+        let format = DebugInfoFormat {
+            encoding: BoundsEncoding::Nibble,
+            patchpoint_info_size: 40,
+            patchpoint_local_count_offset: 16,
+        };
+        let bounds = nibbles(&[1, 0, 5, 0]);
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        // Flag byte 3: a PatchpointInfo with 2 locals (40 + 8 bytes), then 5 bytes of rich
+        // info, then the header with uninstrumented bounds.
+        let mut blob = vec![3u8];
+        let mut pp = vec![0u8; 48];
+        pp[16] = 2;
+        blob.extend(pp);
+        blob.extend(5u32.to_le_bytes());
+        blob.extend([1, 2, 3, 4, 5]);
+        let header_at = blob.len();
+        blob.extend(nibbles(&[u32::MAX, bounds.len() as u32, 0, 0]));
+        let bounds_at = blob.len();
+        blob.extend(&bounds);
+        b.region(0x1000, blob.len()).bytes(0, &blob);
+        let t = b.into_target();
+        let (start, size) = bounds_location(&t, 0x1000, true, &format).unwrap().unwrap();
+        assert_eq!(
+            (start, size),
+            (0x1000 + bounds_at as u64, bounds.len() as u64)
+        );
+        // Without the flag byte the same header read from where it starts.
+        let (start, _) = bounds_location(&t, 0x1000 + header_at as u64, false, &format)
+            .unwrap()
+            .unwrap();
+        assert_eq!(start, 0x1000 + bounds_at as u64);
+        // No debug info.
+        assert_eq!(bounds_location(&t, 0, true, &format).unwrap(), None);
+        // Unknown flag bits; an impossible count of locals.
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        b.region(0x1000, 64).bytes(0, &[0x04]);
+        b.region(0x2000, 64).bytes(0, &[0x01]).u32(17, u32::MAX);
+        let t = b.into_target();
+        assert!(matches!(
+            bounds_location(&t, 0x1000, true, &format),
+            Err(ContractError::Corrupt { .. })
+        ));
+        assert!(matches!(
+            bounds_location(&t, 0x2000, true, &format),
+            Err(ContractError::Corrupt { .. })
+        ));
+    }
 }

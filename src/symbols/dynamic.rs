@@ -138,15 +138,13 @@ fn gnu_hash_count(target: &Target, table: u64) -> Result<u64, String> {
         return Ok(symoffset);
     }
     let chains_at = buckets_at.wrapping_add(nbuckets * 4);
-    let mut i = last;
-    for _ in 0..MAX_SYMBOLS {
+    for i in (last..).take(MAX_SYMBOLS) {
         let h = target
             .read_u32(chains_at.wrapping_add((i - symoffset) * 4))
             .map_err(err)?;
         if h & 1 == 1 {
             return Ok(i + 1);
         }
-        i += 1;
     }
     Err("GNU hash chain without an end".into())
 }

@@ -198,7 +198,7 @@ impl ElfSymbols {
     fn load(&self, path: &Path, base: u64) -> SymbolTable {
         if let Ok(map) = crate::target::map_regular_file(path) {
             if elf_modules::file_matches_target(&map, &self.target, base) {
-                match self.from_file(&map, path, base) {
+                match self.read_file_symbols(&map, path, base) {
                     Ok(table) => return table,
                     Err(e) => tracing::debug!("symbols of {}: {e}", path.display()),
                 }
@@ -213,7 +213,12 @@ impl ElfSymbols {
         }
     }
 
-    fn from_file(&self, data: &[u8], path: &Path, base: u64) -> Result<SymbolTable, String> {
+    fn read_file_symbols(
+        &self,
+        data: &[u8],
+        path: &Path,
+        base: u64,
+    ) -> Result<SymbolTable, String> {
         let segments = elf_modules::program_headers(data)?;
         let bias = elf_modules::load_bias(base, &segments).ok_or("no PT_LOAD")?;
         let file = object::File::parse(data).map_err(|e| e.to_string())?;
@@ -353,7 +358,7 @@ mod tests {
     #[test]
     fn demangles_cpp_and_rust_and_leaves_c_alone() {
         assert_eq!(
-            demangle("_ZN7CorUnix11CPalThread9SuspendEv"),
+            demangle("_ZN7CorUnix10CPalThread7SuspendEv"),
             "CorUnix::CPalThread::Suspend()"
         );
         assert_eq!(
@@ -395,7 +400,7 @@ mod tests {
         );
         assert_eq!(
             t.aliases(0x105),
-            ["f_local", "f", "f_weak", "f_alias_label"]
+            ["f_alias_label", "f_local", "f_weak", "f"]
         );
         assert_eq!(t.covering(0x110), None, "past f's end, before the label");
         assert_eq!(t.covering(0x250), Some((0x200, "label")));

@@ -2,6 +2,7 @@
 //! file was loaded at, and the bytes of the file (from disk, or the headers the target has
 //! mapped). Shared by the native unwinder and the symbolizer.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use object::elf;
@@ -28,30 +29,38 @@ pub struct ModuleMap {
 }
 
 impl ModuleMap {
-    /// Groups the target's file mappings by path. A path without a mapping of file offset
-    /// 0 (no ELF header in memory, so no known load address) is left out, and so are the
+    /// Groups the target's file mappings by path. Each mapping of file offset 0 (an ELF
+    /// header) starts a module (a file mapped twice is two modules); a path's other
+    /// mappings belong to its nearest module below them. A mapping without such a module
+    /// (no ELF header in memory, so no known load address) is left out, and so are the
     /// kernel's pseudo-files (`[vdso]`, `/dev/zero`, deleted files, ...).
     pub fn new(files: &[MappedFile]) -> ModuleMap {
+        let mut sorted: Vec<&MappedFile> = files
+            .iter()
+            .filter(|f| f.start < f.end && is_module_path(&f.path))
+            .collect();
+        sorted.sort_by_key(|f| f.start);
         let mut modules: Vec<ElfModule> = Vec::new();
-        let mut by_path: std::collections::HashMap<&Path, usize> = Default::default();
-        for f in files {
-            if f.file_offset != 0 || !is_module_path(&f.path) || by_path.contains_key(&*f.path) {
-                continue;
-            }
-            by_path.insert(&f.path, modules.len());
+        let mut by_path: HashMap<&Path, Vec<(u64, usize)>> = HashMap::new();
+        for f in sorted.iter().filter(|f| f.file_offset == 0) {
+            by_path
+                .entry(&f.path)
+                .or_default()
+                .push((f.start, modules.len()));
             modules.push(ElfModule {
                 path: f.path.clone(),
                 base: f.start,
             });
         }
-        let mut ranges: Vec<(u64, u64, usize)> = files
+        let ranges = sorted
             .iter()
-            .filter(|f| f.start < f.end)
-            .filter_map(|f| by_path.get(&*f.path).map(|&i| (f.start, f.end, i)))
-            // A mapping below the module's base belongs to another load of the same file.
-            .filter(|&(start, _, i)| start >= modules[i].base)
+            .filter_map(|f| {
+                let bases = by_path.get(&*f.path)?;
+                let i = bases.partition_point(|b| b.0 <= f.start);
+                let (_, m) = bases.get(i.checked_sub(1)?)?;
+                Some((f.start, f.end, *m))
+            })
             .collect();
-        ranges.sort_unstable();
         ModuleMap { modules, ranges }
     }
 
@@ -160,5 +169,38 @@ pub fn file_matches_target(file: &[u8], target: &Target, base: u64) -> bool {
         (Some(disk), Ok(mem)) => disk == mem.as_slice(),
         (Some(_), Err(_)) => true,
         (None, _) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(start: u64, end: u64, file_offset: u64, path: &str) -> MappedFile {
+        MappedFile {
+            start,
+            end,
+            file_offset,
+            path: PathBuf::from(path),
+        }
+    }
+
+    #[test]
+    fn mappings_group_into_modules_by_path_and_header() {
+        let map = ModuleMap::new(&[
+            file(0x1000, 0x2000, 0, "/lib/a.so"),
+            file(0x2000, 0x5000, 0x1000, "/lib/a.so"),
+            file(0x9000, 0xa000, 0, "/lib/a.so"), // mapped again, as data
+            file(0x6000, 0x7000, 0x1000, "/lib/b.so"), // no header: no module
+            file(0x7000, 0x8000, 0, "/dev/zero"),
+            file(0x500, 0x800, 0x3000, "/lib/a.so"), // below every header of a.so
+        ]);
+        assert_eq!(map.modules().len(), 2);
+        assert_eq!(map.find(0x1800).map(|m| m.1.base), Some(0x1000));
+        assert_eq!(map.find(0x4fff).map(|m| m.1.base), Some(0x1000));
+        assert_eq!(map.find(0x9800).map(|m| (m.0, m.1.base)), Some((1, 0x9000)));
+        for unmapped in [0x5000, 0x6800, 0x7800, 0x600, 0] {
+            assert_eq!(map.find(unmapped), None, "{unmapped:#x}");
+        }
     }
 }

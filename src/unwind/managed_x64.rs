@@ -252,9 +252,9 @@ impl<'a> CodeBytes<'a> {
     fn i32_at(&self, addr: u64) -> Option<i32> {
         Some(i32::from_le_bytes([
             self.at(addr)?,
-            self.at(addr + 1)?,
-            self.at(addr + 2)?,
-            self.at(addr + 3)?,
+            self.at(addr.wrapping_add(1))?,
+            self.at(addr.wrapping_add(2))?,
+            self.at(addr.wrapping_add(3))?,
         ]))
     }
 }
@@ -274,23 +274,35 @@ enum StackAdjust {
 
 fn stack_adjust(c: &CodeBytes<'_>, addr: u64, frame_register: usize) -> Option<(u64, StackAdjust)> {
     let b0 = c.at(addr)?;
-    let b1 = c.at(addr + 1)?;
-    let b2 = c.at(addr + 2)?;
+    let b1 = c.at(addr.wrapping_add(1))?;
+    let b2 = c.at(addr.wrapping_add(2))?;
     if b0 == 0x48 && b1 == 0x83 && b2 == 0xc4 {
-        return Some((4, StackAdjust::Add(i64::from(c.at(addr + 3)? as i8))));
+        return Some((
+            4,
+            StackAdjust::Add(i64::from(c.at(addr.wrapping_add(3))? as i8)),
+        ));
     }
     if b0 == 0x48 && b1 == 0x81 && b2 == 0xc4 {
-        return Some((7, StackAdjust::Add(i64::from(c.i32_at(addr + 3)?))));
+        return Some((
+            7,
+            StackAdjust::Add(i64::from(c.i32_at(addr.wrapping_add(3))?)),
+        ));
     }
     if b0 & 0xfe == 0x48 && b1 == 0x8d {
         let fp = usize::from(((b0 & 1) << 3) | (b2 & 7));
         if fp != 0 && fp == frame_register {
             // ModRM: mod 01 (disp8) or 10 (disp32), reg 100 (rsp).
             if b2 & 0xf8 == 0x60 {
-                return Some((4, StackAdjust::Lea(fp, i64::from(c.at(addr + 3)? as i8))));
+                return Some((
+                    4,
+                    StackAdjust::Lea(fp, i64::from(c.at(addr.wrapping_add(3))? as i8)),
+                ));
             }
             if b2 & 0xf8 == 0xa0 {
-                return Some((7, StackAdjust::Lea(fp, i64::from(c.i32_at(addr + 3)?))));
+                return Some((
+                    7,
+                    StackAdjust::Lea(fp, i64::from(c.i32_at(addr.wrapping_add(3))?)),
+                ));
             }
         }
     }
@@ -304,7 +316,7 @@ fn pop_at(c: &CodeBytes<'_>, addr: u64) -> Option<(u64, usize)> {
         return Some((1, usize::from(b0 & 7)));
     }
     if is_rex(b0) {
-        let b1 = c.at(addr + 1)?;
+        let b1 = c.at(addr.wrapping_add(1))?;
         if b1 & 0xf8 == 0x58 {
             return Some((2, usize::from(((b0 & 1) << 3) | (b1 & 7))));
         }
@@ -323,7 +335,7 @@ fn in_epilog(
 ) -> bool {
     let mut at = c.start;
     if let Some((len, _)) = stack_adjust(c, at, info.frame_register) {
-        at += len;
+        at = at.wrapping_add(len);
     }
     for _ in 0..16 {
         match pop_at(c, at) {
@@ -332,19 +344,19 @@ fn in_epilog(
         }
     }
     if c.at(at) == Some(0xf2) {
-        at += 1;
+        at = at.wrapping_add(1);
     }
     let Some(b0) = c.at(at) else { return false };
-    let b1 = c.at(at + 1);
+    let b1 = c.at(at.wrapping_add(1));
     match b0 {
         0xc3 | 0xc2 => true,
         0xf3 => b1 == Some(0xc3),
         0xeb | 0xe9 => {
             let target = if b0 == 0xeb {
-                b1.map(|d| (at + 2).wrapping_add_signed(i64::from(d as i8)))
+                b1.map(|d| at.wrapping_add(2).wrapping_add_signed(i64::from(d as i8)))
             } else {
-                c.i32_at(at + 1)
-                    .map(|d| (at + 5).wrapping_add_signed(i64::from(d)))
+                c.i32_at(at.wrapping_add(1))
+                    .map(|d| at.wrapping_add(5).wrapping_add_signed(i64::from(d)))
             };
             let Some(target) = target else { return false };
             if target < func.begin || target >= func.end {
@@ -355,7 +367,7 @@ fn in_epilog(
         }
         0xff => b1 == Some(0x25),
         _ if b0 & 0xf8 == 0x48 => {
-            b1 == Some(0xff) && c.at(at + 2).is_some_and(|m| m & 0x38 == 0x20)
+            b1 == Some(0xff) && c.at(at.wrapping_add(2)).is_some_and(|m| m & 0x38 == 0x20)
         }
         _ => false,
     }
@@ -376,14 +388,14 @@ fn emulate_epilog(
             StackAdjust::Add(n) => rsp.wrapping_add_signed(n),
             StackAdjust::Lea(fp, n) => reg(out, fp)?.wrapping_add_signed(n),
         };
-        at += len;
+        at = at.wrapping_add(len);
     }
     for _ in 0..16 {
         let Some((len, r)) = pop_at(c, at) else { break };
         out.regs[r] = Some(mem.read_u64(rsp)?);
         restored[r] = true;
         rsp = rsp.wrapping_add(8);
-        at += len;
+        at = at.wrapping_add(len);
     }
     out.rip = mem.read_u64(rsp)?;
     out.regs[x64_reg::RSP] = Some(rsp.wrapping_add(8));
@@ -541,9 +553,9 @@ fn caller_registers(unwound: X64Context, restored: [bool; 16]) -> X64Context {
         rip: unwound.rip,
         regs: [None; 16],
     };
-    for r in 0..16 {
+    for (r, (slot, value)) in out.regs.iter_mut().zip(unwound.regs).enumerate() {
         if restored[r] || NONVOLATILE.contains(&r) {
-            out.regs[r] = unwound.regs[r];
+            *slot = value;
         }
     }
     out
