@@ -20,6 +20,7 @@ macro_rules! out {
     }};
 }
 
+mod analyze;
 mod code;
 mod info;
 mod mip;
@@ -73,6 +74,9 @@ enum Command {
     /// Every thread's stack: managed frames named, native ones with --native (stops each
     /// live thread for a moment, one at a time; --nonblocking stops none).
     Stacks(stacks::StacksArgs),
+    /// The crash summary of a dump: signal and crashing thread, the managed exceptions in
+    /// flight, the crashing thread's stack.
+    Analyze(analyze::AnalyzeArgs),
 }
 
 /// Which target to read, shared by every command.
@@ -207,6 +211,7 @@ pub fn main() -> i32 {
         Command::Coverage(args) => mip::run_coverage(args),
         Command::Threads(args) => threads::run_threads(args),
         Command::Stacks(args) => stacks::run_stacks(args),
+        Command::Analyze(args) => analyze::run_analyze(args),
     };
     match result {
         Ok(()) => 0,

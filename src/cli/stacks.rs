@@ -44,7 +44,7 @@ pub struct StacksArgs {
 }
 
 /// A frame with its name.
-struct Named<'a> {
+pub(super) struct Named<'a> {
     frame: &'a StackFrame,
     name: String,
     module: Option<String>,
@@ -52,7 +52,7 @@ struct Named<'a> {
 
 /// Names every frame of every stack: managed frames in one batch, native ones from ELF
 /// symbols.
-fn name_frames<'a>(
+pub(super) fn name_frames<'a>(
     threads: &'a [ThreadStack],
     namer: &mut MethodNamer<'_>,
     symbols: &ElfSymbols,
@@ -159,7 +159,7 @@ fn frame_json(index: usize, n: &Named<'_>) -> Value {
     o
 }
 
-fn exception_json(e: &ExceptionInfo) -> Value {
+pub(super) fn exception_json(e: &ExceptionInfo) -> Value {
     json!({
         "address": hex(e.address),
         "type": e.type_name,
@@ -210,6 +210,32 @@ fn exception_text(e: &ExceptionInfo) -> String {
     s
 }
 
+/// The text line of one frame: index, address, name, offset, IL offset, funclet.
+pub(super) fn render_frame(i: usize, n: &Named<'_>) -> String {
+    let mut line = format!("  #{i:<3} {:#014x}  {}", n.frame.ip, n.name);
+    if let FrameCode::Managed {
+        funclet,
+        parent_frame,
+        ..
+    } = n.frame.code
+    {
+        if let Some(off) = n.frame.offset {
+            line.push_str(&format!(" + {off:#x}"));
+        }
+        let il = il_text(n.frame.il_offset);
+        if !il.is_empty() {
+            line.push_str(&format!(" [{il}]"));
+        }
+        if funclet {
+            match parent_frame {
+                Some(p) => line.push_str(&format!(" (funclet of #{p})")),
+                None => line.push_str(" (funclet)"),
+            }
+        }
+    }
+    line
+}
+
 /// The human text of one thread.
 fn thread_text(t: &ThreadStack, named: &[Named<'_>], native: bool) -> String {
     let mut s = thread_header(t);
@@ -231,27 +257,7 @@ fn thread_text(t: &ThreadStack, named: &[Named<'_>], native: bool) -> String {
             s.push_str(&format!("      ... {hidden} native frame(s)\n"));
             hidden = 0;
         }
-        let mut line = format!("  #{i:<3} {:#014x}  {}", n.frame.ip, n.name);
-        if let FrameCode::Managed {
-            funclet,
-            parent_frame,
-            ..
-        } = n.frame.code
-        {
-            if let Some(off) = n.frame.offset {
-                line.push_str(&format!(" + {off:#x}"));
-            }
-            let il = il_text(n.frame.il_offset);
-            if !il.is_empty() {
-                line.push_str(&format!(" [{il}]"));
-            }
-            if funclet {
-                match parent_frame {
-                    Some(p) => line.push_str(&format!(" (funclet of #{p})")),
-                    None => line.push_str(" (funclet)"),
-                }
-            }
-        }
+        let line = render_frame(i, n);
         s.push_str(&line);
         s.push('\n');
     }
@@ -278,6 +284,31 @@ fn collapsed_line(t: &ThreadStack, named: &[Named<'_>], native: bool) -> Option<
         }
     }
     Some(format!("{} 1", parts.join(";")))
+}
+
+/// The JSON of one thread and its named frames.
+pub(super) fn thread_json(t: &ThreadStack, n: &[Named<'_>]) -> Value {
+    json!({
+        "os_id": t.os_id,
+        "name": t.name,
+        "managed": t.managed.as_ref().map(|m| json!({
+            "address": hex(m.address),
+            "managed_id": m.managed_id,
+            "state": m.state,
+            "explicit_frames": m.explicit_frames.iter().map(|f| json!({
+                "address": hex(f.address),
+                "kind": f.kind,
+                "return_address": f.return_address.map(hex),
+                "caller_sp": f.caller_sp.map(hex),
+            })).collect::<Vec<_>>(),
+            "exception": m.exception.as_ref().map(exception_json),
+        })),
+        "registers": t.registers,
+        "stopped_us": t.stopped_for.map(|d| d.as_secs_f64() * 1e6),
+        "note": t.note,
+        "frames": n.iter().enumerate().map(|(i, f)| frame_json(i, f)).collect::<Vec<_>>(),
+        "end": t.stack.as_ref().map(|s| json!(s.end)),
+    })
 }
 
 /// Runs `cdac stacks`.
@@ -310,29 +341,7 @@ pub fn run_stacks(args: &StacksArgs) -> CliResult {
             .threads
             .iter()
             .zip(&named)
-            .map(|(t, n)| {
-                json!({
-                    "os_id": t.os_id,
-                    "name": t.name,
-                    "managed": t.managed.as_ref().map(|m| json!({
-                        "address": hex(m.address),
-                        "managed_id": m.managed_id,
-                        "state": m.state,
-                        "explicit_frames": m.explicit_frames.iter().map(|f| json!({
-                            "address": hex(f.address),
-                            "kind": f.kind,
-                            "return_address": f.return_address.map(hex),
-                            "caller_sp": f.caller_sp.map(hex),
-                        })).collect::<Vec<_>>(),
-                        "exception": m.exception.as_ref().map(exception_json),
-                    })),
-                    "registers": t.registers,
-                    "stopped_us": t.stopped_for.map(|d| d.as_secs_f64() * 1e6),
-                    "note": t.note,
-                    "frames": n.iter().enumerate().map(|(i, f)| frame_json(i, f)).collect::<Vec<_>>(),
-                    "end": t.stack.as_ref().map(|s| json!(s.end)),
-                })
-            })
+            .map(|(t, n)| thread_json(t, n))
             .collect();
         let out = json!({
             "threads": threads,

@@ -1,0 +1,161 @@
+//! `cdac analyze` on the dump the runtime writes (createdump, full) when the testbed dies of
+//! an unhandled exception (`--crash`: an InvalidOperationException thrown from a catch block
+//! with the caught ArgumentException as its inner exception, messages known), on .NET 10, 9
+//! and 8: the crashing thread and signal, the exception's type, message and inner
+//! exception, and the crashing thread's stack through the throwing method.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::{scratch, testbed_exe, Variant};
+
+use serde_json::Value;
+
+/// Runs the testbed with `--crash` under createdump; returns the manifest and the dump.
+fn crash_dump(variant: Variant) -> (Value, std::path::PathBuf) {
+    let dir = scratch(&format!("crash-{}", variant.name()));
+    let manifest = dir.join("manifest.json");
+    let dump = dir.join("crash.core");
+    let _ = std::fs::remove_file(&dump);
+    let status = Command::new(testbed_exe(variant))
+        .arg("--manifest")
+        .arg(&manifest)
+        .args(["--max-seconds", "120", "--crash"])
+        .env("DOTNET_DbgEnableMiniDump", "1")
+        .env("DOTNET_DbgMiniDumpType", "4")
+        .env("DOTNET_DbgMiniDumpName", &dump)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("testbed.log")).expect("log"))
+        .status()
+        .expect("run the testbed");
+    assert!(!status.success(), "the testbed was meant to crash");
+    assert!(
+        dump.exists(),
+        "createdump wrote no dump; see {}",
+        dir.display()
+    );
+    let m = serde_json::from_slice(&std::fs::read(&manifest).expect("manifest")).expect("JSON");
+    (m, dump)
+}
+
+fn analyze(dump: &std::path::Path) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+        .args(["analyze", "--json", "--dump"])
+        .arg(dump)
+        .output()
+        .expect("run cdac");
+    assert!(
+        out.status.success(),
+        "cdac analyze: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// `Ns.Type::Method` of a frame name such as `void [Asm] Ns.Type::Method(int32)`.
+fn short_name(name: &str) -> String {
+    let head = name.split('(').next().unwrap_or(name);
+    head.rsplit(' ').next().unwrap_or(head).to_string()
+}
+
+fn analyze_crash_of(variant: Variant) {
+    let (m, dump) = crash_dump(variant);
+    let crash = &m["crash"];
+    let a = analyze(&dump);
+    let what = variant.name();
+    // The signal and the crashing thread.
+    assert_eq!(a["signal"]["name"], "SIGABRT", "{what}: {}", a["signal"]);
+    assert_eq!(a["signal"]["thread"], crash["os_tid"], "{what}");
+    let thread = &a["crashing_thread"];
+    assert_eq!(thread["os_id"], crash["os_tid"], "{what}");
+    assert_eq!(
+        thread["managed"]["managed_id"], crash["managed_id"],
+        "{what}"
+    );
+    // The exception in flight on it, with its inner exception.
+    let e = &thread["managed"]["exception"];
+    assert_eq!(e["type"], crash["exception_type"], "{what}: {e}");
+    assert_eq!(e["message"], crash["message"], "{what}");
+    assert_eq!(
+        e["inner"]["type"], crash["inner"]["exception_type"],
+        "{what}"
+    );
+    assert_eq!(e["inner"]["message"], crash["inner"]["message"], "{what}");
+    let listed = a["exceptions"].as_array().expect("exceptions");
+    assert!(
+        listed
+            .iter()
+            .any(|x| x["thread"] == crash["os_tid"]
+                && x["exception"]["type"] == crash["exception_type"]),
+        "{what}: {listed:?}"
+    );
+    // The stack: the throwing method's funclet (the catch block that threw) tied to its
+    // frame, the inner thrower below that frame, and the chain up to Main.
+    let frames = thread["frames"].as_array().expect("frames");
+    let names: Vec<String> = frames
+        .iter()
+        .filter(|f| f["kind"] == "managed")
+        .map(|f| short_name(f["name"].as_str().unwrap_or("")))
+        .collect();
+    let thrower = crash["method"].as_str().expect("method");
+    let inner = crash["inner"]["method"].as_str().expect("inner method");
+    let chain: Vec<String> = crash["expected_chain"]
+        .as_array()
+        .expect("chain")
+        .iter()
+        .map(|v| v.as_str().unwrap_or("").to_string())
+        .collect();
+    // The inner thrower's frame, then the chain from the outer thrower up to Main.
+    let at_inner = names
+        .iter()
+        .rposition(|n| n == inner)
+        .unwrap_or_else(|| panic!("{what}: no frame of {inner} in {names:?}"));
+    let above: Vec<String> = names[at_inner + 1..]
+        .iter()
+        .filter(|n| chain.contains(n))
+        .cloned()
+        .collect();
+    assert_eq!(above, chain, "{what}: {names:?}");
+    if variant == Variant::Net8 {
+        // .NET 8 dispatches the exception thrown in the catch block with the catch funclet
+        // already off the stack (ClrMD's walk of these dumps shows the same frames).
+        assert!(!frames.iter().any(
+            |f| f["funclet"] == true && short_name(f["name"].as_str().unwrap_or("")) == thrower
+        ));
+    } else {
+        // .NET 9 and 10 dispatch in managed code on top of the catch funclet that threw:
+        // it is there, tied to its method's frame.
+        let funclet = frames
+            .iter()
+            .find(|f| {
+                f["funclet"] == true && short_name(f["name"].as_str().unwrap_or("")) == thrower
+            })
+            .unwrap_or_else(|| panic!("{what}: no catch funclet of {thrower} in {names:?}"));
+        assert_eq!(funclet["method_desc"], crash["method_desc"], "{what}");
+        let parent = funclet["parent_frame"]
+            .as_u64()
+            .expect("tied to its method") as usize;
+        assert_eq!(
+            frames[parent]["method_desc"], crash["method_desc"],
+            "{what}"
+        );
+        assert_eq!(frames[parent]["funclet"], false, "{what}");
+    }
+    let _ = std::fs::remove_file(&dump);
+}
+
+#[test]
+fn analyze_names_the_crash_on_net10() {
+    analyze_crash_of(Variant::Net10);
+}
+
+#[test]
+fn analyze_names_the_crash_on_net9() {
+    analyze_crash_of(Variant::Net9);
+}
+
+#[test]
+fn analyze_names_the_crash_on_net8() {
+    analyze_crash_of(Variant::Net8);
+}
