@@ -449,4 +449,40 @@ fn damaged_lists_give_errors_not_hangs() {
     });
     assert_eq!(chain.frames.len(), 1);
     assert!(chain.error.expect("cycle").to_string().contains("cycle"));
+
+    // An exception that is its own inner exception; one whose message is a wild pointer.
+    let pt = tb.manifest["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .find(|t| t["kind"] == "catch")
+        .expect("catch thread");
+    let os_tid = pt["os_tid"].as_u64().expect("tid");
+    let obj = good
+        .threads
+        .iter()
+        .find(|t| t.os_id == os_tid)
+        .and_then(|t| t.exception())
+        .expect("exception");
+    let exc = rt.descriptor().ty("Exception").expect("Exception");
+    let inner_off = exc.offset("_innerException").expect("inner");
+    let message_off = exc.offset("_message").expect("message");
+    let mut namer = MethodNamer::for_runtime(&rt);
+    let e = with_patched(&rt, &[(obj + inner_off, obj)], |c| {
+        c.exception(obj, &mut namer).expect("exception")
+    });
+    assert!(e.inner.is_none());
+    assert!(e.inner_error.expect("cycle").contains("cycle"));
+    let r = with_patched(&rt, &[(obj + message_off, 0x18)], |c| {
+        c.exception(obj, &mut namer)
+    });
+    assert!(r.is_err(), "a wild message pointer is an error");
+
+    // A thread whose link points into unreadable memory: the threads before it are kept.
+    let second = good.threads[1].address;
+    let partial = with_patched(&rt, &[(second + link_off, 0x1000 + link_off)], |c| {
+        c.threads().expect("list")
+    });
+    assert_eq!(partial.threads.len(), 2);
+    assert!(partial.error.is_some());
 }

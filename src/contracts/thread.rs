@@ -627,6 +627,37 @@ impl<'a> Threads<'a> {
             }
             Some("HijackFrame") => {
                 fr.return_address = opt("HijackFrame", "ReturnAddress")?;
+                // The hijacked method resumes with its SP just past the saved HijackArgs.
+                if let Some(args) = opt("HijackFrame", "HijackArgsPtr")? {
+                    if args != 0 && f.has("HijackArgs", "CalleeSavedRegisters") {
+                        fr.caller_sp = Some(args.wrapping_add(f.size("HijackArgs")?));
+                        let regs = args.wrapping_add(f.off("HijackArgs", "CalleeSavedRegisters")?);
+                        fr.saved_fp = Some(f.ptr(regs, "CalleeSavedRegisters", "Rbp")?);
+                    }
+                }
+            }
+            Some(
+                "PrestubMethodFrame"
+                | "CallCountingHelperFrame"
+                | "StubDispatchFrame"
+                | "ExternalMethodFrame"
+                | "DynamicHelperFrame"
+                | "PInvokeCalliFrame",
+            ) if f.has("FramedMethodFrame", "TransitionBlockPtr")
+                && f.has("TransitionBlock", "ReturnAddress") =>
+            {
+                // A stub's transition block: the return address into the managed caller,
+                // the caller's SP just past the block, its callee-saved registers.
+                let tb = f.ptr(address, "FramedMethodFrame", "TransitionBlockPtr")?;
+                if tb != 0 {
+                    fr.return_address = Some(f.ptr(tb, "TransitionBlock", "ReturnAddress")?);
+                    fr.caller_sp = Some(tb.wrapping_add(f.size("TransitionBlock")?));
+                    if f.has("TransitionBlock", "CalleeSavedRegisters") {
+                        let regs =
+                            tb.wrapping_add(f.off("TransitionBlock", "CalleeSavedRegisters")?);
+                        fr.saved_fp = Some(f.ptr(regs, "CalleeSavedRegisters", "Rbp")?);
+                    }
+                }
             }
             _ => {}
         }
