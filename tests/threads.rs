@@ -266,6 +266,13 @@ fn net8_live() {
     check_all(tb, &open_live(tb));
 }
 
+/// The first .NET 8 build, whose `g_dacTable` has two slots fewer than 8.0.33's.
+#[test]
+fn net8_0_0_live() {
+    let tb = testbed_of(Variant::Net8_0_0);
+    check_all(tb, &open_live(tb));
+}
+
 #[test]
 fn net10_full_dump() {
     let tb = testbed_of(Variant::Net10);
