@@ -483,6 +483,23 @@ impl<'a> Threads<'a> {
         Ok(out)
     }
 
+    /// The exception objects of the trackers nested under the thread's current one
+    /// (exceptions thrown while an earlier one was being dispatched), innermost first,
+    /// without the current exception itself.
+    pub fn nested_exceptions(&self, thread: &ThreadInfo) -> Result<Vec<u64>, ContractError> {
+        let mut out = Vec::new();
+        for tracker in self
+            .nested_trackers(thread.exception_tracker)?
+            .into_iter()
+            .skip(1)
+        {
+            if let Some(obj) = self.tracker_exception(tracker)? {
+                out.push(obj);
+            }
+        }
+        Ok(out)
+    }
+
     /// The MethodTable of an object.
     pub fn method_table_of(&self, object: u64) -> Result<u64, ContractError> {
         let mask = self
