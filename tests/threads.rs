@@ -242,8 +242,58 @@ fn cli_threads_json() {
     }
 }
 
+/// Frame kinds where the runtime's descriptor (or ours) names them: every parked thread,
+/// started by the runtime, has a DebuggerU2MCatchHandlerFrame at the bottom of its chain
+/// (.NET 10 and 8); on .NET 8 the threads blocked in an FCALL show its HelperMethodFrame
+/// (Thread.Sleep: the plain one; Monitor.Wait and Monitor.Enter: the one protecting the
+/// monitor object).
+fn check_frame_kinds(tb: &Testbed, rt: &Runtime) {
+    let net8 = matches!(tb.variant, Variant::Net8 | Variant::Net8_0_0);
+    if !(net8 || tb.variant == Variant::Net10) {
+        return;
+    }
+    let threads = Threads::for_runtime(rt).expect("Thread contract");
+    let list = list(rt);
+    for pt in tb.manifest["threads"].as_array().expect("threads") {
+        let os_tid = pt["os_tid"].as_u64().expect("tid");
+        let t = list
+            .threads
+            .iter()
+            .find(|x| x.os_id == os_tid)
+            .expect("listed");
+        let frames = threads.frames(t).expect("frames");
+        let name = pt["name"].as_str().unwrap_or("?");
+        assert_eq!(
+            frames.last().and_then(|f| f.kind),
+            Some("DebuggerU2MCatchHandlerFrame"),
+            "{}: {name}: {frames:?}",
+            tb.variant.name()
+        );
+        if net8 {
+            let head = frames.first().and_then(|f| f.kind);
+            match pt["kind"].as_str() {
+                Some("sleep" | "finally" | "filter" | "catch") => {
+                    assert_eq!(head, Some("HelperMethodFrame"), "{name}")
+                }
+                Some("monitor_wait" | "monitor_enter") => {
+                    assert_eq!(head, Some("HelperMethodFrame_1OBJ"), "{name}")
+                }
+                Some("pinvoke_read") => assert_eq!(head, Some("InlinedCallFrame")),
+                _ => {}
+            }
+        }
+    }
+    // Every Frame of every thread has a name.
+    for t in &list.threads {
+        for f in threads.frames(t).expect("frames") {
+            assert!(f.kind.is_some(), "{}: unnamed {f:?}", tb.variant.name());
+        }
+    }
+}
+
 fn check_all(tb: &Testbed, rt: &Runtime) {
     check_ids(tb, rt);
+    check_frame_kinds(tb, rt);
     check_pinvoke(tb, rt);
     check_caught(tb, rt);
 }

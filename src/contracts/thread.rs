@@ -70,6 +70,7 @@ pub const FRAME_KINDS: &[&str] = &[
     "DynamicHelperFrame",
     "ProtectValueClassFrame",
     "DebuggerClassInitMarkFrame",
+    "DebuggerSecurityCodeMarkFrame",
     "DebuggerExitFrame",
     "DebuggerU2MCatchHandlerFrame",
     "ExceptionFilterFrame",
@@ -79,6 +80,8 @@ pub const FRAME_KINDS: &[&str] = &[
     "HelperMethodFrame_3OBJ",
     "HelperMethodFrame_PROTECTOBJ",
     "TailCallFrame",
+    "MulticastFrame",
+    "ProtectByRefsFrame",
 ];
 
 /// `Thread.State` bits (the runtime's `ThreadState`), as named in output.
