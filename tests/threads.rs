@@ -242,16 +242,12 @@ fn cli_threads_json() {
     }
 }
 
-/// Frame kinds where the runtime's descriptor (or ours) names them: every parked thread,
-/// started by the runtime, has a DebuggerU2MCatchHandlerFrame at the bottom of its chain
-/// (.NET 10 and 8); on .NET 8 the threads blocked in an FCALL show its HelperMethodFrame
-/// (Thread.Sleep: the plain one; Monitor.Wait and Monitor.Enter: the one protecting the
-/// monitor object).
+/// Frame kinds: every parked thread, started by the runtime, has a
+/// DebuggerU2MCatchHandlerFrame at the bottom of its chain; on .NET 8 the threads blocked
+/// in an FCALL show its HelperMethodFrame (Thread.Sleep: the plain one; Monitor.Wait and
+/// Monitor.Enter: the one protecting the monitor object); every Frame is named.
 fn check_frame_kinds(tb: &Testbed, rt: &Runtime) {
     let net8 = matches!(tb.variant, Variant::Net8 | Variant::Net8_0_0);
-    if !(net8 || tb.variant == Variant::Net10) {
-        return;
-    }
     let threads = Threads::for_runtime(rt).expect("Thread contract");
     let list = list(rt);
     for pt in tb.manifest["threads"].as_array().expect("threads") {
@@ -279,6 +275,24 @@ fn check_frame_kinds(tb: &Testbed, rt: &Runtime) {
                     assert_eq!(head, Some("HelperMethodFrame_1OBJ"), "{name}")
                 }
                 Some("pinvoke_read") => assert_eq!(head, Some("InlinedCallFrame")),
+                _ => {}
+            }
+        }
+        // .NET 9: Thread.Sleep and Monitor.Wait are QCalls (an InlinedCallFrame), the
+        // monitor_enter thread blocks in the JIT helper's HelperMethodFrame_1OBJ, and the
+        // exception of the catch and filter threads was thrown under IL_Throw's
+        // HelperMethodFrame.
+        if tb.variant == Variant::Net9 {
+            let head = frames.first().and_then(|f| f.kind);
+            let has = |k: &str| frames.iter().any(|f| f.kind == Some(k));
+            match pt["kind"].as_str() {
+                Some("sleep" | "monitor_wait" | "pinvoke_read") => {
+                    assert_eq!(head, Some("InlinedCallFrame"), "{name}")
+                }
+                Some("monitor_enter") => {
+                    assert_eq!(head, Some("HelperMethodFrame_1OBJ"), "{name}")
+                }
+                Some("catch" | "filter") => assert!(has("HelperMethodFrame"), "{name}"),
                 _ => {}
             }
         }
