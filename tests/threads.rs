@@ -549,6 +549,34 @@ fn damaged_lists_give_errors_not_hangs() {
     });
     assert!(r.is_err(), "a wild message pointer is an error");
 
+    // A wild exception tracker costs that thread its exception, not the list.
+    let t15 = good
+        .threads
+        .iter()
+        .find(|t| t.os_id == os_tid)
+        .expect("catch thread");
+    let tracker_off = rt
+        .descriptor()
+        .ty("Thread")
+        .expect("Thread")
+        .offset("ExceptionTracker")
+        .expect("ExceptionTracker");
+    let after = with_patched(&rt, &[(t15.address + tracker_off, 0x28)], |c| {
+        c.threads().expect("list")
+    });
+    assert!(after.error.is_none());
+    assert_eq!(after.threads.len(), good.threads.len());
+    let damaged = after
+        .threads
+        .iter()
+        .find(|t| t.os_id == os_tid)
+        .expect("listed");
+    assert_eq!(damaged.current_exception, None);
+    assert_eq!(
+        damaged.last_thrown, t15.last_thrown,
+        "the handle still gives it"
+    );
+
     // A thread whose link points into unreadable memory: the threads before it are kept.
     let second = good.threads[1].address;
     let partial = with_patched(&rt, &[(second + link_off, 0x1000 + link_off)], |c| {

@@ -404,14 +404,23 @@ impl<'a> Threads<'a> {
         };
         let tracker_field = t.wrapping_add(f.off("Thread", "ExceptionTracker")?);
         let exception_tracker = self.target.read_pointer(tracker_field)?;
+        // A damaged tracker or handle loses the thread its exception, not the list its
+        // remaining threads.
         let current_exception = if exception_tracker != 0 {
-            self.tracker_exception(exception_tracker)?
+            self.tracker_exception(exception_tracker)
+                .unwrap_or_else(|e| {
+                    tracing::warn!("thread {t:#x}: exception tracker {exception_tracker:#x}: {e}");
+                    None
+                })
         } else {
             None
         };
         let last_thrown = if f.has("Thread", "LastThrownObject") {
             let handle = f.ptr(t, "Thread", "LastThrownObject")?;
-            self.deref_handle(handle)?
+            self.deref_handle(handle).unwrap_or_else(|e| {
+                tracing::warn!("thread {t:#x}: last thrown object handle {handle:#x}: {e}");
+                None
+            })
         } else {
             None
         };
