@@ -344,6 +344,20 @@ fn net10_full_dump() {
     check_all(tb, &rt);
 }
 
+#[test]
+fn net9_full_dump() {
+    let tb = testbed_of(Variant::Net9);
+    let rt = Runtime::open_dump(tb.dump("full"), &OpenOptions::default()).expect("dump");
+    check_all(tb, &rt);
+}
+
+#[test]
+fn net8_gcore_dump() {
+    let tb = testbed_of(Variant::Net8);
+    let rt = Runtime::open_dump(tb.dump("gcore"), &OpenOptions::default()).expect("dump");
+    check_all(tb, &rt);
+}
+
 /// Runs the testbed with `--crash` under the runtime's own crash dumping; returns the
 /// manifest and the dump.
 fn crash_dump(variant: Variant) -> (serde_json::Value, PathBuf) {
