@@ -96,6 +96,13 @@ fn check_pinvoke(tb: &Testbed, rt: &Runtime) {
         icf.address, t.frame,
         "the InlinedCallFrame is the chain's head"
     );
+    // An inlined P/Invoke's frame holds the target's MethodDesc (expected_chain[0]).
+    assert_eq!(
+        icf.datum,
+        Some(hex(&pt["chain_method_descs"][0])),
+        "{}: Datum is Libc::read's MethodDesc",
+        tb.variant.name()
+    );
     let ra = icf.return_address.expect("return address");
     let block = em
         .code_block(ra)
