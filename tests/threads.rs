@@ -96,6 +96,13 @@ fn check_pinvoke(tb: &Testbed, rt: &Runtime) {
         icf.address, t.frame,
         "the InlinedCallFrame is the chain's head"
     );
+    // An inlined P/Invoke's frame holds the target's MethodDesc (expected_chain[0]).
+    assert_eq!(
+        icf.datum,
+        Some(hex(&pt["chain_method_descs"][0])),
+        "{}: Datum is Libc::read's MethodDesc",
+        tb.variant.name()
+    );
     let ra = icf.return_address.expect("return address");
     let block = em
         .code_block(ra)
@@ -242,8 +249,72 @@ fn cli_threads_json() {
     }
 }
 
+/// Frame kinds: every parked thread, started by the runtime, has a
+/// DebuggerU2MCatchHandlerFrame at the bottom of its chain; on .NET 8 the threads blocked
+/// in an FCALL show its HelperMethodFrame (Thread.Sleep: the plain one; Monitor.Wait and
+/// Monitor.Enter: the one protecting the monitor object); every Frame is named.
+fn check_frame_kinds(tb: &Testbed, rt: &Runtime) {
+    let net8 = matches!(tb.variant, Variant::Net8 | Variant::Net8_0_0);
+    let threads = Threads::for_runtime(rt).expect("Thread contract");
+    let list = list(rt);
+    for pt in tb.manifest["threads"].as_array().expect("threads") {
+        let os_tid = pt["os_tid"].as_u64().expect("tid");
+        let t = list
+            .threads
+            .iter()
+            .find(|x| x.os_id == os_tid)
+            .expect("listed");
+        let frames = threads.frames(t).expect("frames");
+        let name = pt["name"].as_str().unwrap_or("?");
+        assert_eq!(
+            frames.last().and_then(|f| f.kind),
+            Some("DebuggerU2MCatchHandlerFrame"),
+            "{}: {name}: {frames:?}",
+            tb.variant.name()
+        );
+        if net8 {
+            let head = frames.first().and_then(|f| f.kind);
+            match pt["kind"].as_str() {
+                Some("sleep" | "finally" | "filter" | "catch") => {
+                    assert_eq!(head, Some("HelperMethodFrame"), "{name}")
+                }
+                Some("monitor_wait" | "monitor_enter") => {
+                    assert_eq!(head, Some("HelperMethodFrame_1OBJ"), "{name}")
+                }
+                Some("pinvoke_read") => assert_eq!(head, Some("InlinedCallFrame")),
+                _ => {}
+            }
+        }
+        // .NET 9: Thread.Sleep and Monitor.Wait are QCalls (an InlinedCallFrame), the
+        // monitor_enter thread blocks in the JIT helper's HelperMethodFrame_1OBJ, and the
+        // exception of the catch and filter threads was thrown under IL_Throw's
+        // HelperMethodFrame.
+        if tb.variant == Variant::Net9 {
+            let head = frames.first().and_then(|f| f.kind);
+            let has = |k: &str| frames.iter().any(|f| f.kind == Some(k));
+            match pt["kind"].as_str() {
+                Some("sleep" | "monitor_wait" | "pinvoke_read") => {
+                    assert_eq!(head, Some("InlinedCallFrame"), "{name}")
+                }
+                Some("monitor_enter") => {
+                    assert_eq!(head, Some("HelperMethodFrame_1OBJ"), "{name}")
+                }
+                Some("catch" | "filter") => assert!(has("HelperMethodFrame"), "{name}"),
+                _ => {}
+            }
+        }
+    }
+    // Every Frame of every thread has a name.
+    for t in &list.threads {
+        for f in threads.frames(t).expect("frames") {
+            assert!(f.kind.is_some(), "{}: unnamed {f:?}", tb.variant.name());
+        }
+    }
+}
+
 fn check_all(tb: &Testbed, rt: &Runtime) {
     check_ids(tb, rt);
+    check_frame_kinds(tb, rt);
     check_pinvoke(tb, rt);
     check_caught(tb, rt);
 }
@@ -266,10 +337,31 @@ fn net8_live() {
     check_all(tb, &open_live(tb));
 }
 
+/// The first .NET 8 build, whose `g_dacTable` has two slots fewer than 8.0.33's.
+#[test]
+fn net8_0_0_live() {
+    let tb = testbed_of(Variant::Net8_0_0);
+    check_all(tb, &open_live(tb));
+}
+
 #[test]
 fn net10_full_dump() {
     let tb = testbed_of(Variant::Net10);
     let rt = Runtime::open_dump(tb.dump("full"), &OpenOptions::default()).expect("dump");
+    check_all(tb, &rt);
+}
+
+#[test]
+fn net9_full_dump() {
+    let tb = testbed_of(Variant::Net9);
+    let rt = Runtime::open_dump(tb.dump("full"), &OpenOptions::default()).expect("dump");
+    check_all(tb, &rt);
+}
+
+#[test]
+fn net8_gcore_dump() {
+    let tb = testbed_of(Variant::Net8);
+    let rt = Runtime::open_dump(tb.dump("gcore"), &OpenOptions::default()).expect("dump");
     check_all(tb, &rt);
 }
 
@@ -449,4 +541,68 @@ fn damaged_lists_give_errors_not_hangs() {
     });
     assert_eq!(chain.frames.len(), 1);
     assert!(chain.error.expect("cycle").to_string().contains("cycle"));
+
+    // An exception that is its own inner exception; one whose message is a wild pointer.
+    let pt = tb.manifest["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .find(|t| t["kind"] == "catch")
+        .expect("catch thread");
+    let os_tid = pt["os_tid"].as_u64().expect("tid");
+    let obj = good
+        .threads
+        .iter()
+        .find(|t| t.os_id == os_tid)
+        .and_then(|t| t.exception())
+        .expect("exception");
+    let exc = rt.descriptor().ty("Exception").expect("Exception");
+    let inner_off = exc.offset("_innerException").expect("inner");
+    let message_off = exc.offset("_message").expect("message");
+    let mut namer = MethodNamer::for_runtime(&rt);
+    let e = with_patched(&rt, &[(obj + inner_off, obj)], |c| {
+        c.exception(obj, &mut namer).expect("exception")
+    });
+    assert!(e.inner.is_none());
+    assert!(e.inner_error.expect("cycle").contains("cycle"));
+    let r = with_patched(&rt, &[(obj + message_off, 0x18)], |c| {
+        c.exception(obj, &mut namer)
+    });
+    assert!(r.is_err(), "a wild message pointer is an error");
+
+    // A wild exception tracker costs that thread its exception, not the list.
+    let t15 = good
+        .threads
+        .iter()
+        .find(|t| t.os_id == os_tid)
+        .expect("catch thread");
+    let tracker_off = rt
+        .descriptor()
+        .ty("Thread")
+        .expect("Thread")
+        .offset("ExceptionTracker")
+        .expect("ExceptionTracker");
+    let after = with_patched(&rt, &[(t15.address + tracker_off, 0x28)], |c| {
+        c.threads().expect("list")
+    });
+    assert!(after.error.is_none());
+    assert_eq!(after.threads.len(), good.threads.len());
+    let damaged = after
+        .threads
+        .iter()
+        .find(|t| t.os_id == os_tid)
+        .expect("listed");
+    assert_eq!(damaged.current_exception, None);
+    assert_eq!(
+        damaged.last_thrown, t15.last_thrown,
+        "the handle still gives it"
+    );
+
+    // A thread whose link points into unreadable memory: the threads before it are kept.
+    let second = good.threads[1].address;
+    let partial = with_patched(&rt, &[(second + link_off, 0x1000 + link_off)], |c| {
+        c.threads().expect("list")
+    });
+    assert_eq!(partial.threads.len(), 2);
+    assert!(partial.error.is_some());
 }

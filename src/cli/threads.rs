@@ -82,6 +82,13 @@ pub fn run_threads(args: &ThreadsArgs) -> CliResult {
         let chain = contract.frame_chain(t.frame);
         let exception = t.exception().map(|obj| contract.exception(obj, &mut namer));
         let finalizer = list.store.finalizer_thread == Some(t.address);
+        let nested: Vec<Result<ExceptionInfo, String>> = match contract.nested_exceptions(t) {
+            Ok(objs) => objs
+                .into_iter()
+                .map(|o| contract.exception(o, &mut namer).map_err(|e| e.to_string()))
+                .collect(),
+            Err(e) => vec![Err(e.to_string())],
+        };
         if args.json {
             rows.push(json!({
                 "address": hex(t.address),
@@ -102,6 +109,13 @@ pub fn run_threads(args: &ThreadsArgs) -> CliResult {
                     Some(Err(e)) => json!({ "error": e.to_string() }),
                     None => Value::Null,
                 },
+                "nested_exceptions": nested
+                    .iter()
+                    .map(|n| match n {
+                        Ok(e) => exception_json(e),
+                        Err(e) => json!({ "error": e }),
+                    })
+                    .collect::<Vec<_>>(),
             }));
             continue;
         }
@@ -142,6 +156,12 @@ pub fn run_threads(args: &ThreadsArgs) -> CliResult {
             Some(Ok(e)) => text.push_str(&format!("    exception {}\n", exception_text(e))),
             Some(Err(e)) => text.push_str(&format!("    exception unreadable: {e}\n")),
             None => {}
+        }
+        for n in &nested {
+            match n {
+                Ok(e) => text.push_str(&format!("    nested {}\n", exception_text(e))),
+                Err(e) => text.push_str(&format!("    nested exception unreadable: {e}\n")),
+            }
         }
     }
     if args.json {

@@ -70,6 +70,7 @@ pub const FRAME_KINDS: &[&str] = &[
     "DynamicHelperFrame",
     "ProtectValueClassFrame",
     "DebuggerClassInitMarkFrame",
+    "DebuggerSecurityCodeMarkFrame",
     "DebuggerExitFrame",
     "DebuggerU2MCatchHandlerFrame",
     "ExceptionFilterFrame",
@@ -79,6 +80,8 @@ pub const FRAME_KINDS: &[&str] = &[
     "HelperMethodFrame_3OBJ",
     "HelperMethodFrame_PROTECTOBJ",
     "TailCallFrame",
+    "MulticastFrame",
+    "ProtectByRefsFrame",
 ];
 
 /// `Thread.State` bits (the runtime's `ThreadState`), as named in output.
@@ -401,14 +404,23 @@ impl<'a> Threads<'a> {
         };
         let tracker_field = t.wrapping_add(f.off("Thread", "ExceptionTracker")?);
         let exception_tracker = self.target.read_pointer(tracker_field)?;
+        // A damaged tracker or handle loses the thread its exception, not the list its
+        // remaining threads.
         let current_exception = if exception_tracker != 0 {
-            self.tracker_exception(exception_tracker)?
+            self.tracker_exception(exception_tracker)
+                .unwrap_or_else(|e| {
+                    tracing::warn!("thread {t:#x}: exception tracker {exception_tracker:#x}: {e}");
+                    None
+                })
         } else {
             None
         };
         let last_thrown = if f.has("Thread", "LastThrownObject") {
             let handle = f.ptr(t, "Thread", "LastThrownObject")?;
-            self.deref_handle(handle)?
+            self.deref_handle(handle).unwrap_or_else(|e| {
+                tracing::warn!("thread {t:#x}: last thrown object handle {handle:#x}: {e}");
+                None
+            })
         } else {
             None
         };
@@ -479,6 +491,23 @@ impl<'a> Threads<'a> {
             }
             out.push(cur);
             cur = f.ptr(cur, "ExceptionInfo", "PreviousNestedInfo")?;
+        }
+        Ok(out)
+    }
+
+    /// The exception objects of the trackers nested under the thread's current one
+    /// (exceptions thrown while an earlier one was being dispatched), innermost first,
+    /// without the current exception itself.
+    pub fn nested_exceptions(&self, thread: &ThreadInfo) -> Result<Vec<u64>, ContractError> {
+        let mut out = Vec::new();
+        for tracker in self
+            .nested_trackers(thread.exception_tracker)?
+            .into_iter()
+            .skip(1)
+        {
+            if let Some(obj) = self.tracker_exception(tracker)? {
+                out.push(obj);
+            }
         }
         Ok(out)
     }
@@ -627,6 +656,37 @@ impl<'a> Threads<'a> {
             }
             Some("HijackFrame") => {
                 fr.return_address = opt("HijackFrame", "ReturnAddress")?;
+                // The hijacked method resumes with its SP just past the saved HijackArgs.
+                if let Some(args) = opt("HijackFrame", "HijackArgsPtr")? {
+                    if args != 0 && f.has("HijackArgs", "CalleeSavedRegisters") {
+                        fr.caller_sp = Some(args.wrapping_add(f.size("HijackArgs")?));
+                        let regs = args.wrapping_add(f.off("HijackArgs", "CalleeSavedRegisters")?);
+                        fr.saved_fp = Some(f.ptr(regs, "CalleeSavedRegisters", "Rbp")?);
+                    }
+                }
+            }
+            Some(
+                "PrestubMethodFrame"
+                | "CallCountingHelperFrame"
+                | "StubDispatchFrame"
+                | "ExternalMethodFrame"
+                | "DynamicHelperFrame"
+                | "PInvokeCalliFrame",
+            ) if f.has("FramedMethodFrame", "TransitionBlockPtr")
+                && f.has("TransitionBlock", "ReturnAddress") =>
+            {
+                // A stub's transition block: the return address into the managed caller,
+                // the caller's SP just past the block, its callee-saved registers.
+                let tb = f.ptr(address, "FramedMethodFrame", "TransitionBlockPtr")?;
+                if tb != 0 {
+                    fr.return_address = Some(f.ptr(tb, "TransitionBlock", "ReturnAddress")?);
+                    fr.caller_sp = Some(tb.wrapping_add(f.size("TransitionBlock")?));
+                    if f.has("TransitionBlock", "CalleeSavedRegisters") {
+                        let regs =
+                            tb.wrapping_add(f.off("TransitionBlock", "CalleeSavedRegisters")?);
+                        fr.saved_fp = Some(f.ptr(regs, "CalleeSavedRegisters", "Rbp")?);
+                    }
+                }
             }
             _ => {}
         }
