@@ -161,7 +161,7 @@ struct Cmd {
 }
 
 /// Every `--dump` command: info, modules, methods, perfmap, coverage, ip2md, eh, unwind,
-/// each also with `--json` where it has one.
+/// stacks, threads and analyze, each also with `--json` where it has one.
 fn commands(ip2md_addrs: &[String], eh_addr: &str) -> Vec<Cmd> {
     let mut cmds = Vec::new();
     let mut add = |label: &str, args: &[&str]| {
@@ -184,6 +184,10 @@ fn commands(ip2md_addrs: &[String], eh_addr: &str) -> Vec<Cmd> {
             &[&["unwind"], j, &[eh_addr]].concat(),
         );
     }
+    add("stacks --json --native", &["stacks", "--json", "--native"]);
+    add("stacks", &["stacks"]);
+    add("threads --json", &["threads", "--json"]);
+    add("analyze --json", &["analyze", "--json"]);
     add("perfmap -o", &["perfmap", "-o", "{out}"]);
     add("coverage -o", &["coverage", "-o", "{out}"]);
     cmds

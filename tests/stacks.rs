@@ -308,3 +308,82 @@ fn stacks_on_net9() {
 fn stacks_on_net8() {
     stacks_of(Variant::Net8);
 }
+
+/// Stack memory damaged from `from` on (64 KiB): pseudo-random words, or every word
+/// pointing at `from` (frame-pointer loops, return addresses that are not code).
+struct Damaged<'a> {
+    target: &'a cdac::target::Target,
+    from: u64,
+    selfref: bool,
+}
+
+impl cdac::unwind::StackMemory for Damaged<'_> {
+    fn read_u64(&self, addr: u64) -> Result<u64, cdac::target::ReadError> {
+        if addr >= self.from && addr < self.from + 0x10000 {
+            if self.selfref {
+                return Ok(self.from);
+            }
+            // A fixed mix of the address: the same garbage on every read.
+            let mut x = addr ^ 0x9e37_79b9_7f4a_7c15;
+            x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            return Ok(x ^ (x >> 31));
+        }
+        self.target.read_u64(addr)
+    }
+}
+
+#[test]
+fn damaged_stacks_end_with_the_frames_before_the_damage_and_a_reason() {
+    use cdac::runtime::{OpenOptions, Runtime};
+    use cdac::stacks::{StackEnd, StackWalker};
+    let tb = testbed_of(Variant::Net10);
+    let rt = Runtime::open_dump(&tb.dump("gcore"), &OpenOptions::default()).expect("open");
+    let walker = StackWalker::new(&rt).expect("walker").with_max_frames(256);
+    let threads = rt.target().source().threads().expect("threads");
+    let (mut walks, mut stopped) = (0, 0);
+    for t in &threads {
+        let Some(ctx) = t.context else { continue };
+        let intact = walker.walk(ctx, rt.target(), &[]);
+        // Damage the stack above the third frame (or above the innermost one).
+        let from = intact.frames.get(2).map_or(ctx.rsp() + 64, |f| f.sp + 8);
+        for selfref in [false, true] {
+            let mem = Damaged {
+                target: rt.target(),
+                from,
+                selfref,
+            };
+            let damaged = walker.walk(ctx, &mem, &[]);
+            walks += 1;
+            assert!(!damaged.frames.is_empty() && damaged.frames.len() <= 256);
+            // Every frame below the damage is the intact walk's.
+            let below = intact.frames.iter().take_while(|f| f.sp < from).count();
+            assert!(
+                damaged.frames.len() >= below.min(1),
+                "thread {}: {} frames",
+                t.tid,
+                damaged.frames.len()
+            );
+            assert_eq!(
+                &damaged.frames[..below.min(damaged.frames.len())],
+                &intact.frames[..below.min(damaged.frames.len())],
+                "thread {}",
+                t.tid
+            );
+            match &damaged.end {
+                StackEnd::Error { message } => {
+                    assert!(!message.is_empty());
+                    stopped += 1;
+                }
+                StackEnd::Complete | StackEnd::FrameLimit { .. } => {}
+            }
+        }
+    }
+    assert!(walks >= 30, "{walks} walks");
+    // Most damaged walks stop with a reason (a few may end cleanly on a zero word).
+    assert!(
+        stopped * 2 > walks,
+        "{stopped} of {walks} damaged walks stopped with an error"
+    );
+    eprintln!("{stopped} of {walks} damaged walks stopped with a reason");
+}

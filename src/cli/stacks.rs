@@ -191,8 +191,12 @@ fn thread_header(t: &ThreadStack) -> String {
         }
         None => s.push_str(" (not a runtime thread)"),
     }
-    if let Some(d) = t.stopped_for {
-        s.push_str(&format!(" stopped {:.0} µs", d.as_secs_f64() * 1e6));
+    if let (Some(d), Some(h)) = (t.stopped_for, t.held_for) {
+        s.push_str(&format!(
+            " held {:.0} µs ({:.0} µs from interrupt to release)",
+            h.as_secs_f64() * 1e6,
+            d.as_secs_f64() * 1e6
+        ));
     }
     s
 }
@@ -305,6 +309,7 @@ pub(super) fn thread_json(t: &ThreadStack, n: &[Named<'_>]) -> Value {
         })),
         "registers": t.registers,
         "stopped_us": t.stopped_for.map(|d| d.as_secs_f64() * 1e6),
+        "held_us": t.held_for.map(|d| d.as_secs_f64() * 1e6),
         "note": t.note,
         "frames": n.iter().enumerate().map(|(i, f)| frame_json(i, f)).collect::<Vec<_>>(),
         "end": t.stack.as_ref().map(|s| json!(s.end)),
@@ -365,18 +370,21 @@ pub fn run_stacks(args: &StacksArgs) -> CliResult {
     }
     if !args.collapsed {
         if let Some(d) = stacks.snapshot_time {
-            let stops: Vec<f64> = stacks
-                .threads
-                .iter()
-                .filter_map(|t| t.stopped_for)
-                .map(|d| d.as_secs_f64() * 1e6)
-                .collect();
-            let worst = stops.iter().copied().fold(0.0, f64::max);
+            let worst = |f: fn(&ThreadStack) -> Option<std::time::Duration>| {
+                stacks
+                    .threads
+                    .iter()
+                    .filter_map(f)
+                    .map(|d| d.as_secs_f64() * 1e6)
+                    .fold(0.0, f64::max)
+            };
             text.push_str(&format!(
-                "{} threads; snapshot {:.1} ms; each thread stopped at most {:.0} µs\n",
+                "{} threads, one stopped at a time; snapshot {:.1} ms; each held at most {:.0} µs \
+                 ({:.0} µs from interrupt to release)\n",
                 stacks.threads.len(),
                 d.as_secs_f64() * 1e3,
-                worst
+                worst(|t| t.held_for),
+                worst(|t| t.stopped_for)
             ));
         }
     }

@@ -72,8 +72,11 @@ pub struct ThreadStack {
     /// Where its registers came from (`None`: none could be read, e.g. a running thread
     /// in non-blocking mode).
     pub registers: Option<RegisterSource>,
-    /// How long the thread was stopped to read its registers and stack (ptrace only).
+    /// From asking the thread to stop to letting it go (ptrace only): includes the wait
+    /// for a busy or descheduled thread to reach the stop.
     pub stopped_for: Option<Duration>,
+    /// How long the thread was held stopped: from its stop to letting it go (ptrace only).
+    pub held_for: Option<Duration>,
     /// Its stack, when registers were read.
     pub stack: Option<Stack>,
     /// Why there is no stack, or what is uncertain about it.
@@ -174,6 +177,7 @@ pub fn thread_stacks(
                     managed: managed_of(s.tid, &mut namer),
                     registers: Some(RegisterSource::Ptrace),
                     stopped_for: Some(s.stopped_for),
+                    held_for: Some(s.held_for),
                     stack: Some(stack),
                     note: None,
                 });
@@ -197,6 +201,7 @@ pub fn thread_stacks(
                     managed: managed_of(p.tid, &mut namer),
                     registers: stack.as_ref().map(|_| RegisterSource::ProcSyscall),
                     stopped_for: None,
+                    held_for: None,
                     stack,
                     note,
                 });
@@ -218,6 +223,7 @@ pub fn thread_stacks(
                     managed: managed_of(t.tid, &mut namer),
                     registers: stack.as_ref().map(|_| RegisterSource::Core),
                     stopped_for: None,
+                    held_for: None,
                     stack,
                     note,
                 });
