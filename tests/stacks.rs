@@ -338,7 +338,7 @@ fn damaged_stacks_end_with_the_frames_before_the_damage_and_a_reason() {
     use cdac::runtime::{OpenOptions, Runtime};
     use cdac::stacks::{StackEnd, StackWalker};
     let tb = testbed_of(Variant::Net10);
-    let rt = Runtime::open_dump(&tb.dump("gcore"), &OpenOptions::default()).expect("open");
+    let rt = Runtime::open_dump(tb.dump("gcore"), &OpenOptions::default()).expect("open");
     let walker = StackWalker::new(&rt).expect("walker").with_max_frames(256);
     let threads = rt.target().source().threads().expect("threads");
     let (mut walks, mut stopped) = (0, 0);
