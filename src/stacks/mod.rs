@@ -6,7 +6,7 @@
 pub mod walk;
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -17,7 +17,7 @@ use crate::contracts::ContractError;
 use crate::names::MethodNamer;
 use crate::runtime::Runtime;
 use crate::target::thread_snapshot::{
-    peek_threads, snapshot_threads, SnapshotError, SnapshotOptions,
+    peek_threads, snapshot_thread, snapshot_threads, SnapshotError, SnapshotOptions,
 };
 use crate::target::TargetKind;
 use crate::unwind::X64Context;
@@ -163,12 +163,32 @@ pub fn thread_stacks(
     let mut snapshot_time = None;
     match target.source().kind() {
         TargetKind::Live { pid } if live == LiveRegisters::Stop => {
-            let snapshot = snapshot_threads(pid, &SnapshotOptions::default())?;
-            snapshot_time = Some(snapshot.elapsed);
-            for s in &snapshot.skipped {
-                warnings.push(format!("thread {}: {}", s.tid, s.reason));
-            }
-            for s in snapshot.threads.iter().filter(|s| wanted(s.tid)) {
+            let options = SnapshotOptions::default();
+            let snapshots = if filter.is_some() {
+                // Only the threads asked for are stopped.
+                let started = Instant::now();
+                let mut taken = Vec::new();
+                let tids = target.source().threads().map_err(ContractError::from)?;
+                for tid in tids.iter().map(|t| t.tid).filter(|&tid| wanted(tid)) {
+                    match snapshot_thread(pid, tid, &options) {
+                        Ok(s) => taken.push(s),
+                        Err(SnapshotError::NoSuchThread { .. }) => {
+                            warnings.push(format!("thread {tid}: exited before its turn"))
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                snapshot_time = Some(started.elapsed());
+                taken
+            } else {
+                let snapshot = snapshot_threads(pid, &options)?;
+                snapshot_time = Some(snapshot.elapsed);
+                for s in &snapshot.skipped {
+                    warnings.push(format!("thread {}: {}", s.tid, s.reason));
+                }
+                snapshot.threads
+            };
+            for s in snapshots.iter().filter(|s| wanted(s.tid)) {
                 let mem = s.stack_memory(target);
                 let stack = walker.walk(s.context, &mem, frames_of(s.tid));
                 threads.push(ThreadStack {
