@@ -35,7 +35,10 @@ fn perf_map(path: &Path) -> Vec<(u64, u64)> {
             let mut p = line.splitn(3, ' ');
             let start = u64::from_str_radix(p.next()?.trim_start_matches("0x"), 16).ok()?;
             let size = u64::from_str_radix(p.next()?, 16).ok()?;
-            (!p.next()?.starts_with("stub<") && size > 0).then_some((start, size))
+            // Stubs are not managed methods: `stub<Kind>` (.NET 8), `stub Kind<...>` (.NET 10).
+            let name = p.next()?;
+            let stub = name.starts_with("stub<") || name.starts_with("stub ");
+            (!stub && size > 0).then_some((start, size))
         })
         .collect();
     let n = entries.len();
