@@ -3,5 +3,6 @@
 
 pub mod ecma;
 pub mod mip;
+pub mod pdb;
 pub mod perf_map;
 pub mod r2r;
