@@ -311,3 +311,128 @@ fn r2r_library_pdb_decodes_and_finder_caches() {
     assert!(PortablePdb::open(&dll).is_err());
     let _ = PortablePdb::open(&dir.join("Cdac.Testbed.pdb")).expect("opens");
 }
+
+/// The testbed's assembly with its PDB embedded: the Reproducible entry of the copy's
+/// debug directory is turned into an Embedded Portable PDB entry whose data ("MPDB", size,
+/// deflate) is appended to the file, and the CodeView path made to name no file.
+#[test]
+fn embedded_pdb_is_found_first_and_reads_the_same() {
+    let dir = variant_dir(Variant::Net10);
+    let dll = dir.join("Cdac.Testbed.dll");
+    let mut image = std::fs::read(&dll).expect("dll");
+    let pdb_bytes = std::fs::read(dir.join("Cdac.Testbed.pdb")).expect("pdb");
+    let dd = debug_directory(&image).expect("debug dir");
+    let cv_entry = *dd
+        .entries
+        .iter()
+        .find(|e| e.kind == 2)
+        .expect("CodeView entry");
+    let repro = dd
+        .entries
+        .iter()
+        .position(|e| e.kind == 16)
+        .expect("Reproducible entry");
+    let mut pattern = Vec::new();
+    pattern.extend_from_slice(&0u32.to_le_bytes());
+    pattern.extend_from_slice(&cv_entry.time_date_stamp.to_le_bytes());
+    pattern.extend_from_slice(&cv_entry.major_version.to_le_bytes());
+    pattern.extend_from_slice(&cv_entry.minor_version.to_le_bytes());
+    pattern.extend_from_slice(&2u32.to_le_bytes());
+    let cv_index = dd.entries.iter().position(|e| e.kind == 2).expect("cv");
+    let dir_at = image
+        .windows(pattern.len())
+        .position(|w| w == pattern.as_slice())
+        .expect("CodeView entry in the file")
+        - cv_index * 28;
+    let mut blob = b"MPDB".to_vec();
+    blob.extend_from_slice(&(pdb_bytes.len() as u32).to_le_bytes());
+    blob.extend_from_slice(&miniz_oxide::deflate::compress_to_vec(&pdb_bytes, 6));
+    let data_at = image.len() as u32;
+    let e = dir_at + repro * 28;
+    image[e + 8..e + 12].copy_from_slice(&0x0100u32.to_le_bytes()); // version 1.0x100
+    image[e + 12..e + 16].copy_from_slice(&17u32.to_le_bytes());
+    image[e + 16..e + 20].copy_from_slice(&(blob.len() as u32).to_le_bytes());
+    image[e + 20..e + 24].copy_from_slice(&0u32.to_le_bytes());
+    image[e + 24..e + 28].copy_from_slice(&data_at.to_le_bytes());
+    image.extend_from_slice(&blob);
+    let cv = debug_directory(&image)
+        .unwrap()
+        .codeview(&image)
+        .unwrap()
+        .unwrap();
+    let at = image
+        .windows(cv.path.len())
+        .position(|w| w == cv.path.as_bytes())
+        .expect("path in image");
+    image[at + 1] = b'#';
+    let copy = common::scratch("pdb-embedded");
+    let path = copy.join("Cdac.Testbed.dll");
+    std::fs::write(&path, &image).expect("write");
+    let found = find_pdb(&path).expect("embedded PDB found");
+    assert_eq!(found.source, PdbSource::Embedded);
+    assert_eq!(found.pdb.id, cv.id);
+    assert_eq!(found.pdb.bytes(), pdb_bytes.as_slice());
+    let direct = PortablePdb::from_embedded(&image)
+        .expect("embedded")
+        .expect("present");
+    assert_eq!(direct.id, cv.id);
+    // A corrupt deflate stream is an error, and the finder falls back (here: to nothing,
+    // since neither the CodeView path nor NAME.pdb exists).
+    let n = image.len();
+    for b in &mut image[n - 40..n - 8] {
+        *b ^= 0x5a;
+    }
+    assert!(PortablePdb::from_embedded(&image).is_err());
+    std::fs::write(&path, &image).expect("write");
+    let err = find_pdb(&path).expect_err("no PDB");
+    assert!(err.to_string().contains("embedded"), "{err}");
+}
+
+/// Damaged PDB bytes (bytes changed, or cut short) never panic: parse, every row's
+/// sequence points, every document name and line lookups return values or errors.
+#[test]
+fn damaged_pdb_never_panics() {
+    use proptest::prelude::*;
+    let pdb_bytes =
+        std::fs::read(variant_dir(Variant::Net10).join("Cdac.Testbed.pdb")).expect("pdb");
+    let len = pdb_bytes.len();
+    let exercise = |bytes: Vec<u8>| {
+        if let Ok(pdb) = PortablePdb::parse(bytes) {
+            for rid in 1..=pdb.row_count(PdbTable::MethodDebugInformation).min(400) {
+                let _ = pdb.method_lines(rid);
+                let _ = pdb.line_at(rid, 7);
+            }
+            for d in 0..=pdb.row_count(PdbTable::Document) + 1 {
+                let _ = pdb.document_name(d);
+                let _ = pdb.document_language(d);
+            }
+        }
+    };
+    let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases: 300,
+        ..Default::default()
+    });
+    runner
+        .run(
+            &(
+                proptest::collection::vec((0..len, any::<u8>()), 1..16),
+                0..=len,
+            ),
+            |(edits, cut)| {
+                let mut bytes = pdb_bytes.clone();
+                for (at, v) in edits {
+                    bytes[at] = v;
+                }
+                bytes.truncate(cut.max(1));
+                exercise(bytes);
+                Ok(())
+            },
+        )
+        .expect("no panic");
+    // Every single byte of the header and table area set to 0xFF, one at a time.
+    for at in 0..len.min(800) {
+        let mut bytes = pdb_bytes.clone();
+        bytes[at] = 0xFF;
+        exercise(bytes);
+    }
+}

@@ -270,11 +270,7 @@ impl PortablePdb {
     /// point at or before it. `None` when the method has no such point.
     pub fn line_at(&self, method: u32, il_offset: u32) -> Result<Option<SourceLocation>> {
         let points = self.method_lines(method)?;
-        let best = points
-            .iter()
-            .filter(|p| !p.hidden && p.il_offset <= il_offset)
-            .max_by_key(|p| p.il_offset);
-        match best {
+        match point_at(&points, il_offset) {
             None => Ok(None),
             Some(p) => Ok(Some(SourceLocation {
                 file: self.document_name(p.document)?,
@@ -283,6 +279,15 @@ impl PortablePdb {
             })),
         }
     }
+}
+
+/// The sequence point IL offset `il_offset` belongs to: the last non-hidden point at or
+/// before it.
+pub fn point_at(points: &[SequencePoint], il_offset: u32) -> Option<&SequencePoint> {
+    points
+        .iter()
+        .filter(|p| !p.hidden && p.il_offset <= il_offset)
+        .max_by_key(|p| p.il_offset)
 }
 
 /// Decodes a sequence-points blob (Portable PDB spec, "Sequence Points Blob").
