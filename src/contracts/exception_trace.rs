@@ -387,8 +387,10 @@ mod tests {
         }
         // A count past the list-length limit.
         let (t, value, _) = build(DataLayout::LE64, TraceLayout::Net8, 2, 2, false);
-        let mut limits = crate::limits::Limits::default();
-        limits.max_list_length = 1;
+        let limits = crate::limits::Limits {
+            max_list_length: 1,
+            ..Default::default()
+        };
         let t = t.with_limits(limits);
         let err = decode_stack_trace(&t, value, TraceLayout::Net8).expect_err("limit");
         assert_eq!(err.limit(), Some(Limit::ListLength));

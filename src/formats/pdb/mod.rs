@@ -154,12 +154,12 @@ impl PortablePdb {
         let referenced = u64::from(le32(&head[24..28])) | (u64::from(le32(&head[28..32])) << 32);
         let mut type_system_rows = [0u32; 64];
         let mut pos = 32usize;
-        for bit in 0..64usize {
+        for (bit, rows) in type_system_rows.iter_mut().enumerate() {
             if referenced & (1u64 << bit) == 0 {
                 continue;
             }
             let b = pdb.get(pos..pos + 4).ok_or(truncated(pos, 4))?;
-            type_system_rows[bit] = le32(b);
+            *rows = le32(b);
             pos += 4;
         }
         let parsed = PdbTables::parse(tables, &type_system_rows)?;
