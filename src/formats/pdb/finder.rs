@@ -40,9 +40,11 @@ fn io(path: &Path, e: std::io::Error) -> PdbError {
 
 /// Finds the portable PDB of the assembly at `assembly` (a PE file in file layout).
 pub fn find_pdb(assembly: &Path) -> Result<FoundPdb> {
-    let image = std::fs::read(assembly).map_err(|e| io(assembly, e))?;
-    let dir = debug_directory(&image)?;
-    let codeview = dir.codeview(&image)?;
+    // Mapped, not read: framework assemblies are large and most have no PDB anywhere.
+    let image = crate::target::map_regular_file(assembly).map_err(|e| io(assembly, e))?;
+    let image: &[u8] = &image;
+    let dir = debug_directory(image)?;
+    let codeview = dir.codeview(image)?;
     let mut tried: Vec<String> = Vec::new();
     let check = |pdb: &PortablePdb, path: &str| -> Result<()> {
         match &codeview {
@@ -54,7 +56,7 @@ pub fn find_pdb(assembly: &Path) -> Result<FoundPdb> {
             _ => Ok(()),
         }
     };
-    match dir.embedded_pdb(&image) {
+    match dir.embedded_pdb(image) {
         Ok(Some(bytes)) => match PortablePdb::parse(bytes).and_then(|p| {
             check(&p, "embedded")?;
             Ok(p)

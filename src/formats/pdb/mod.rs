@@ -182,13 +182,13 @@ impl PortablePdb {
         })
     }
 
-    /// Reads and parses a `.pdb` file.
+    /// Reads and parses a `.pdb` file (a regular file only: never a FIFO or a device).
     pub fn open(path: &std::path::Path) -> Result<PortablePdb> {
-        let data = std::fs::read(path).map_err(|e| PdbError::Io {
+        let map = crate::target::map_regular_file(path).map_err(|e| PdbError::Io {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
-        PortablePdb::parse(data)
+        PortablePdb::parse(map.to_vec())
     }
 
     /// The embedded portable PDB of an assembly (a PE image in file layout), if it has one.
