@@ -122,7 +122,7 @@ fn array_shape(target: &Target, object: u64) -> Result<(u32, u32), ContractError
         ));
     }
     let ps = u64::from(target.pointer_size());
-    let length = target.read_u32(object + ps)?;
+    let length = target.read_u32(object.wrapping_add(ps))?;
     Ok((flags & 0xFFFF, length))
 }
 
@@ -159,7 +159,7 @@ pub fn decode_stack_trace(
                 "the keep-alive object[] is empty".into(),
             ));
         }
-        let inner = target.read_pointer(stack_trace + data_offset)?;
+        let inner = target.read_pointer(stack_trace.wrapping_add(data_offset))?;
         if inner == 0 {
             return Ok(empty(0, Some(stack_trace)));
         }
@@ -178,7 +178,7 @@ pub fn decode_stack_trace(
         ));
     };
     let (_, bytes_len) = array_shape(target, array)?;
-    let data = array + data_offset;
+    let data = array.wrapping_add(data_offset);
     let header_size = match layout {
         TraceLayout::Net8 => 2 * ptr,
         TraceLayout::Net9Plus => 8 + ptr,
@@ -219,14 +219,15 @@ pub fn decode_stack_trace(
             unit: "entries",
         });
     }
-    let needed = header_size + count * element_size;
+    let body_len = count.saturating_mul(element_size);
+    let needed = header_size.saturating_add(body_len);
     if needed > bytes_len {
         return Err(corrupt(
             array,
             format!("{count} frames need {needed} bytes, the array holds {bytes_len}"),
         ));
     }
-    let body = target.read_bytes(data + header_size, (count * element_size) as usize)?;
+    let body = target.read_bytes(data.wrapping_add(header_size), body_len as usize)?;
     let frames = body
         .chunks_exact(element_size as usize)
         .map(|e| TraceFrame {
