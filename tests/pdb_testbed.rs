@@ -436,3 +436,13 @@ fn damaged_pdb_never_panics() {
         exercise(bytes);
     }
 }
+
+#[test]
+fn testbed_pdb_net8_0_0() {
+    check_variant(Variant::Net8_0_0);
+}
+
+#[test]
+fn testbed_pdb_net10_composite() {
+    check_variant(Variant::Net10Composite);
+}
