@@ -3,7 +3,8 @@
 //! in its handler. The exception object is found on the thread's stack (an object whose
 //! `_message` is the message the source throws), its `_stackTrace` decoded, and the frames
 //! checked against the manifest (the handler owner's MethodDesc, `MethodHandle.Value`) and
-//! the perf map (the thrower's code holds the first frame's IP).
+//! the perf map (the thrower's code holds the first frame's IP); `cdac analyze` (through the
+//! Thread contract) names the same object and frames, the thrower at its `throw` line.
 
 mod common;
 
@@ -97,7 +98,13 @@ fn code_of(tb: &common::Testbed, needle: &str) -> Vec<(u64, u64)> {
 }
 
 /// The decoded trace of the exception held by the parked thread of `kind`, checked.
-fn check(variant: Variant, kind: &str, message: &str, thrower: &str) -> ExceptionStackTrace {
+fn check(
+    variant: Variant,
+    kind: &str,
+    message: &str,
+    thrower: &str,
+    analyzed: &serde_json::Value,
+) -> ExceptionStackTrace {
     let tb = common::testbed_of(variant);
     let thread = tb.manifest["threads"]
         .as_array()
@@ -211,15 +218,83 @@ fn check(variant: Variant, kind: &str, message: &str, thrower: &str) -> Exceptio
         trace.thread,
         trace.frames
     );
+    // `cdac analyze` (the Thread contract's exception in flight) names the same object and
+    // the same frames, the thrower at its throw statement in ParkedThreads.cs.
+    let x = analyzed["exceptions"]
+        .as_array()
+        .expect("exceptions")
+        .iter()
+        .find(|x| x["thread"].as_i64() == Some(i64::from(tid)))
+        .unwrap_or_else(|| panic!("{}: analyze lists {kind}'s exception", variant.name()));
+    let address = common::hex(&x["exception"]["address"]);
+    assert!(
+        objects_seen
+            .iter()
+            .any(|o| o.starts_with(&format!("{address:#x}+"))),
+        "{}: analyze's object {address:#x} is among {objects_seen:?}",
+        variant.name()
+    );
+    let listed = x["exception"]["stack_trace"]
+        .as_array()
+        .expect("stack_trace");
+    let mds: Vec<u64> = listed
+        .iter()
+        .map(|f| common::hex(&f["method_desc"]))
+        .collect();
+    let ours: Vec<u64> = trace.frames.iter().map(|f| f.method_desc).collect();
+    assert_eq!(mds, ours, "{}", variant.name());
+    let source =
+        std::fs::read_to_string(common::repo().join("testbed/Cdac.Testbed/ParkedThreads.cs"))
+            .expect("source");
+    let needle = format!("throw new InvalidOperationException(\"{}", &message[..10]);
+    let want = source
+        .lines()
+        .position(|l| l.contains(&needle))
+        .expect("throw line") as u64
+        + 1;
+    assert_eq!(
+        listed[0]["source"]["line"].as_u64(),
+        Some(want),
+        "{}: {}",
+        variant.name(),
+        listed[0]
+    );
     trace
+}
+
+/// `cdac analyze --json` of the live testbed.
+fn analyze(pid: i32) -> serde_json::Value {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cdac"))
+        .args(["analyze", "--json", "--pid", &pid.to_string()])
+        .output()
+        .expect("run cdac");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
 }
 
 const CATCH: &str = "cdac-catch: caught, then parked in the catch block";
 const FILTER: &str = "cdac-filter: thrown for a filter that never returns";
 
 fn both(variant: Variant) {
-    let c = check(variant, "catch", CATCH, "CatchBlocker::CatchThrow");
-    let f = check(variant, "filter", FILTER, "FilterBlocker::FilterThrow");
+    let analyzed = analyze(common::testbed_of(variant).pid);
+    let c = check(
+        variant,
+        "catch",
+        CATCH,
+        "CatchBlocker::CatchThrow",
+        &analyzed,
+    );
+    let f = check(
+        variant,
+        "filter",
+        FILTER,
+        "FilterBlocker::FilterThrow",
+        &analyzed,
+    );
     assert_ne!(c.frames[0].method_desc, f.frames[0].method_desc);
 }
 
