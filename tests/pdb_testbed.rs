@@ -165,6 +165,19 @@ fn check_variant(variant: Variant) {
         .expect("a CodeView entry");
     assert_eq!(cv.id, pdb.id);
     assert!(cv.portable, "CodeView entry marked portable");
+    // The compiler's PdbChecksum entry is the PDB's SHA-256 with its id zeroed.
+    let sums = debug_directory(&image)
+        .expect("debug dir")
+        .pdb_checksums(&image)
+        .expect("checksums");
+    assert_eq!(sums.len(), 1, "{sums:?}");
+    assert_eq!(sums[0].0, "SHA256");
+    assert_eq!(
+        sums[0].1,
+        pdb.checksum_sha256().to_vec(),
+        "{}",
+        variant.name()
+    );
     assert!(cv.path.ends_with("Cdac.Testbed.pdb"), "{}", cv.path);
     assert_eq!(
         pdb.row_count(PdbTable::MethodDebugInformation),

@@ -104,6 +104,12 @@ pub enum PdbError {
         /// The PDB's own id.
         found: String,
     },
+    /// The PDB's SHA-256 checksum is none of those the assembly's PdbChecksum entries hold.
+    #[error("PDB {path}: its SHA-256 checksum is not the one the assembly names")]
+    ChecksumMismatch {
+        /// The PDB file (or "embedded").
+        path: String,
+    },
     /// No PDB was found for the assembly.
     #[error("no portable PDB for {assembly}: {tried}")]
     NotFound {

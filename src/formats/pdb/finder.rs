@@ -1,7 +1,8 @@
 //! Finding an assembly's portable PDB: the embedded one first, then the path its CodeView
-//! entry names, then `NAME.pdb` next to the assembly. A PDB file counts only when its id
-//! (GUID and stamp) is the one the assembly's CodeView entry names; an assembly with no
-//! CodeView entry accepts any portable PDB found next to it.
+//! entry names, then `NAME.pdb` next to the assembly. A PDB counts only when its id (GUID
+//! and stamp) is the one the assembly's CodeView entry names and, when the assembly has
+//! SHA256 PdbChecksum entries, its checksum (SHA-256 with the id zeroed) is one of them; an
+//! assembly with neither accepts any portable PDB found.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -46,15 +47,33 @@ pub fn find_pdb(assembly: &Path) -> Result<FoundPdb> {
     let dir = debug_directory(image)?;
     let codeview = dir.codeview(image)?;
     let mut tried: Vec<String> = Vec::new();
+    // SHA256 PDB checksums the assembly names (other algorithms are not checked).
+    let sha256: Vec<Vec<u8>> = dir
+        .pdb_checksums(image)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(alg, _)| alg == "SHA256")
+        .map(|(_, sum)| sum)
+        .collect();
     let check = |pdb: &PortablePdb, path: &str| -> Result<()> {
-        match &codeview {
-            Some(cv) if cv.id != pdb.id => Err(PdbError::IdMismatch {
-                path: path.to_string(),
-                wanted: cv.id.to_string(),
-                found: pdb.id.to_string(),
-            }),
-            _ => Ok(()),
+        if let Some(cv) = &codeview {
+            if cv.id != pdb.id {
+                return Err(PdbError::IdMismatch {
+                    path: path.to_string(),
+                    wanted: cv.id.to_string(),
+                    found: pdb.id.to_string(),
+                });
+            }
         }
+        if !sha256.is_empty() {
+            let sum = pdb.checksum_sha256();
+            if !sha256.iter().any(|s| s.as_slice() == sum) {
+                return Err(PdbError::ChecksumMismatch {
+                    path: path.to_string(),
+                });
+            }
+        }
+        Ok(())
     };
     match dir.embedded_pdb(image) {
         Ok(Some(bytes)) => match PortablePdb::parse(bytes).and_then(|p| {

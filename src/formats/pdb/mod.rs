@@ -104,6 +104,7 @@ pub struct PortablePdb {
     blobs: Range<usize>,
     guids: Range<usize>,
     tables_range: Range<usize>,
+    pdb_stream: Range<usize>,
     /// The PDB's id.
     pub id: PdbId,
     /// The entry point's MethodDef token (0: none).
@@ -171,8 +172,10 @@ impl PortablePdb {
         let blobs = heap("#Blob");
         let guids = heap("#GUID");
         let tables_range = stream_range(&data, tables);
+        let pdb_stream = stream_range(&data, pdb);
         Ok(PortablePdb {
             blobs,
+            pdb_stream,
             guids,
             tables_range,
             id: PdbId { guid, stamp },
@@ -203,6 +206,19 @@ impl PortablePdb {
     /// The PDB's bytes.
     pub fn bytes(&self) -> &[u8] {
         &self.data
+    }
+
+    /// SHA-256 of the PDB's bytes with its 20-byte id (the start of `#Pdb`) zeroed: what an
+    /// assembly's PdbChecksum debug entry of algorithm `SHA256` holds.
+    pub fn checksum_sha256(&self) -> [u8; 32] {
+        use sha2::Digest;
+        let id_start = self.pdb_stream.start.min(self.data.len());
+        let id_end = (id_start + 20).min(self.data.len());
+        let mut h = sha2::Sha256::new();
+        h.update(&self.data[..id_start]);
+        h.update([0u8; 20].get(..id_end - id_start).unwrap_or(&[]));
+        h.update(&self.data[id_end..]);
+        h.finalize().into()
     }
 
     fn blob_heap(&self) -> BlobHeap<'_> {
