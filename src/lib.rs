@@ -20,6 +20,7 @@ pub mod formats;
 pub mod limits;
 pub mod names;
 pub mod runtime;
+pub mod source_lines;
 pub mod stacks;
 pub mod symbols;
 pub mod target;

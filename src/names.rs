@@ -155,6 +155,14 @@ impl<'t> MethodNamer<'t> {
             .map(|i| i.module)
     }
 
+    /// The file of the method's module (its path in the target) and its MethodDef token,
+    /// when the MethodDesc is readable and the module has a path: where a PDB lookup starts.
+    pub fn method_def(&self, md: u64) -> Option<(std::path::PathBuf, u32)> {
+        let info = method_desc_info(self.target, self.descriptor, md).ok()?;
+        let path = self.modules.get(&info.module)?.path.clone()?;
+        (info.token >> 24 == 0x06).then_some((path, info.token))
+    }
+
     /// The short name of a module for output: its file name without `.dll`, or its
     /// address.
     pub fn module_label(&self, address: u64) -> String {

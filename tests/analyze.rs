@@ -142,6 +142,56 @@ fn analyze_crash_of(variant: Variant) {
         );
         assert_eq!(frames[parent]["funclet"], false, "{what}");
     }
+    // The captured stack traces name the throwing methods, with file and line from the
+    // testbed's PDB: the outer exception's first frame is the throw in CrashOuter's catch
+    // block, the inner one's the throw in CrashInner.
+    let x = listed
+        .iter()
+        .find(|x| x["thread"] == crash["os_tid"])
+        .expect("the crashing thread's exception");
+    let source = std::fs::read_to_string(common::repo().join("testbed/Cdac.Testbed/Crash.cs"))
+        .expect("Crash.cs");
+    let line_of = |text: &str| {
+        source
+            .lines()
+            .position(|l| l.contains(text))
+            .unwrap_or_else(|| panic!("{text:?} in Crash.cs")) as u64
+            + 1
+    };
+    for (e, want, text) in [
+        (
+            &x["exception"],
+            &crash["method_desc"],
+            "throw new InvalidOperationException(OuterMessage",
+        ),
+        (
+            &x["exception"]["inner"],
+            &crash["inner"]["method_desc"],
+            "throw new ArgumentException(InnerMessage)",
+        ),
+    ] {
+        let frames = e["stack_trace"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{what}: stack_trace of {e}"));
+        let first = &frames[0];
+        assert_eq!(
+            common::hex(&first["method_desc"]),
+            common::hex(want),
+            "{what}: {e}"
+        );
+        let src = &first["source"];
+        assert!(
+            src["file"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("Cdac.Testbed/Crash.cs")),
+            "{what}: {first}"
+        );
+        assert_eq!(src["line"].as_u64(), Some(line_of(text)), "{what}: {first}");
+        eprintln!(
+            "{what}: {} thrown at {}:{}",
+            first["name"], src["file"], src["line"]
+        );
+    }
     let _ = std::fs::remove_file(&dump);
 }
 

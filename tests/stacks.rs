@@ -387,3 +387,80 @@ fn damaged_stacks_end_with_the_frames_before_the_damage_and_a_reason() {
     );
     eprintln!("{stopped} of {walks} damaged walks stopped with a reason");
 }
+
+/// `cdac stacks` gives managed frames their file and line from the testbed's PDB: every
+/// parked thread's `…Middle` frame is at its one-line body (`=> …Inner(pt)`), and the
+/// sleeping thread's `SleepInner` at its `Thread.Sleep` call.
+fn source_lines_of(variant: Variant) {
+    let tb = testbed_of(variant);
+    let pid = tb.pid.to_string();
+    let live = cdac_stacks(&["--pid", &pid, "--nonblocking"]);
+    let source =
+        std::fs::read_to_string(common::repo().join("testbed/Cdac.Testbed/ParkedThreads.cs"))
+            .expect("ParkedThreads.cs");
+    let lines: Vec<&str> = source.lines().collect();
+    let line_of = |after: &str, needle: &str| {
+        let start = lines
+            .iter()
+            .position(|l| l.contains(after))
+            .expect("declaration");
+        (start
+            + lines[start..]
+                .iter()
+                .position(|l| l.contains(needle))
+                .expect("call")
+            + 1) as u64
+    };
+    let threads = live["threads"].as_array().expect("threads");
+    let mut checked = 0;
+    for p in tb.manifest["threads"].as_array().expect("manifest threads") {
+        let tid = p["os_tid"].as_i64().expect("os_tid");
+        let Some(t) = threads.iter().find(|t| t["os_id"].as_i64() == Some(tid)) else {
+            continue;
+        };
+        for f in t["frames"].as_array().expect("frames") {
+            let name = short_name(f["name"].as_str().unwrap_or(""));
+            let method = name.rsplit("::").next().unwrap_or("").to_string();
+            let want = if method.ends_with("Middle") {
+                let decl = format!(" {method}(ParkedThread pt) =>");
+                line_of(&decl, &decl)
+            } else if method == "SleepInner" {
+                line_of("static void SleepInner(", "Thread.Sleep(")
+            } else {
+                continue;
+            };
+            let src = &f["source"];
+            assert!(
+                src["file"]
+                    .as_str()
+                    .is_some_and(|s| s.ends_with("Cdac.Testbed/ParkedThreads.cs")),
+                "{}: {name}: {f}",
+                variant.name()
+            );
+            assert_eq!(
+                src["line"].as_u64(),
+                Some(want),
+                "{}: {name}: {f}",
+                variant.name()
+            );
+            checked += 1;
+        }
+    }
+    eprintln!("{}: {checked} frames at their source lines", variant.name());
+    assert!(checked >= 5, "{}: {checked} frames checked", variant.name());
+}
+
+#[test]
+fn source_lines_on_net10() {
+    source_lines_of(Variant::Net10);
+}
+
+#[test]
+fn source_lines_on_net9() {
+    source_lines_of(Variant::Net9);
+}
+
+#[test]
+fn source_lines_on_net8() {
+    source_lines_of(Variant::Net8);
+}

@@ -8,8 +8,13 @@ use serde_json::{json, Value};
 use super::names::CliResult;
 use super::stacks::{name_frames, render_frame, thread_json};
 use super::{hex, DescriptorArgs, TargetArgs};
+use std::collections::HashMap;
+
+use crate::contracts::debug_info::IlOffset;
 use crate::contracts::thread::ExceptionInfo;
+use crate::formats::pdb::SourceLocation;
 use crate::names::MethodNamer;
+use crate::source_lines::{exception_trace_frames, SourceLines};
 use crate::stacks::{thread_stacks, LiveRegisters, ThreadStack};
 use crate::symbols::ElfSymbols;
 use crate::target::CrashSignal;
@@ -26,7 +31,92 @@ pub struct AnalyzeArgs {
     json: bool,
 }
 
-fn exception_lines(e: &ExceptionInfo, depth: usize, out: &mut String) {
+/// One frame of an exception's captured stack trace, named and placed in the source.
+struct TraceLine {
+    ip: u64,
+    method_desc: u64,
+    name: String,
+    il_offset: Option<u32>,
+    source: Option<SourceLocation>,
+}
+
+/// The captured stack traces of an exception and its inner exceptions, by object address.
+fn exception_traces(
+    rt: &crate::runtime::Runtime,
+    e: &ExceptionInfo,
+    namer: &mut MethodNamer<'_>,
+    lines: &SourceLines,
+    out: &mut HashMap<u64, Result<Vec<TraceLine>, String>>,
+) {
+    let resolved = exception_trace_frames(rt, e.stack_trace).map_err(|err| err.to_string());
+    let traced = resolved.map(|frames| {
+        let mds: Vec<u64> = frames.iter().map(|f| f.frame.method_desc).collect();
+        let names = namer.names(&mds);
+        frames
+            .iter()
+            .zip(names)
+            .map(|(f, name)| {
+                let il = f.il_offset.and_then(IlOffset::il);
+                let source = il.and_then(|il| {
+                    let (path, token) = namer.method_def(f.frame.method_desc)?;
+                    lines.locate(&path, token, il).ok().flatten()
+                });
+                TraceLine {
+                    ip: f.frame.ip,
+                    method_desc: f.frame.method_desc,
+                    name,
+                    il_offset: il,
+                    source,
+                }
+            })
+            .collect()
+    });
+    out.insert(e.address, traced);
+    if let Some(inner) = &e.inner {
+        exception_traces(rt, inner, namer, lines, out);
+    }
+}
+
+fn trace_json(traces: &HashMap<u64, Result<Vec<TraceLine>, String>>, e: &ExceptionInfo) -> Value {
+    let mut v = super::stacks::exception_json(e);
+    add_traces(traces, e, &mut v);
+    v
+}
+
+fn add_traces(
+    traces: &HashMap<u64, Result<Vec<TraceLine>, String>>,
+    e: &ExceptionInfo,
+    v: &mut Value,
+) {
+    v["stack_trace"] = match traces.get(&e.address) {
+        Some(Ok(frames)) => json!(frames
+            .iter()
+            .map(|f| json!({
+                "ip": hex(f.ip),
+                "method_desc": hex(f.method_desc),
+                "name": f.name,
+                "il_offset": f.il_offset,
+                "source": f.source.as_ref().map(|s| json!({
+                    "file": s.file,
+                    "line": s.line,
+                    "column": s.column,
+                })),
+            }))
+            .collect::<Vec<Value>>()),
+        Some(Err(err)) => json!({ "error": err }),
+        None => Value::Null,
+    };
+    if let Some(inner) = &e.inner {
+        add_traces(traces, inner, &mut v["inner"]);
+    }
+}
+
+fn exception_lines(
+    e: &ExceptionInfo,
+    depth: usize,
+    traces: &HashMap<u64, Result<Vec<TraceLine>, String>>,
+    out: &mut String,
+) {
     let pad = "  ".repeat(depth + 1);
     let lead = if depth == 0 { "" } else { "---> " };
     out.push_str(&format!(
@@ -36,8 +126,26 @@ fn exception_lines(e: &ExceptionInfo, depth: usize, out: &mut String) {
         e.hresult as u32,
         hex(e.address)
     ));
+    match traces.get(&e.address) {
+        Some(Ok(frames)) => {
+            for f in frames {
+                let il = f
+                    .il_offset
+                    .map(|n| format!(" + IL_{n:04x}"))
+                    .unwrap_or_default();
+                let at = f
+                    .source
+                    .as_ref()
+                    .map(|s| format!(" in {}:{}", s.file, s.line))
+                    .unwrap_or_default();
+                out.push_str(&format!("{pad}     at {}{il}{at}\n", f.name));
+            }
+        }
+        Some(Err(err)) => out.push_str(&format!("{pad}     (stack trace unreadable: {err})\n")),
+        None => {}
+    }
     if let Some(inner) = &e.inner {
-        exception_lines(inner, depth + 1, out);
+        exception_lines(inner, depth + 1, traces, out);
     }
 }
 
@@ -78,6 +186,11 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
         .iter()
         .filter_map(|t| Some((t, t.managed.as_ref()?.exception.as_ref()?)))
         .collect();
+    let source_lines = SourceLines::new();
+    let mut traces = HashMap::new();
+    for (_, e) in &with_exceptions {
+        exception_traces(&rt, e, &mut namer, &source_lines, &mut traces);
+    }
     let version = rt
         .version()
         .map(|v| v.product_version.clone())
@@ -111,7 +224,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             "exceptions": with_exceptions.iter().map(|(t, e)| json!({
                 "thread": t.os_id,
                 "managed_id": t.managed.as_ref().map(|m| m.managed_id),
-                "exception": super::stacks::exception_json(e),
+                "exception": trace_json(&traces, e),
             })).collect::<Vec<Value>>(),
             "crashing_thread": crash_index.map(|i| thread_json(&stacks.threads[i], &named[i])),
         });
@@ -141,7 +254,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
                 .map(|m| format!(" (managed id {})", m.managed_id))
                 .unwrap_or_default()
         ));
-        exception_lines(e, 0, &mut text);
+        exception_lines(e, 0, &traces, &mut text);
     }
     if let Some(i) = crashing.and_then(|c| stacks.threads.iter().position(|t| std::ptr::eq(t, c))) {
         text.push_str(&format!("\nCrashing thread {}:\n", stacks.threads[i].os_id));

@@ -10,7 +10,9 @@ use super::names::CliResult;
 use super::{hex, DescriptorArgs, TargetArgs};
 use crate::contracts::debug_info::IlOffset;
 use crate::contracts::thread::ExceptionInfo;
+use crate::formats::pdb::SourceLocation;
 use crate::names::MethodNamer;
+use crate::source_lines::SourceLines;
 use crate::stacks::{
     thread_stacks, FoundBy, FrameCode, LiveRegisters, StackEnd, StackFrame, ThreadStack,
 };
@@ -48,6 +50,8 @@ pub(super) struct Named<'a> {
     frame: &'a StackFrame,
     name: String,
     module: Option<String>,
+    /// File and line of a managed frame's IL offset, from its module's portable PDB.
+    source: Option<SourceLocation>,
 }
 
 /// Names every frame of every stack: managed frames in one batch, native ones from ELF
@@ -66,6 +70,13 @@ pub(super) fn name_frames<'a>(
         .collect();
     let names: std::collections::HashMap<u64, String> =
         mds.iter().copied().zip(namer.names(&mds)).collect();
+    let lines = SourceLines::new();
+    let namer = &*namer;
+    let source_of = |frame: &StackFrame, method_desc: u64| {
+        let il = frame.il_offset.and_then(IlOffset::il)?;
+        let (path, token) = namer.method_def(method_desc)?;
+        lines.locate(&path, token, il).ok().flatten()
+    };
     threads
         .iter()
         .map(|t| {
@@ -83,6 +94,7 @@ pub(super) fn name_frames<'a>(
                             .cloned()
                             .unwrap_or_else(|| format!("<MethodDesc {}>", hex(method_desc))),
                         module: namer.module_of(method_desc).map(|m| namer.module_label(m)),
+                        source: source_of(frame, method_desc),
                     },
                     FrameCode::Native => {
                         // A return address names the call: look up the byte before it.
@@ -103,12 +115,14 @@ pub(super) fn name_frames<'a>(
                                         .file_name()
                                         .map(|n| n.to_string_lossy().into_owned()),
                                     name: s.to_string(),
+                                    source: None,
                                 }
                             }
                             None => Named {
                                 frame,
                                 name: "??".to_string(),
                                 module: None,
+                                source: None,
                             },
                         }
                     }
@@ -151,6 +165,11 @@ fn frame_json(index: usize, n: &Named<'_>) -> Value {
             o["offset"] = json!(f.offset);
             o["jit_type"] = json!(jit_type);
             o["il_offset"] = json!(f.il_offset.and_then(IlOffset::il));
+            o["source"] = json!(n.source.as_ref().map(|s| json!({
+                "file": s.file,
+                "line": s.line,
+                "column": s.column,
+            })));
             o["funclet"] = json!(funclet);
             o["parent_frame"] = json!(parent_frame);
         }
@@ -235,6 +254,9 @@ pub(super) fn render_frame(i: usize, n: &Named<'_>) -> String {
                 Some(p) => line.push_str(&format!(" (funclet of #{p})")),
                 None => line.push_str(" (funclet)"),
             }
+        }
+        if let Some(s) = &n.source {
+            line.push_str(&format!(" at {}:{}", s.file, s.line));
         }
     }
     line

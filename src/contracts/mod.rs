@@ -6,6 +6,7 @@
 //! our own words, are in `contracts/` at the top of the repository.
 
 pub mod debug_info;
+pub mod exception_trace;
 pub mod execution_manager;
 pub mod gc_info;
 pub mod loader;
