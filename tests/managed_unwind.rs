@@ -288,7 +288,7 @@ fn spinner_chain_createdump_full() {
 /// Whether the bytes before `ra` end a call instruction (`call rel32`, or `call r/m64` in
 /// its register, `[reg]`, `[reg+disp8]`, `[reg+disp32]` and `[rip+disp32]` forms).
 fn after_call(rt: &Runtime, ra: u64) -> bool {
-    let Ok(b) = rt.target().read_bytes(ra - 7, 7) else {
+    let Some(Ok(b)) = ra.checked_sub(7).map(|a| rt.target().read_bytes(a, 7)) else {
         return false;
     };
     let at = |back: usize| b[7 - back];
