@@ -85,11 +85,10 @@ fn assert_untouched(pid: i32) {
             !state.starts_with('t') && !state.starts_with('T'),
             "thread {tid} is stopped after the snapshot: {state}"
         );
-        assert_eq!(
-            status_field(&status, "TracerPid:").as_deref(),
-            Some("0"),
-            "thread {tid} is still traced"
-        );
+        // A churning thread may exit between the two reads: then its status is gone.
+        if let Some(tracer) = status_field(&status, "TracerPid:") {
+            assert_eq!(tracer, "0", "thread {tid} is still traced");
+        }
     }
 }
 
