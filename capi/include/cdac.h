@@ -68,6 +68,10 @@ extern "C" {
 #define CDAC_REG_R13 (1u << 5)
 #define CDAC_REG_R14 (1u << 6)
 #define CDAC_REG_R15 (1u << 7)
+/* Not a register: rip is a return address (every frame but the innermost and those a
+ * signal interrupted), so cdac_unwind_step looks the code up at rip - 1, in the call.
+ * Never set in an output. */
+#define CDAC_REG_RIP_IS_RETURN (1u << 8)
 
 /* An opened target. */
 typedef struct cdac_handle cdac_handle;
@@ -141,8 +145,8 @@ int32_t cdac_method_name(cdac_handle *h, uint64_t ip, char *buf, size_t len, siz
  * the assembly, or embedded). CDAC_NOT_FOUND when there is no PDB or no sequence point. */
 int32_t cdac_source_line(cdac_handle *h, uint64_t ip, char *file, size_t len, uint32_t *line);
 
-/* One unwind step of the managed frame `in` (rip must be in managed code and is looked up
- * as given; rip and rsp must be valid): the caller's registers in `out` (rip, rsp and the
+/* One unwind step of the managed frame `in` (rip must be in managed code: looked up as
+ * given, or at rip - 1 with CDAC_REG_RIP_IS_RETURN; rip and rsp must be valid): the caller's registers in `out` (rip, rsp and the
  * callee-saved registers the unwind data restores or keeps). CDAC_NOT_FOUND when rip is not
  * managed code. out->rip is 0 at the outermost frame. */
 int32_t cdac_unwind_step(cdac_handle *h, const cdac_x64_regs *in, cdac_x64_regs *out);

@@ -82,6 +82,9 @@ pub const CDAC_REG_R13: u32 = 1 << 5;
 pub const CDAC_REG_R14: u32 = 1 << 6;
 /// r15 is valid.
 pub const CDAC_REG_R15: u32 = 1 << 7;
+/// Not a register: rip is a return address (every frame but the innermost and those a
+/// signal interrupted), so the code is looked up at `rip - 1`, in the call.
+pub const CDAC_REG_RIP_IS_RETURN: u32 = 1 << 8;
 
 /// Reads `len` bytes at `addr` of the target into `buf`; returns 0 when the whole buffer
 /// was filled, anything else when it could not be.
@@ -704,8 +707,14 @@ pub extern "C" fn cdac_unwind_step(
             return Err(null("out"));
         }
         // SAFETY: `regs_in` is non-NULL and the header requires a readable cdac_x64_regs.
-        let ctx = context_of(unsafe { &*regs_in })?;
-        let b = h.block(ctx.rip)?;
+        let regs_in = unsafe { &*regs_in };
+        let ctx = context_of(regs_in)?;
+        let lookup = if regs_in.valid_mask & CDAC_REG_RIP_IS_RETURN != 0 {
+            ctx.rip.saturating_sub(1)
+        } else {
+            ctx.rip
+        };
+        let b = h.block(lookup)?;
         let rt = h.rt;
         let em = h.em()?;
         let caller = step_managed(rt.target(), em, &b, &ctx, rt.target())?;

@@ -70,6 +70,7 @@ int main(void) {
     C(CDAC_FRAME_NATIVE); C(CDAC_FRAME_MANAGED);
     C(CDAC_REG_RIP); C(CDAC_REG_RSP); C(CDAC_REG_RBP); C(CDAC_REG_RBX);
     C(CDAC_REG_R12); C(CDAC_REG_R13); C(CDAC_REG_R14); C(CDAC_REG_R15);
+    C(CDAC_REG_RIP_IS_RETURN);
     void *fns[] = {
         (void *)cdac_last_error, (void *)cdac_open_pid, (void *)cdac_open_core,
         (void *)cdac_open_callbacks, (void *)cdac_close, (void *)cdac_ip2md,
@@ -163,7 +164,7 @@ fn header_matches_library() {
     for (key, want) in sizes {
         assert_eq!(value(key), want as i64, "{key}");
     }
-    let consts: [(&str, i64); 21] = [
+    let consts: [(&str, i64); 22] = [
         ("CDAC_E_NULL_POINTER", cdac::CDAC_E_NULL_POINTER.into()),
         ("CDAC_E_BAD_HANDLE", cdac::CDAC_E_BAD_HANDLE.into()),
         ("CDAC_E_OPEN_FAILED", cdac::CDAC_E_OPEN_FAILED.into()),
@@ -194,6 +195,10 @@ fn header_matches_library() {
         ("CDAC_REG_RBX", cdac::CDAC_REG_RBX.into()),
         ("CDAC_REG_R12", cdac::CDAC_REG_R12.into()),
         ("CDAC_REG_R15", cdac::CDAC_REG_R15.into()),
+        (
+            "CDAC_REG_RIP_IS_RETURN",
+            cdac::CDAC_REG_RIP_IS_RETURN.into(),
+        ),
     ];
     for (name, want) in consts {
         assert_eq!(value(&format!("const {name}")), want, "{name}");
