@@ -11,6 +11,8 @@
 //! cheap. Handles are checked against a registry of live handles: a closed or made-up
 //! pointer is [`CDAC_E_BAD_HANDLE`], never a dereference.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::ffi::{c_char, c_void, CStr};
@@ -414,14 +416,26 @@ fn path_of(path: *const c_char) -> Result<PathBuf, Failure> {
 /// Copies the message of the last failed call on this thread into `buf` (NUL-terminated,
 /// truncated to `len`); returns the size it needs, NUL included (1 when there was none).
 /// `buf` may be NULL when `len` is 0.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
 #[no_mangle]
-pub extern "C" fn cdac_last_error(buf: *mut c_char, len: usize) -> usize {
+pub unsafe extern "C" fn cdac_last_error(buf: *mut c_char, len: usize) -> usize {
     catch_unwind(|| LAST_ERROR.with(|e| copy_out(&e.borrow(), buf, len))).unwrap_or(0)
 }
 
 /// Attaches to live process `pid` (read-only).
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
 #[no_mangle]
-pub extern "C" fn cdac_open_pid(pid: i32, out: *mut *mut CdacHandle) -> i32 {
+pub unsafe extern "C" fn cdac_open_pid(pid: i32, out: *mut *mut CdacHandle) -> i32 {
     guard(|| {
         if out.is_null() {
             return Err(null("out"));
@@ -432,8 +446,14 @@ pub extern "C" fn cdac_open_pid(pid: i32, out: *mut *mut CdacHandle) -> i32 {
 }
 
 /// Opens an ELF core dump.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
 #[no_mangle]
-pub extern "C" fn cdac_open_core(path: *const c_char, out: *mut *mut CdacHandle) -> i32 {
+pub unsafe extern "C" fn cdac_open_core(path: *const c_char, out: *mut *mut CdacHandle) -> i32 {
     guard(|| {
         if out.is_null() {
             return Err(null("out"));
@@ -446,8 +466,14 @@ pub extern "C" fn cdac_open_core(path: *const c_char, out: *mut *mut CdacHandle)
 
 /// Opens a target whose memory the host reads through `read` (called with `ctx`) and
 /// whose mapped files are `maps[0..n]` (copied).
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
 #[no_mangle]
-pub extern "C" fn cdac_open_callbacks(
+pub unsafe extern "C" fn cdac_open_callbacks(
     read: CdacReadFn,
     ctx: *mut c_void,
     maps: *const CdacMapping,
@@ -498,8 +524,14 @@ pub extern "C" fn cdac_open_callbacks(
 
 /// Closes a handle. NULL is accepted (nothing happens); a handle that is not open is
 /// `CDAC_E_BAD_HANDLE`.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
 #[no_mangle]
-pub extern "C" fn cdac_close(h: *mut CdacHandle) -> i32 {
+pub unsafe extern "C" fn cdac_close(h: *mut CdacHandle) -> i32 {
     guard(|| {
         if h.is_null() {
             return Ok(CDAC_OK);
@@ -518,8 +550,14 @@ pub extern "C" fn cdac_close(h: *mut CdacHandle) -> i32 {
 }
 
 /// The method that owns code address `ip`.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
 #[no_mangle]
-pub extern "C" fn cdac_ip2md(h: *mut CdacHandle, ip: u64, out: *mut CdacMethodInfo) -> i32 {
+pub unsafe extern "C" fn cdac_ip2md(h: *mut CdacHandle, ip: u64, out: *mut CdacMethodInfo) -> i32 {
     guard(|| {
         let h = handle(h)?;
         if out.is_null() {
@@ -549,8 +587,14 @@ pub extern "C" fn cdac_ip2md(h: *mut CdacHandle, ip: u64, out: *mut CdacMethodIn
 }
 
 /// The name of the method that owns `ip`, as the runtime's perf map writes it.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
 #[no_mangle]
-pub extern "C" fn cdac_method_name(
+pub unsafe extern "C" fn cdac_method_name(
     h: *mut CdacHandle,
     ip: u64,
     buf: *mut c_char,
@@ -580,8 +624,14 @@ pub extern "C" fn cdac_method_name(
 
 /// The source file and line of managed code address `ip`, from the assembly's portable
 /// PDB.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
 #[no_mangle]
-pub extern "C" fn cdac_source_line(
+pub unsafe extern "C" fn cdac_source_line(
     h: *mut CdacHandle,
     ip: u64,
     file: *mut c_char,
@@ -599,7 +649,7 @@ pub extern "C" fn cdac_source_line(
         let b = h.block(ip)?;
         let map = {
             let rt = h.rt;
-            let fmt = h.debug_format.clone();
+            let fmt = h.debug_format;
             let em = h.em()?;
             il_offset(rt.target(), em, &b, &fmt, false)?
         };
@@ -692,8 +742,14 @@ fn regs_of(ctx: &X64Context) -> CdacX64Regs {
 }
 
 /// One step of a managed frame: the caller's registers from the frame's `in`.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
 #[no_mangle]
-pub extern "C" fn cdac_unwind_step(
+pub unsafe extern "C" fn cdac_unwind_step(
     h: *mut CdacHandle,
     regs_in: *const CdacX64Regs,
     regs_out: *mut CdacX64Regs,
@@ -725,8 +781,14 @@ pub extern "C" fn cdac_unwind_step(
 
 /// Walks a stack from `regs` (managed frames by the runtime's unwind data, native ones by
 /// CFI or the frame-pointer chain) into `frames[0..cap]`.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
 #[no_mangle]
-pub extern "C" fn cdac_stack(
+pub unsafe extern "C" fn cdac_stack(
     h: *mut CdacHandle,
     regs: *const CdacX64Regs,
     frames: *mut CdacFrame,

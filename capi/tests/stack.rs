@@ -17,10 +17,13 @@ use cdac_core::unwind::{x64_reg, X64Context};
 use common::{testbed_of, Variant};
 
 fn last_error() -> String {
-    let mut buf = vec![0u8; 512];
-    let n = cdac_last_error(buf.as_mut_ptr().cast::<c_char>(), buf.len());
-    buf.truncate(n.saturating_sub(1).min(511));
-    String::from_utf8_lossy(&buf).into_owned()
+    // SAFETY: the pointers passed to libcdac are live locals (or NULL, or made up, on purpose: the library checks them), and handles come from cdac_open_*.
+    unsafe {
+        let mut buf = vec![0u8; 512];
+        let n = cdac_last_error(buf.as_mut_ptr().cast::<c_char>(), buf.len());
+        buf.truncate(n.saturating_sub(1).min(511));
+        String::from_utf8_lossy(&buf).into_owned()
+    }
 }
 
 fn regs(ctx: &X64Context, is_return: bool) -> CdacX64Regs {
@@ -59,116 +62,119 @@ fn regs(ctx: &X64Context, is_return: bool) -> CdacX64Regs {
 
 #[test]
 fn stack_and_unwind_step_match_the_rust_walker() {
-    let core = testbed_of(Variant::Net10).dump("full");
-    let rt = Runtime::open_dump(&core, &OpenOptions::default()).expect("open");
-    let walker = StackWalker::new(&rt).expect("walker");
-    let native = NativeUnwinder::new(rt.target());
-    let path = CString::new(core.to_string_lossy().as_bytes()).expect("path");
-    let mut h: *mut CdacHandle = std::ptr::null_mut();
-    assert_eq!(
-        cdac_open_core(path.as_ptr(), &mut h),
-        CDAC_OK,
-        "{}",
-        last_error()
-    );
-
-    let threads = rt.target().source().threads().expect("threads");
-    let (mut managed_frames, mut steps) = (0, 0);
-    for t in threads {
-        let Some(ctx) = t.context else { continue };
-        let want = walker.walk(ctx, rt.target(), &[]);
-        // Count first, then fill.
-        let mut count = 0usize;
-        let s = cdac_stack(h, &regs(&ctx, false), std::ptr::null_mut(), 0, &mut count);
-        assert!(
-            s == CDAC_E_BUFFER_TOO_SMALL || s == CDAC_OK,
+    // SAFETY: the pointers passed to libcdac are live locals (or NULL, or made up, on purpose: the library checks them), and handles come from cdac_open_*.
+    unsafe {
+        let core = testbed_of(Variant::Net10).dump("full");
+        let rt = Runtime::open_dump(&core, &OpenOptions::default()).expect("open");
+        let walker = StackWalker::new(&rt).expect("walker");
+        let native = NativeUnwinder::new(rt.target());
+        let path = CString::new(core.to_string_lossy().as_bytes()).expect("path");
+        let mut h: *mut CdacHandle = std::ptr::null_mut();
+        assert_eq!(
+            cdac_open_core(path.as_ptr(), &mut h),
+            CDAC_OK,
             "{}",
             last_error()
         );
-        assert_eq!(count, want.frames.len(), "thread {}", t.tid);
-        let mut frames = vec![CdacFrame::default(); count];
-        let s = cdac_stack(
-            h,
-            &regs(&ctx, false),
-            frames.as_mut_ptr(),
-            count,
-            &mut count,
-        );
-        assert_eq!(s, CDAC_OK, "{}", last_error());
-        for (got, w) in frames.iter().zip(&want.frames) {
-            let (kind, md) = match w.code {
-                FrameCode::Managed { method_desc, .. } => (CDAC_FRAME_MANAGED, method_desc),
-                FrameCode::Native => (CDAC_FRAME_NATIVE, 0),
-            };
-            let il = w.il_offset.and_then(IlOffset::il).map_or(-1, |v| v as i32);
-            assert_eq!(
-                (got.ip, got.sp, got.method_desc, got.kind, got.il_offset),
-                (w.ip, w.sp, md, kind, il)
-            );
-            managed_frames += usize::from(kind == CDAC_FRAME_MANAGED);
-        }
 
-        // A debugger's unwinder: native frames by CFI (here, the Rust unwinder), managed
-        // ones by cdac_unwind_step.
-        let mut frame = NativeFrame::innermost(ctx);
-        for (k, w) in want.frames.iter().enumerate() {
-            assert_eq!(
-                (frame.ctx.rip, frame.ctx.rsp()),
-                (w.ip, w.sp),
-                "thread {} frame {k}",
-                t.tid
+        let threads = rt.target().source().threads().expect("threads");
+        let (mut managed_frames, mut steps) = (0, 0);
+        for t in threads {
+            let Some(ctx) = t.context else { continue };
+            let want = walker.walk(ctx, rt.target(), &[]);
+            // Count first, then fill.
+            let mut count = 0usize;
+            let s = cdac_stack(h, &regs(&ctx, false), std::ptr::null_mut(), 0, &mut count);
+            assert!(
+                s == CDAC_E_BUFFER_TOO_SMALL || s == CDAC_OK,
+                "{}",
+                last_error()
             );
-            let Some(next) = want.frames.get(k + 1) else {
-                break;
-            };
-            if next.found_by == cdac_core::stacks::walk::FoundBy::ExplicitFrame {
-                break;
+            assert_eq!(count, want.frames.len(), "thread {}", t.tid);
+            let mut frames = vec![CdacFrame::default(); count];
+            let s = cdac_stack(
+                h,
+                &regs(&ctx, false),
+                frames.as_mut_ptr(),
+                count,
+                &mut count,
+            );
+            assert_eq!(s, CDAC_OK, "{}", last_error());
+            for (got, w) in frames.iter().zip(&want.frames) {
+                let (kind, md) = match w.code {
+                    FrameCode::Managed { method_desc, .. } => (CDAC_FRAME_MANAGED, method_desc),
+                    FrameCode::Native => (CDAC_FRAME_NATIVE, 0),
+                };
+                let il = w.il_offset.and_then(IlOffset::il).map_or(-1, |v| v as i32);
+                assert_eq!(
+                    (got.ip, got.sp, got.method_desc, got.kind, got.il_offset),
+                    (w.ip, w.sp, md, kind, il)
+                );
+                managed_frames += usize::from(kind == CDAC_FRAME_MANAGED);
             }
-            let r = regs(&frame.ctx, !frame.ip_is_exact);
-            let mut out = CdacX64Regs::default();
-            let s = cdac_unwind_step(h, &r, &mut out);
-            if matches!(w.code, FrameCode::Managed { .. }) {
-                assert_eq!(s, CDAC_OK, "thread {} frame {k}: {}", t.tid, last_error());
-                steps += 1;
-                let mut c = X64Context::new(out.rip, out.rsp, None);
-                let set = [
-                    (CDAC_REG_RBP, x64_reg::RBP, out.rbp),
-                    (CDAC_REG_RBX, x64_reg::RBX, out.rbx),
-                    (CDAC_REG_R12, x64_reg::R12, out.r12),
-                    (CDAC_REG_R13, x64_reg::R12 + 1, out.r13),
-                    (CDAC_REG_R14, x64_reg::R12 + 2, out.r14),
-                    (CDAC_REG_R15, x64_reg::R15, out.r15),
-                ];
-                for (bit, reg, v) in set {
-                    if out.valid_mask & bit != 0 {
-                        c.regs[reg] = Some(v);
+
+            // A debugger's unwinder: native frames by CFI (here, the Rust unwinder), managed
+            // ones by cdac_unwind_step.
+            let mut frame = NativeFrame::innermost(ctx);
+            for (k, w) in want.frames.iter().enumerate() {
+                assert_eq!(
+                    (frame.ctx.rip, frame.ctx.rsp()),
+                    (w.ip, w.sp),
+                    "thread {} frame {k}",
+                    t.tid
+                );
+                let Some(next) = want.frames.get(k + 1) else {
+                    break;
+                };
+                if next.found_by == cdac_core::stacks::walk::FoundBy::ExplicitFrame {
+                    break;
+                }
+                let r = regs(&frame.ctx, !frame.ip_is_exact);
+                let mut out = CdacX64Regs::default();
+                let s = cdac_unwind_step(h, &r, &mut out);
+                if matches!(w.code, FrameCode::Managed { .. }) {
+                    assert_eq!(s, CDAC_OK, "thread {} frame {k}: {}", t.tid, last_error());
+                    steps += 1;
+                    let mut c = X64Context::new(out.rip, out.rsp, None);
+                    let set = [
+                        (CDAC_REG_RBP, x64_reg::RBP, out.rbp),
+                        (CDAC_REG_RBX, x64_reg::RBX, out.rbx),
+                        (CDAC_REG_R12, x64_reg::R12, out.r12),
+                        (CDAC_REG_R13, x64_reg::R12 + 1, out.r13),
+                        (CDAC_REG_R14, x64_reg::R12 + 2, out.r14),
+                        (CDAC_REG_R15, x64_reg::R15, out.r15),
+                    ];
+                    for (bit, reg, v) in set {
+                        if out.valid_mask & bit != 0 {
+                            c.regs[reg] = Some(v);
+                        }
+                    }
+                    frame = NativeFrame {
+                        ctx: c,
+                        ip_is_exact: false,
+                    };
+                } else {
+                    assert_eq!(s, CDAC_NOT_FOUND, "thread {} frame {k}", t.tid);
+                    match native.step_frame(&frame, rt.target()) {
+                        Ok(Some(n)) => frame = n,
+                        _ => match NativeUnwinder::step_frame_pointer(&frame.ctx, rt.target()) {
+                            Ok(Some(c)) => {
+                                frame = NativeFrame {
+                                    ctx: c,
+                                    ip_is_exact: false,
+                                }
+                            }
+                            _ => break,
+                        },
                     }
                 }
-                frame = NativeFrame {
-                    ctx: c,
-                    ip_is_exact: false,
-                };
-            } else {
-                assert_eq!(s, CDAC_NOT_FOUND, "thread {} frame {k}", t.tid);
-                match native.step_frame(&frame, rt.target()) {
-                    Ok(Some(n)) => frame = n,
-                    _ => match NativeUnwinder::step_frame_pointer(&frame.ctx, rt.target()) {
-                        Ok(Some(c)) => {
-                            frame = NativeFrame {
-                                ctx: c,
-                                ip_is_exact: false,
-                            }
-                        }
-                        _ => break,
-                    },
-                }
             }
         }
+        assert!(
+            managed_frames > 10 && steps > 10,
+            "{managed_frames} managed frames, {steps} steps"
+        );
+        eprintln!("cdac_stack: {managed_frames} managed frames as the Rust walker; {steps} cdac_unwind_step steps");
+        assert_eq!(cdac_close(h), CDAC_OK);
     }
-    assert!(
-        managed_frames > 10 && steps > 10,
-        "{managed_frames} managed frames, {steps} steps"
-    );
-    eprintln!("cdac_stack: {managed_frames} managed frames as the Rust walker; {steps} cdac_unwind_step steps");
-    assert_eq!(cdac_close(h), CDAC_OK);
 }
