@@ -73,6 +73,12 @@ extern "C" {
  * Never set in an output. */
 #define CDAC_REG_RIP_IS_RETURN (1u << 8)
 
+/* cdac_eh_clause.kind */
+#define CDAC_EH_TYPED 0
+#define CDAC_EH_FILTER 1
+#define CDAC_EH_FINALLY 2
+#define CDAC_EH_FAULT 4
+
 /* An opened target. */
 typedef struct cdac_handle cdac_handle;
 
@@ -112,6 +118,26 @@ typedef struct cdac_frame {
     uint32_t kind;        /* CDAC_FRAME_* */
     int32_t il_offset;    /* IL offset of a managed frame, -1 when unknown */
 } cdac_frame;
+
+/* One exception clause of a method; offsets are from the method's start. */
+typedef struct cdac_eh_clause {
+    uint32_t kind;          /* CDAC_EH_* */
+    uint32_t flags;         /* the clause's raw flags */
+    uint32_t try_start, try_end;         /* protected range [try_start, try_end) */
+    uint32_t handler_start, handler_end; /* handler range [handler_start, handler_end) */
+    uint32_t filter_offset; /* filter clauses: offset of the filter funclet, else 0 */
+    uint32_t class_token;   /* typed clauses: the caught class's token when known, else 0 */
+    uint64_t type_handle;   /* typed clauses: its TypeHandle when resolved, else 0 */
+} cdac_eh_clause;
+
+/* One loaded module (assembly image) of the runtime. */
+typedef struct cdac_module {
+    uint64_t address;    /* the runtime's Module* (for cdac_module_path) */
+    uint64_t base;       /* where the image is loaded (0 when it has none) */
+    uint64_t size;       /* bytes of the loaded image */
+    uint32_t is_dynamic; /* 1 for a Reflection.Emit module */
+    uint32_t is_mapped;  /* 1 when laid out as the loader maps it (ReadyToRun), 0 when flat */
+} cdac_module;
 
 /* Copies the message of the last failure on this thread into buf (NUL-terminated,
  * truncated to len); returns the size it needs, NUL included (1: no message). buf may be
@@ -158,6 +184,23 @@ int32_t cdac_unwind_step(cdac_handle *h, const cdac_x64_regs *in, cdac_x64_regs 
  * is 0. */
 int32_t cdac_stack(cdac_handle *h, const cdac_x64_regs *regs, cdac_frame *frames, size_t cap,
                    size_t *count);
+
+/* Count-then-fill lists (cdac_eh_clauses, cdac_modules): *count receives the number of
+ * entries; out[0..cap] receives the first ones; when count > cap the status is
+ * CDAC_E_BUFFER_TOO_SMALL. out may be NULL when cap is 0 (to ask for the count). */
+
+/* The exception clauses of the method owning ip (CDAC_NOT_FOUND: not managed code). */
+int32_t cdac_eh_clauses(cdac_handle *h, uint64_t ip, cdac_eh_clause *out, size_t cap,
+                        size_t *count);
+
+/* The runtime's loaded modules (listed once per handle, on first use). */
+int32_t cdac_modules(cdac_handle *h, cdac_module *out, size_t cap, size_t *count);
+
+/* The image path of module `module` (a cdac_module.address): CDAC_NOT_FOUND when it has
+ * none (dynamic modules), CDAC_E_INVALID_ARGUMENT when it is not a module of the runtime.
+ * Strings as cdac_method_name. */
+int32_t cdac_module_path(cdac_handle *h, uint64_t module, char *buf, size_t len,
+                         size_t *needed);
 
 #ifdef __cplusplus
 }

@@ -21,9 +21,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use cdac_core::contracts::debug_info::{il_offset, DebugInfoFormat, IlOffset};
+use cdac_core::contracts::execution_manager::exception_clauses::ClauseKind;
 use cdac_core::contracts::execution_manager::{
     execution_manager, CodeBlock, ExecutionManager, JitType,
 };
+use cdac_core::contracts::loader::{self, ModuleInfo};
 use cdac_core::contracts::ContractError;
 use cdac_core::names::MethodNamer;
 use cdac_core::runtime::{OpenOptions, Runtime, RuntimeError};
@@ -158,6 +160,53 @@ pub struct CdacFrame {
     pub il_offset: i32,
 }
 
+/// `cdac_eh_clause.kind`: `catch (T)`.
+pub const CDAC_EH_TYPED: u32 = 0;
+/// `cdac_eh_clause.kind`: `catch when (filter)`.
+pub const CDAC_EH_FILTER: u32 = 1;
+/// `cdac_eh_clause.kind`: `finally`.
+pub const CDAC_EH_FINALLY: u32 = 2;
+/// `cdac_eh_clause.kind`: `fault`.
+pub const CDAC_EH_FAULT: u32 = 4;
+
+/// One exception clause of a method (offsets from the method's start).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CdacEhClause {
+    /// `CDAC_EH_*`.
+    pub kind: u32,
+    /// The clause's raw flags.
+    pub flags: u32,
+    /// Protected range `[try_start, try_end)`.
+    pub try_start: u32,
+    pub try_end: u32,
+    /// Handler range `[handler_start, handler_end)`.
+    pub handler_start: u32,
+    pub handler_end: u32,
+    /// Filter clauses: offset of the filter funclet; else 0.
+    pub filter_offset: u32,
+    /// Typed clauses: the caught class's metadata token when known, else 0.
+    pub class_token: u32,
+    /// Typed clauses: the caught class's TypeHandle when the runtime resolved it, else 0.
+    pub type_handle: u64,
+}
+
+/// One loaded module (assembly image) of the runtime.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CdacModule {
+    /// The runtime's `Module*` (pass it to `cdac_module_path`).
+    pub address: u64,
+    /// Where the image is loaded (0 when it has none).
+    pub base: u64,
+    /// Bytes of the loaded image.
+    pub size: u64,
+    /// 1 for a Reflection.Emit (dynamic) module.
+    pub is_dynamic: u32,
+    /// 1 when the image is laid out as the loader maps it (ReadyToRun), 0 when flat.
+    pub is_mapped: u32,
+}
+
 /// A memory source over the host's read callback and mapping list.
 struct CallbackSource {
     read: unsafe extern "C-unwind" fn(*mut c_void, u64, *mut u8, usize) -> i32,
@@ -213,6 +262,7 @@ pub struct CdacHandle {
     rt: &'static Runtime,
     em: Option<Box<dyn ExecutionManager + 'static>>,
     namer: Option<MethodNamer<'static>>,
+    modules: Option<Vec<ModuleInfo>>,
     walker: Option<StackWalker<'static>>,
     lines: SourceLines,
     debug_format: DebugInfoFormat,
@@ -228,6 +278,7 @@ impl CdacHandle {
             rt,
             em: None,
             namer: None,
+            modules: None,
             walker: None,
             lines: SourceLines::new(),
             debug_format: DebugInfoFormat::for_runtime(rt.descriptor(), major),
@@ -844,6 +895,163 @@ pub unsafe extern "C" fn cdac_stack(
             return Err(Failure::new(
                 CDAC_E_BUFFER_TOO_SMALL,
                 format!("the stack has {n} frames, the buffer {cap}"),
+            ));
+        }
+        Ok(CDAC_OK)
+    })
+}
+
+/// Copies `items` into `out[0..cap]`, stores their count in `*count`; too small a buffer
+/// gets the first `cap` and `CDAC_E_BUFFER_TOO_SMALL`.
+fn fill<T: Copy>(items: &[T], out: *mut T, cap: usize, count: *mut usize) -> Result<i32, Failure> {
+    put(count, items.len());
+    for (i, item) in items.iter().take(cap).enumerate() {
+        // SAFETY: callers check `out` non-NULL when `cap > 0`; the header requires `cap`
+        // writable entries, and `i < cap`.
+        put(unsafe { out.add(i) }, *item);
+    }
+    if items.len() > cap {
+        return Err(Failure::new(
+            CDAC_E_BUFFER_TOO_SMALL,
+            format!("{} entries, the buffer has room for {cap}", items.len()),
+        ));
+    }
+    Ok(CDAC_OK)
+}
+
+/// The exception clauses of the method owning `ip`, count-then-fill.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_eh_clauses(
+    h: *mut CdacHandle,
+    ip: u64,
+    out: *mut CdacEhClause,
+    cap: usize,
+    count: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        if out.is_null() && cap > 0 {
+            return Err(null("out"));
+        }
+        let b = h.block(ip)?;
+        let clauses: Vec<CdacEhClause> = h
+            .em()?
+            .exception_clauses(&b)?
+            .iter()
+            .map(|c| CdacEhClause {
+                kind: match c.kind {
+                    ClauseKind::Typed => CDAC_EH_TYPED,
+                    ClauseKind::Filter => CDAC_EH_FILTER,
+                    ClauseKind::Finally => CDAC_EH_FINALLY,
+                    ClauseKind::Fault => CDAC_EH_FAULT,
+                },
+                flags: c.flags,
+                try_start: c.try_start,
+                try_end: c.try_end,
+                handler_start: c.handler_start,
+                handler_end: c.handler_end,
+                filter_offset: c.filter_offset.unwrap_or(0),
+                class_token: c.class_token.unwrap_or(0),
+                type_handle: c.type_handle.unwrap_or(0),
+            })
+            .collect();
+        fill(&clauses, out, cap, count)
+    })
+}
+
+impl CdacHandle {
+    /// The runtime's modules, listed on first use.
+    fn modules(&mut self) -> Result<&[ModuleInfo], Failure> {
+        if self.modules.is_none() {
+            self.modules = Some(loader::modules(self.rt.target(), self.rt.descriptor())?);
+        }
+        Ok(self.modules.as_deref().unwrap_or(&[]))
+    }
+}
+
+/// The runtime's loaded modules, count-then-fill (listed once per handle).
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_modules(
+    h: *mut CdacHandle,
+    out: *mut CdacModule,
+    cap: usize,
+    count: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        if out.is_null() && cap > 0 {
+            return Err(null("out"));
+        }
+        let list: Vec<CdacModule> = h
+            .modules()?
+            .iter()
+            .map(|m| CdacModule {
+                address: m.address,
+                base: m.base,
+                size: m.size,
+                is_dynamic: u32::from(m.is_dynamic),
+                is_mapped: u32::from(m.mapped),
+            })
+            .collect();
+        fill(&list, out, cap, count)
+    })
+}
+
+/// The image path of module `module` (a `cdac_module.address`).
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_module_path(
+    h: *mut CdacHandle,
+    module: u64,
+    buf: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if buf.is_null() && len > 0 {
+            return Err(null("buf"));
+        }
+        let Some(m) = h.modules()?.iter().find(|m| m.address == module) else {
+            return Err(Failure::new(
+                CDAC_E_INVALID_ARGUMENT,
+                format!("{module:#x} is not a module of the runtime"),
+            ));
+        };
+        let Some(path) = m.path.as_ref().map(|p| p.to_string_lossy().into_owned()) else {
+            return Err(Failure::new(CDAC_NOT_FOUND, "the module has no path"));
+        };
+        let size = copy_out(&path, buf, len);
+        if !needed.is_null() {
+            put(needed, size);
+        }
+        if size > len {
+            return Err(Failure::new(
+                CDAC_E_BUFFER_TOO_SMALL,
+                format!("the path needs {size} bytes, the buffer has {len}"),
             ));
         }
         Ok(CDAC_OK)

@@ -8,22 +8,37 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cdac::{CdacFrame, CdacMapping, CdacMethodInfo, CdacX64Regs};
+use cdac::{CdacEhClause, CdacFrame, CdacMapping, CdacMethodInfo, CdacModule, CdacX64Regs};
 use cdac_core::contracts::execution_manager::{execution_manager, JitType};
 use cdac_core::names::MethodNamer;
 use cdac_core::runtime::{OpenOptions, Runtime};
 use common::{perf_map, scratch, testbed_of, Variant};
 
-/// The directory holding libcdac.so: the profile directory above the test's `deps/`.
+/// The directory holding libcdac.so: `deps/` (which `cargo test` builds) or the profile
+/// directory above it (which `cargo build` fills), the newer of the two.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test exe");
     let deps = exe.parent().expect("deps dir");
-    for dir in [deps, deps.parent().expect("profile dir")] {
-        if dir.join("libcdac.so").exists() {
-            return dir.to_path_buf();
-        }
-    }
-    panic!("libcdac.so not found next to {}", exe.display());
+    let profile = deps.parent().expect("profile dir");
+    let modified = |dir: &Path| {
+        std::fs::metadata(dir.join("libcdac.so"))
+            .and_then(|m| m.modified())
+            .ok()
+    };
+    [deps, profile]
+        .into_iter()
+        .filter_map(|d| Some((modified(d)?, d.to_path_buf())))
+        .max()
+        .map(|(_, d)| d)
+        .unwrap_or_else(|| panic!("libcdac.so not found next to {}", exe.display()))
+}
+
+/// Runs a program built by [`gcc`] with the library it was linked with (cargo's
+/// LD_LIBRARY_PATH, which wins over the program's runpath, may name an older copy).
+fn run_c(exe: &Path) -> Command {
+    let mut c = Command::new(exe);
+    c.env("LD_LIBRARY_PATH", lib_dir());
+    c
 }
 
 fn include_dir() -> PathBuf {
@@ -62,6 +77,10 @@ int main(void) {
     S(cdac_method_info); O(cdac_method_info, hot_size); O(cdac_method_info, relative_offset);
     O(cdac_method_info, kind); O(cdac_method_info, is_funclet);
     S(cdac_x64_regs); O(cdac_x64_regs, r15); O(cdac_x64_regs, valid_mask);
+    S(cdac_eh_clause); O(cdac_eh_clause, handler_end); O(cdac_eh_clause, class_token);
+    O(cdac_eh_clause, type_handle);
+    S(cdac_module); O(cdac_module, size); O(cdac_module, is_dynamic); O(cdac_module, is_mapped);
+    C(CDAC_EH_TYPED); C(CDAC_EH_FILTER); C(CDAC_EH_FINALLY); C(CDAC_EH_FAULT);
     S(cdac_frame); O(cdac_frame, method_desc); O(cdac_frame, kind); O(cdac_frame, il_offset);
     C(CDAC_OK); C(CDAC_NOT_FOUND); C(CDAC_E_NULL_POINTER); C(CDAC_E_BAD_HANDLE);
     C(CDAC_E_OPEN_FAILED); C(CDAC_E_READ_FAILED); C(CDAC_E_BUFFER_TOO_SMALL); C(CDAC_E_PANIC);
@@ -75,7 +94,8 @@ int main(void) {
         (void *)cdac_last_error, (void *)cdac_open_pid, (void *)cdac_open_core,
         (void *)cdac_open_callbacks, (void *)cdac_close, (void *)cdac_ip2md,
         (void *)cdac_method_name, (void *)cdac_source_line, (void *)cdac_unwind_step,
-        (void *)cdac_stack,
+        (void *)cdac_stack, (void *)cdac_eh_clauses, (void *)cdac_modules,
+        (void *)cdac_module_path,
     };
     printf("functions %zu\n", sizeof fns / sizeof fns[0]);
     /* Calls that need no target: a NULL handle and an unknown one. */
@@ -95,8 +115,9 @@ fn header_matches_library() {
     std::fs::write(&src, LAYOUT_C).expect("write layout.c");
     let exe = dir.join("layout");
     gcc(&src, &exe);
-    let out = Command::new(&exe).output().expect("run layout");
-    assert!(out.status.success());
+    let out = run_c(&exe).output().expect("run layout");
+    let text_err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{:?}: {text_err}", out.status);
     let text = String::from_utf8(out.stdout).expect("utf-8");
     let value = |key: &str| -> i64 {
         text.lines()
@@ -108,7 +129,7 @@ fn header_matches_library() {
             .unwrap_or_else(|| panic!("{key} not a number"))
     };
     use std::mem::{offset_of, size_of};
-    let sizes: [(&str, usize); 21] = [
+    let sizes: &[(&str, usize)] = &[
         ("sizeof cdac_mapping", size_of::<CdacMapping>()),
         ("offsetof cdac_mapping.end", offset_of!(CdacMapping, end)),
         (
@@ -149,7 +170,30 @@ fn header_matches_library() {
             "offsetof cdac_frame.il_offset",
             offset_of!(CdacFrame, il_offset),
         ),
-        ("functions", 10),
+        ("functions", 13),
+        ("sizeof cdac_eh_clause", size_of::<CdacEhClause>()),
+        (
+            "offsetof cdac_eh_clause.handler_end",
+            offset_of!(CdacEhClause, handler_end),
+        ),
+        (
+            "offsetof cdac_eh_clause.class_token",
+            offset_of!(CdacEhClause, class_token),
+        ),
+        (
+            "offsetof cdac_eh_clause.type_handle",
+            offset_of!(CdacEhClause, type_handle),
+        ),
+        ("sizeof cdac_module", size_of::<CdacModule>()),
+        ("offsetof cdac_module.size", offset_of!(CdacModule, size)),
+        (
+            "offsetof cdac_module.is_dynamic",
+            offset_of!(CdacModule, is_dynamic),
+        ),
+        (
+            "offsetof cdac_module.is_mapped",
+            offset_of!(CdacModule, is_mapped),
+        ),
         (
             "const cdac_ip2md(NULL, 0, &info)",
             cdac::CDAC_E_NULL_POINTER as usize,
@@ -161,10 +205,10 @@ fn header_matches_library() {
         ("const CDAC_OK", 0),
         ("const CDAC_NOT_FOUND", 1),
     ];
-    for (key, want) in sizes {
+    for &(key, want) in sizes {
         assert_eq!(value(key), want as i64, "{key}");
     }
-    let consts: [(&str, i64); 22] = [
+    let consts: &[(&str, i64)] = &[
         ("CDAC_E_NULL_POINTER", cdac::CDAC_E_NULL_POINTER.into()),
         ("CDAC_E_BAD_HANDLE", cdac::CDAC_E_BAD_HANDLE.into()),
         ("CDAC_E_OPEN_FAILED", cdac::CDAC_E_OPEN_FAILED.into()),
@@ -199,8 +243,12 @@ fn header_matches_library() {
             "CDAC_REG_RIP_IS_RETURN",
             cdac::CDAC_REG_RIP_IS_RETURN.into(),
         ),
+        ("CDAC_EH_TYPED", cdac::CDAC_EH_TYPED.into()),
+        ("CDAC_EH_FILTER", cdac::CDAC_EH_FILTER.into()),
+        ("CDAC_EH_FINALLY", cdac::CDAC_EH_FINALLY.into()),
+        ("CDAC_EH_FAULT", cdac::CDAC_EH_FAULT.into()),
     ];
-    for (name, want) in consts {
+    for &(name, want) in consts {
         assert_eq!(value(&format!("const {name}")), want, "{name}");
     }
     assert!(text.contains("is not an open cdac handle"), "{text}");
@@ -236,7 +284,7 @@ fn c_example_matches_rust_api() {
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/ip2md.c"),
         &exe,
     );
-    let out = Command::new(&exe)
+    let out = run_c(&exe)
         .arg(&core)
         .args(addrs.iter().map(|a| format!("{a:x}")))
         .output()

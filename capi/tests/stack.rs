@@ -178,3 +178,106 @@ fn stack_and_unwind_step_match_the_rust_walker() {
         assert_eq!(cdac_close(h), CDAC_OK);
     }
 }
+
+#[test]
+fn eh_clauses_and_modules_match_the_rust_api() {
+    use cdac_core::contracts::execution_manager::execution_manager;
+    use cdac_core::contracts::loader;
+    let tb = testbed_of(Variant::Net10);
+    let core = tb.dump("full");
+    let rt = Runtime::open_dump(&core, &OpenOptions::default()).expect("open");
+    let em = execution_manager(rt.target(), rt.descriptor()).expect("em");
+    let path = CString::new(core.to_string_lossy().as_bytes()).expect("path");
+    // SAFETY: the pointers passed to libcdac are live locals (or NULL on purpose), and the
+    // handle comes from cdac_open_core.
+    unsafe {
+        let mut h: *mut CdacHandle = std::ptr::null_mut();
+        assert_eq!(
+            cdac_open_core(path.as_ptr(), &mut h),
+            CDAC_OK,
+            "{}",
+            last_error()
+        );
+        // Clauses of every perf-map method that has some.
+        let mut with_clauses = 0;
+        for (start, size, name) in common::perf_map(&tb.perf_map_for(Some("full"))) {
+            if size == 0 || name.starts_with("stub") {
+                continue;
+            }
+            let Ok(Some(b)) = em.code_block(start) else {
+                continue;
+            };
+            let want = em.exception_clauses(&b).unwrap_or_default();
+            let mut count = 0usize;
+            let s = cdac_eh_clauses(h, start, std::ptr::null_mut(), 0, &mut count);
+            if want.is_empty() {
+                assert!(s == CDAC_OK || s < 0, "{start:#x}");
+                continue;
+            }
+            assert_eq!(s, CDAC_E_BUFFER_TOO_SMALL, "{start:#x}: {}", last_error());
+            assert_eq!(count, want.len());
+            let mut got = vec![CdacEhClause::default(); count];
+            let s = cdac_eh_clauses(h, start, got.as_mut_ptr(), got.len(), &mut count);
+            assert_eq!(s, CDAC_OK);
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(
+                    (
+                        g.try_start,
+                        g.try_end,
+                        g.handler_start,
+                        g.handler_end,
+                        g.flags
+                    ),
+                    (
+                        w.try_start,
+                        w.try_end,
+                        w.handler_start,
+                        w.handler_end,
+                        w.flags
+                    )
+                );
+                assert_eq!(g.type_handle, w.type_handle.unwrap_or(0));
+            }
+            with_clauses += 1;
+        }
+        assert!(with_clauses > 0);
+
+        let want = loader::modules(rt.target(), rt.descriptor()).expect("modules");
+        let mut count = 0usize;
+        cdac_modules(h, std::ptr::null_mut(), 0, &mut count);
+        assert_eq!(count, want.len());
+        let mut got = vec![CdacModule::default(); count];
+        assert_eq!(
+            cdac_modules(h, got.as_mut_ptr(), count, &mut count),
+            CDAC_OK
+        );
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!((g.address, g.base, g.size), (w.address, w.base, w.size));
+            let mut buf = vec![0u8; 4096];
+            let mut needed = 0usize;
+            let s = cdac_module_path(
+                h,
+                g.address,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut needed,
+            );
+            match &w.path {
+                Some(p) => {
+                    assert_eq!(s, CDAC_OK, "{}", last_error());
+                    buf.truncate(needed - 1);
+                    assert_eq!(String::from_utf8_lossy(&buf), p.to_string_lossy());
+                }
+                None => assert_eq!(s, CDAC_NOT_FOUND),
+            }
+        }
+        assert_eq!(
+            cdac_module_path(h, 0x10, std::ptr::null_mut(), 0, std::ptr::null_mut()),
+            CDAC_E_INVALID_ARGUMENT
+        );
+        eprintln!(
+            "cdac_eh_clauses: {with_clauses} methods with clauses; cdac_modules: {count} modules"
+        );
+        assert_eq!(cdac_close(h), CDAC_OK);
+    }
+}
