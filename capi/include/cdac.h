@@ -168,7 +168,9 @@ int32_t cdac_ip2md(cdac_handle *h, uint64_t ip, cdac_method_info *out);
 int32_t cdac_method_name(cdac_handle *h, uint64_t ip, char *buf, size_t len, size_t *needed);
 
 /* Source file and line of managed code at ip, from the assembly's portable PDB (next to
- * the assembly, or embedded). CDAC_NOT_FOUND when there is no PDB or no sequence point. */
+ * the assembly, or embedded). For a return address, pass ip - 1 (the call). *line is set
+ * and the file name copied as cdac_method_name copies names. CDAC_NOT_FOUND when there is
+ * no PDB, no IL offset or no sequence point. */
 int32_t cdac_source_line(cdac_handle *h, uint64_t ip, char *file, size_t len, uint32_t *line);
 
 /* One unwind step of the managed frame `in` (rip must be in managed code: looked up as

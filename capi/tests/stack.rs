@@ -281,3 +281,61 @@ fn eh_clauses_and_modules_match_the_rust_api() {
         assert_eq!(cdac_close(h), CDAC_OK);
     }
 }
+
+#[test]
+fn source_lines_of_managed_frames() {
+    use cdac_core::names::MethodNamer;
+    use cdac_core::source_lines::SourceLines;
+    let core = testbed_of(Variant::Net10).dump("full");
+    let rt = Runtime::open_dump(&core, &OpenOptions::default()).expect("open");
+    let walker = StackWalker::new(&rt).expect("walker");
+    let namer = MethodNamer::for_runtime(&rt);
+    let lines = SourceLines::new();
+    let path = CString::new(core.to_string_lossy().as_bytes()).expect("path");
+    let threads = rt.target().source().threads().expect("threads");
+    // SAFETY: the pointers passed to libcdac are live locals, and the handle comes from
+    // cdac_open_core.
+    unsafe {
+        let mut h: *mut CdacHandle = std::ptr::null_mut();
+        assert_eq!(
+            cdac_open_core(path.as_ptr(), &mut h),
+            CDAC_OK,
+            "{}",
+            last_error()
+        );
+        let mut found = Vec::new();
+        for t in threads {
+            let Some(ctx) = t.context else { continue };
+            for (k, f) in walker.walk(ctx, rt.target(), &[]).frames.iter().enumerate() {
+                let FrameCode::Managed { method_desc, .. } = f.code else {
+                    continue;
+                };
+                let want = f.il_offset.and_then(IlOffset::il).and_then(|il| {
+                    let (assembly, token) = namer.method_def(method_desc)?;
+                    lines.locate(&assembly, token, il).ok().flatten()
+                });
+                let ip = if k == 0 { f.ip } else { f.ip - 1 };
+                let mut file = vec![0u8; 1024];
+                let mut line = 0u32;
+                let s = cdac_source_line(h, ip, file.as_mut_ptr().cast(), file.len(), &mut line);
+                match want {
+                    Some(w) => {
+                        assert_eq!(s, CDAC_OK, "{ip:#x}: {}", last_error());
+                        let end = file.iter().position(|&b| b == 0).unwrap_or(file.len());
+                        let got = String::from_utf8_lossy(&file[..end]).into_owned();
+                        assert_eq!((got.as_str(), line), (w.file.as_str(), w.line));
+                        found.push(format!("{got}:{line}"));
+                    }
+                    None => assert!(s != CDAC_OK, "{ip:#x}"),
+                }
+            }
+        }
+        assert!(found.iter().any(|f| f.contains("Program.cs")), "{found:?}");
+        eprintln!(
+            "cdac_source_line: {} frames with a line, e.g. {}",
+            found.len(),
+            found[0]
+        );
+        assert_eq!(cdac_close(h), CDAC_OK);
+    }
+}
