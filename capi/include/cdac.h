@@ -25,6 +25,7 @@
  *   and later calls on the handle; `ctx` must stay valid until cdac_close.
  * - The callback must fill `len` bytes of `buf` and return 0, or return non-zero
  *   (the call then fails with CDAC_E_READ_FAILED, or CDAC_E_OPEN_FAILED while opening).
+ * - The callback must not call into cdac with the same handle (it runs inside a call on it).
  * - The mappings must include the runtime module (libcoreclr.so), so that cdac finds the
  *   runtime and its data descriptor; the array and its paths are copied.
  */

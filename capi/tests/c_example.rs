@@ -332,3 +332,57 @@ fn c_example_matches_rust_api() {
     assert!(text.contains("0x1000 not managed code"));
     eprintln!("ip2md.c: {managed} managed addresses answered as the Rust API does");
 }
+
+#[test]
+fn python_ctypes_example_matches_the_c_example() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("no python3: skipped");
+        return;
+    }
+    let tb = testbed_of(Variant::Net10);
+    let core = tb.dump("full");
+    let addrs: Vec<String> = sample_addresses(&tb.perf_map_for(Some("full")), 10)
+        .iter()
+        .map(|a| format!("{a:x}"))
+        .collect();
+    let out = Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/ip2md.py"))
+        .arg(lib_dir().join("libcdac.so"))
+        .arg(&core)
+        .args(&addrs)
+        .output()
+        .expect("run python3");
+    let py = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{py}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = scratch("capi-example-py");
+    let exe = dir.join("ip2md");
+    gcc(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/ip2md.c"),
+        &exe,
+    );
+    let out = run_c(&exe)
+        .arg(&core)
+        .args(&addrs)
+        .output()
+        .expect("run ip2md");
+    let c = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(py.lines().count(), addrs.len(), "{py}");
+    for (p, c) in py.lines().zip(c.lines()) {
+        // The C example prints more fields: the Python line's address, MethodDesc, start
+        // and name are in it.
+        let fields: Vec<&str> = p.split(' ').collect();
+        if p.ends_with("not managed code") {
+            assert_eq!(p, c);
+            continue;
+        }
+        assert!(
+            c.starts_with(&format!("{} {} {}", fields[0], fields[1], fields[2])),
+            "{p}\n{c}"
+        );
+        assert!(c.ends_with(&fields[3..].join(" ")), "{p}\n{c}");
+    }
+}

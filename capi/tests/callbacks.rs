@@ -368,3 +368,41 @@ fn ip2md_cost_through_the_abi_and_the_rust_api() {
         assert_eq!(cdac_close(h), CDAC_OK);
     }
 }
+
+#[test]
+fn live_process_answers_as_the_rust_api() {
+    let tb = testbed_of(Variant::Net10);
+    let entries: Vec<(u64, u64, String)> = perf_map(&tb.perf_map_for(None))
+        .into_iter()
+        .filter(|(_, size, name)| *size > 1 && !name.starts_with("stub"))
+        .collect();
+    let addrs: Vec<u64> = entries
+        .iter()
+        .step_by((entries.len() / 20).max(1))
+        .map(|(s, z, _)| s + z / 2)
+        .collect();
+    let rt = Runtime::attach(tb.pid, &OpenOptions::default()).expect("attach");
+    let em = execution_manager(rt.target(), rt.descriptor()).expect("em");
+    // SAFETY: the pointers passed to libcdac are live locals, and the handle comes from
+    // cdac_open_pid.
+    unsafe {
+        let mut h: *mut CdacHandle = std::ptr::null_mut();
+        assert_eq!(cdac_open_pid(tb.pid, &mut h), CDAC_OK, "{}", last_error());
+        let mut managed = 0;
+        for &ip in &addrs {
+            let (s, info) = ip2md(h, ip);
+            match em.code_block(ip).expect("code_block") {
+                Some(b) => {
+                    assert_eq!(s, CDAC_OK, "{}", last_error());
+                    assert_eq!((info.method_desc, info.start), (b.method_desc, b.start));
+                    managed += 1;
+                }
+                None => assert_eq!(s, CDAC_NOT_FOUND),
+            }
+        }
+        assert!(managed > addrs.len() / 2, "{managed} of {}", addrs.len());
+        assert_eq!(cdac_close(h), CDAC_OK);
+        // No such process.
+        assert_eq!(cdac_open_pid(-5, &mut h), CDAC_E_OPEN_FAILED);
+    }
+}
