@@ -12,9 +12,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// The repository root.
+/// The repository root (the workspace's member crates, such as `capi/`, share these
+/// fixtures: their manifest directory is one below it).
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    if dir.join("scripts").is_dir() {
+        return dir;
+    }
+    dir.parent().map(Path::to_path_buf).unwrap_or(dir)
 }
 
 /// Parses "0x…" into a number.

@@ -1,0 +1,212 @@
+/*
+ * cdac.h: the C ABI of cdac (libcdac.so), which reads a running .NET (CoreCLR) process or
+ * its core dump from outside, for debugger extensions (gdb/lldb Python via ctypes) and C
+ * programs. Linux x64 targets.
+ *
+ * Conventions
+ * - Every function but cdac_last_error returns an int32_t status: CDAC_OK (0),
+ *   CDAC_NOT_FOUND (1, not an error: e.g. the address is not managed code), or a negative
+ *   CDAC_E_* code. After any non-zero status, cdac_last_error gives a message.
+ * - No panic or exception leaves the library: an internal failure is CDAC_E_PANIC.
+ * - Out parameters are written only on CDAC_OK, except where a function says otherwise
+ *   (the `needed`/`count` sizes on CDAC_E_BUFFER_TOO_SMALL).
+ * - Strings are NUL-terminated UTF-8. A string buffer that is too small receives the
+ *   truncated, NUL-terminated text and the call returns CDAC_E_BUFFER_TOO_SMALL.
+ *
+ * Thread safety
+ * - A handle may be used from one thread at a time (calls on one handle must not
+ *   overlap); different handles may be used from different threads at once.
+ * - cdac_last_error is per thread.
+ * - Handles are checked against the set of open handles: a closed or made-up handle is
+ *   CDAC_E_BAD_HANDLE (a handle value may be reused by a later cdac_open_*).
+ *
+ * Memory callbacks (cdac_open_callbacks)
+ * - The read callback is called on the thread calling into cdac, during cdac_open_callbacks
+ *   and later calls on the handle; `ctx` must stay valid until cdac_close.
+ * - The callback must fill `len` bytes of `buf` and return 0, or return non-zero
+ *   (the call then fails with CDAC_E_READ_FAILED, or CDAC_E_OPEN_FAILED while opening).
+ * - The callback must not call into cdac with the same handle (it runs inside a call on it).
+ * - The mappings must include the runtime module (libcoreclr.so), so that cdac finds the
+ *   runtime and its data descriptor; the array and its paths are copied.
+ */
+#ifndef CDAC_H
+#define CDAC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes. */
+#define CDAC_OK 0
+#define CDAC_NOT_FOUND 1            /* not managed code / nothing there: not an error */
+#define CDAC_E_NULL_POINTER (-1)    /* a required pointer argument was NULL */
+#define CDAC_E_BAD_HANDLE (-2)      /* not an open handle (closed, or never opened) */
+#define CDAC_E_OPEN_FAILED (-3)     /* the target could not be opened / no .NET runtime in it */
+#define CDAC_E_READ_FAILED (-4)     /* target memory could not be read */
+#define CDAC_E_BUFFER_TOO_SMALL (-5) /* the caller's buffer is too small */
+#define CDAC_E_PANIC (-6)           /* a panic inside cdac (or a host callback) was caught */
+#define CDAC_E_INVALID_ARGUMENT (-7) /* e.g. a non-UTF-8 path, registers without rip/rsp */
+#define CDAC_E_RUNTIME_DATA (-8)    /* the runtime's data could not be interpreted */
+
+/* cdac_method_info.kind */
+#define CDAC_CODE_UNKNOWN 0
+#define CDAC_CODE_JIT 1
+#define CDAC_CODE_READY_TO_RUN 2
+
+/* cdac_frame.kind */
+#define CDAC_FRAME_NATIVE 0
+#define CDAC_FRAME_MANAGED 1
+
+/* cdac_x64_regs.valid_mask bits */
+#define CDAC_REG_RIP (1u << 0)
+#define CDAC_REG_RSP (1u << 1)
+#define CDAC_REG_RBP (1u << 2)
+#define CDAC_REG_RBX (1u << 3)
+#define CDAC_REG_R12 (1u << 4)
+#define CDAC_REG_R13 (1u << 5)
+#define CDAC_REG_R14 (1u << 6)
+#define CDAC_REG_R15 (1u << 7)
+/* Not a register: rip is a return address (every frame but the innermost and those a
+ * signal interrupted), so cdac_unwind_step looks the code up at rip - 1, in the call.
+ * Never set in an output. */
+#define CDAC_REG_RIP_IS_RETURN (1u << 8)
+
+/* cdac_eh_clause.kind */
+#define CDAC_EH_TYPED 0
+#define CDAC_EH_FILTER 1
+#define CDAC_EH_FINALLY 2
+#define CDAC_EH_FAULT 4
+
+/* An opened target. */
+typedef struct cdac_handle cdac_handle;
+
+/* Reads `len` bytes at target address `addr` into `buf`; returns 0 when it filled the
+ * whole buffer, non-zero otherwise. */
+typedef int32_t (*cdac_read_fn)(void *ctx, uint64_t addr, uint8_t *buf, size_t len);
+
+/* A file mapped into the target (a line of /proc/PID/maps, an NT_FILE entry of a core). */
+typedef struct cdac_mapping {
+    uint64_t start;       /* first address */
+    uint64_t end;         /* one past the last address */
+    uint64_t file_offset; /* offset in the file of the byte at `start` */
+    const char *path;     /* the file's path */
+} cdac_mapping;
+
+/* The method that owns a code address. */
+typedef struct cdac_method_info {
+    uint64_t method_desc;     /* the MethodDesc */
+    uint64_t start;           /* start of the method's hot code */
+    uint64_t hot_size;        /* size of the hot code (0 when unknown) */
+    uint64_t relative_offset; /* the address's offset from `start` */
+    uint32_t kind;            /* CDAC_CODE_* */
+    uint32_t is_funclet;      /* 1 inside a catch/finally/filter/fault funclet */
+} cdac_method_info;
+
+/* x64 registers of a frame; `valid_mask` says which are known (CDAC_REG_*). */
+typedef struct cdac_x64_regs {
+    uint64_t rip, rsp, rbp, rbx, r12, r13, r14, r15;
+    uint32_t valid_mask;
+} cdac_x64_regs;
+
+/* One frame of a walked stack. */
+typedef struct cdac_frame {
+    uint64_t ip;          /* a return address, except for the innermost frame */
+    uint64_t sp;
+    uint64_t method_desc; /* 0 for a native frame */
+    uint32_t kind;        /* CDAC_FRAME_* */
+    int32_t il_offset;    /* IL offset of a managed frame, -1 when unknown */
+} cdac_frame;
+
+/* One exception clause of a method; offsets are from the method's start. */
+typedef struct cdac_eh_clause {
+    uint32_t kind;          /* CDAC_EH_* */
+    uint32_t flags;         /* the clause's raw flags */
+    uint32_t try_start, try_end;         /* protected range [try_start, try_end) */
+    uint32_t handler_start, handler_end; /* handler range [handler_start, handler_end) */
+    uint32_t filter_offset; /* filter clauses: offset of the filter funclet, else 0 */
+    uint32_t class_token;   /* typed clauses: the caught class's token when known, else 0 */
+    uint64_t type_handle;   /* typed clauses: its TypeHandle when resolved, else 0 */
+} cdac_eh_clause;
+
+/* One loaded module (assembly image) of the runtime. */
+typedef struct cdac_module {
+    uint64_t address;    /* the runtime's Module* (for cdac_module_path) */
+    uint64_t base;       /* where the image is loaded (0 when it has none) */
+    uint64_t size;       /* bytes of the loaded image */
+    uint32_t is_dynamic; /* 1 for a Reflection.Emit module */
+    uint32_t is_mapped;  /* 1 when laid out as the loader maps it (ReadyToRun), 0 when flat */
+} cdac_module;
+
+/* Copies the message of the last failure on this thread into buf (NUL-terminated,
+ * truncated to len); returns the size it needs, NUL included (1: no message). buf may be
+ * NULL when len is 0. */
+size_t cdac_last_error(char *buf, size_t len);
+
+/* Attaches to live process `pid` read-only (needs the rights to read its memory). */
+int32_t cdac_open_pid(int32_t pid, cdac_handle **out);
+
+/* Opens an ELF core dump. */
+int32_t cdac_open_core(const char *path, cdac_handle **out);
+
+/* Opens a target whose memory `read` reads (called with `ctx`) and whose mapped files are
+ * maps[0..n]. */
+int32_t cdac_open_callbacks(cdac_read_fn read, void *ctx, const cdac_mapping *maps, size_t n,
+                            cdac_handle **out);
+
+/* Closes a handle (NULL: nothing happens). */
+int32_t cdac_close(cdac_handle *h);
+
+/* The method owning code address ip: CDAC_OK, or CDAC_NOT_FOUND when ip is not managed
+ * code. */
+int32_t cdac_ip2md(cdac_handle *h, uint64_t ip, cdac_method_info *out);
+
+/* The name of the method owning ip, as the runtime's perf map writes it
+ * ("[Assembly]Namespace.Type::Method(args)"). *needed (if not NULL) receives the size the
+ * name needs, NUL included, also on CDAC_E_BUFFER_TOO_SMALL. buf may be NULL when len is 0. */
+int32_t cdac_method_name(cdac_handle *h, uint64_t ip, char *buf, size_t len, size_t *needed);
+
+/* Source file and line of managed code at ip, from the assembly's portable PDB (next to
+ * the assembly, or embedded). For a return address, pass ip - 1 (the call). *line is set
+ * and the file name copied as cdac_method_name copies names. CDAC_NOT_FOUND when there is
+ * no PDB, no IL offset or no sequence point. */
+int32_t cdac_source_line(cdac_handle *h, uint64_t ip, char *file, size_t len, uint32_t *line);
+
+/* One unwind step of the managed frame `in` (rip must be in managed code: looked up as
+ * given, or at rip - 1 with CDAC_REG_RIP_IS_RETURN; rip and rsp must be valid): the caller's registers in `out` (rip, rsp and the
+ * callee-saved registers the unwind data restores or keeps). CDAC_NOT_FOUND when rip is not
+ * managed code. out->rip is 0 at the outermost frame. */
+int32_t cdac_unwind_step(cdac_handle *h, const cdac_x64_regs *in, cdac_x64_regs *out);
+
+/* Walks the stack from `regs` (managed frames by the runtime's unwind data, native ones by
+ * the modules' CFI or the frame-pointer chain; at most 1024 frames) into frames[0..cap].
+ * *count receives the number of frames of the walk; when it exceeds cap, the first cap
+ * frames are written and the status is CDAC_E_BUFFER_TOO_SMALL. frames may be NULL when cap
+ * is 0. */
+int32_t cdac_stack(cdac_handle *h, const cdac_x64_regs *regs, cdac_frame *frames, size_t cap,
+                   size_t *count);
+
+/* Count-then-fill lists (cdac_eh_clauses, cdac_modules): *count receives the number of
+ * entries; out[0..cap] receives the first ones; when count > cap the status is
+ * CDAC_E_BUFFER_TOO_SMALL. out may be NULL when cap is 0 (to ask for the count). */
+
+/* The exception clauses of the method owning ip (CDAC_NOT_FOUND: not managed code). */
+int32_t cdac_eh_clauses(cdac_handle *h, uint64_t ip, cdac_eh_clause *out, size_t cap,
+                        size_t *count);
+
+/* The runtime's loaded modules (listed once per handle, on first use). */
+int32_t cdac_modules(cdac_handle *h, cdac_module *out, size_t cap, size_t *count);
+
+/* The image path of module `module` (a cdac_module.address): CDAC_NOT_FOUND when it has
+ * none (dynamic modules), CDAC_E_INVALID_ARGUMENT when it is not a module of the runtime.
+ * Strings as cdac_method_name. */
+int32_t cdac_module_path(cdac_handle *h, uint64_t module, char *buf, size_t len,
+                         size_t *needed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CDAC_H */

@@ -1,0 +1,1059 @@
+//! `libcdac`: the C ABI of `cdac`, for debugger extensions (gdb and lldb Python through
+//! ctypes) and C programs. `include/cdac.h` declares it; this file is the one place of the
+//! workspace where `unsafe` meets foreign callers, each block with its `SAFETY:` line.
+//!
+//! Every entry point returns an `int32_t` status ([`CDAC_OK`], [`CDAC_NOT_FOUND`], or a
+//! negative `CDAC_E_*`), records the message of a failure for [`cdac_last_error`] (per
+//! thread), and catches panics: none crosses the boundary.
+//!
+//! A handle owns one [`Runtime`] and the readers built over it (ExecutionManager, method
+//! namer, stack walker, PDB cache), made on first use and kept, so that repeated calls are
+//! cheap. Handles are checked against a registry of live handles: a closed or made-up
+//! pointer is [`CDAC_E_BAD_HANDLE`], never a dereference.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::ffi::{c_char, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use cdac_core::contracts::debug_info::{il_offset, DebugInfoFormat, IlOffset};
+use cdac_core::contracts::execution_manager::exception_clauses::ClauseKind;
+use cdac_core::contracts::execution_manager::{
+    execution_manager, CodeBlock, ExecutionManager, JitType,
+};
+use cdac_core::contracts::loader::{self, ModuleInfo};
+use cdac_core::contracts::ContractError;
+use cdac_core::names::MethodNamer;
+use cdac_core::runtime::{OpenOptions, Runtime, RuntimeError};
+use cdac_core::source_lines::SourceLines;
+use cdac_core::stacks::walk::{FrameCode, StackWalker};
+use cdac_core::target::{DataLayout, MappedFile, MemorySource, ReadError, TargetKind, ThreadInfo};
+use cdac_core::unwind::managed_x64::step_managed;
+use cdac_core::unwind::{x64_reg, UnwindError, X64Context};
+
+/// Success.
+pub const CDAC_OK: i32 = 0;
+/// The address is not managed code (or the asked-for thing does not exist); not an error.
+pub const CDAC_NOT_FOUND: i32 = 1;
+/// A required pointer argument was NULL.
+pub const CDAC_E_NULL_POINTER: i32 = -1;
+/// The handle is not one `cdac_open_*` returned, or it was closed.
+pub const CDAC_E_BAD_HANDLE: i32 = -2;
+/// The target could not be opened, or no .NET runtime was found in it.
+pub const CDAC_E_OPEN_FAILED: i32 = -3;
+/// Target memory could not be read.
+pub const CDAC_E_READ_FAILED: i32 = -4;
+/// The caller's buffer is too small (the needed size is reported where the call says).
+pub const CDAC_E_BUFFER_TOO_SMALL: i32 = -5;
+/// A panic inside cdac (or in a host callback) was caught.
+pub const CDAC_E_PANIC: i32 = -6;
+/// An argument is out of range (a path that is not UTF-8, a register set without rip or
+/// rsp, ...).
+pub const CDAC_E_INVALID_ARGUMENT: i32 = -7;
+/// The runtime's data could not be interpreted (unsupported contract version, damaged
+/// data, missing unwind information).
+pub const CDAC_E_RUNTIME_DATA: i32 = -8;
+
+/// `cdac_method_info.kind` of JIT-compiled code.
+pub const CDAC_CODE_JIT: u32 = 1;
+/// `cdac_method_info.kind` of ReadyToRun (precompiled) code.
+pub const CDAC_CODE_READY_TO_RUN: u32 = 2;
+/// `cdac_method_info.kind` when the code manager is not known.
+pub const CDAC_CODE_UNKNOWN: u32 = 0;
+
+/// `cdac_frame.kind` of a frame in native code.
+pub const CDAC_FRAME_NATIVE: u32 = 0;
+/// `cdac_frame.kind` of a frame in managed code.
+pub const CDAC_FRAME_MANAGED: u32 = 1;
+
+/// `cdac_x64_regs.valid_mask` bits.
+pub const CDAC_REG_RIP: u32 = 1 << 0;
+/// rsp is valid.
+pub const CDAC_REG_RSP: u32 = 1 << 1;
+/// rbp is valid.
+pub const CDAC_REG_RBP: u32 = 1 << 2;
+/// rbx is valid.
+pub const CDAC_REG_RBX: u32 = 1 << 3;
+/// r12 is valid.
+pub const CDAC_REG_R12: u32 = 1 << 4;
+/// r13 is valid.
+pub const CDAC_REG_R13: u32 = 1 << 5;
+/// r14 is valid.
+pub const CDAC_REG_R14: u32 = 1 << 6;
+/// r15 is valid.
+pub const CDAC_REG_R15: u32 = 1 << 7;
+/// Not a register: rip is a return address (every frame but the innermost and those a
+/// signal interrupted), so the code is looked up at `rip - 1`, in the call.
+pub const CDAC_REG_RIP_IS_RETURN: u32 = 1 << 8;
+
+/// Reads `len` bytes at `addr` of the target into `buf`; returns 0 when the whole buffer
+/// was filled, anything else when it could not be.
+pub type CdacReadFn = Option<
+    unsafe extern "C-unwind" fn(ctx: *mut c_void, addr: u64, buf: *mut u8, len: usize) -> i32,
+>;
+
+/// One file mapped into the target (from the host's module list or a core's `NT_FILE`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct CdacMapping {
+    /// First address of the mapping.
+    pub start: u64,
+    /// One past its last address.
+    pub end: u64,
+    /// Offset in the file of the byte mapped at `start`.
+    pub file_offset: u64,
+    /// Path of the file (NUL-terminated UTF-8); copied by `cdac_open_callbacks`.
+    pub path: *const c_char,
+}
+
+/// What `cdac_ip2md` finds about the method owning an address.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CdacMethodInfo {
+    /// The method's MethodDesc.
+    pub method_desc: u64,
+    /// Start of the method's (hot) code.
+    pub start: u64,
+    /// Size of the hot code (0 when unknown).
+    pub hot_size: u64,
+    /// Offset of the address from `start`.
+    pub relative_offset: u64,
+    /// `CDAC_CODE_JIT`, `CDAC_CODE_READY_TO_RUN` or `CDAC_CODE_UNKNOWN`.
+    pub kind: u32,
+    /// 1 when the address is in a funclet (catch, finally, filter, fault block), else 0.
+    pub is_funclet: u32,
+}
+
+/// x64 registers of one frame: what a debugger's unwinder has and needs.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CdacX64Regs {
+    pub rip: u64,
+    pub rsp: u64,
+    pub rbp: u64,
+    pub rbx: u64,
+    pub r12: u64,
+    pub r13: u64,
+    pub r14: u64,
+    pub r15: u64,
+    /// `CDAC_REG_*` bits of the registers that are known.
+    pub valid_mask: u32,
+}
+
+/// One frame of `cdac_stack`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CdacFrame {
+    /// Instruction pointer (a return address except for the innermost frame).
+    pub ip: u64,
+    /// Stack pointer.
+    pub sp: u64,
+    /// MethodDesc of a managed frame, 0 for a native one.
+    pub method_desc: u64,
+    /// `CDAC_FRAME_MANAGED` or `CDAC_FRAME_NATIVE`.
+    pub kind: u32,
+    /// IL offset of a managed frame, -1 when unknown (native frames, prolog, epilog).
+    pub il_offset: i32,
+}
+
+/// `cdac_eh_clause.kind`: `catch (T)`.
+pub const CDAC_EH_TYPED: u32 = 0;
+/// `cdac_eh_clause.kind`: `catch when (filter)`.
+pub const CDAC_EH_FILTER: u32 = 1;
+/// `cdac_eh_clause.kind`: `finally`.
+pub const CDAC_EH_FINALLY: u32 = 2;
+/// `cdac_eh_clause.kind`: `fault`.
+pub const CDAC_EH_FAULT: u32 = 4;
+
+/// One exception clause of a method (offsets from the method's start).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CdacEhClause {
+    /// `CDAC_EH_*`.
+    pub kind: u32,
+    /// The clause's raw flags.
+    pub flags: u32,
+    /// Protected range `[try_start, try_end)`.
+    pub try_start: u32,
+    pub try_end: u32,
+    /// Handler range `[handler_start, handler_end)`.
+    pub handler_start: u32,
+    pub handler_end: u32,
+    /// Filter clauses: offset of the filter funclet; else 0.
+    pub filter_offset: u32,
+    /// Typed clauses: the caught class's metadata token when known, else 0.
+    pub class_token: u32,
+    /// Typed clauses: the caught class's TypeHandle when the runtime resolved it, else 0.
+    pub type_handle: u64,
+}
+
+/// One loaded module (assembly image) of the runtime.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CdacModule {
+    /// The runtime's `Module*` (pass it to `cdac_module_path`).
+    pub address: u64,
+    /// Where the image is loaded (0 when it has none).
+    pub base: u64,
+    /// Bytes of the loaded image.
+    pub size: u64,
+    /// 1 for a Reflection.Emit (dynamic) module.
+    pub is_dynamic: u32,
+    /// 1 when the image is laid out as the loader maps it (ReadyToRun), 0 when flat.
+    pub is_mapped: u32,
+}
+
+/// A memory source over the host's read callback and mapping list.
+struct CallbackSource {
+    read: unsafe extern "C-unwind" fn(*mut c_void, u64, *mut u8, usize) -> i32,
+    ctx: usize,
+    maps: Vec<MappedFile>,
+}
+
+impl MemorySource for CallbackSource {
+    fn read_exact(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: the header requires `read` to fill at most `len` bytes of `buf` and
+        // `ctx` to stay valid until cdac_close; `buf` is a live, writable slice of `len`
+        // bytes for the whole call.
+        let status =
+            unsafe { (self.read)(self.ctx as *mut c_void, addr, buf.as_mut_ptr(), buf.len()) };
+        if status == 0 {
+            Ok(())
+        } else {
+            Err(ReadError::Io {
+                addr,
+                source: std::io::Error::other(format!(
+                    "the host's read callback failed (status {status}, {} bytes)",
+                    buf.len()
+                )),
+            })
+        }
+    }
+
+    fn mapped_files(&self) -> &[MappedFile] {
+        &self.maps
+    }
+
+    fn threads(&self) -> Result<Vec<ThreadInfo>, ReadError> {
+        Ok(Vec::new())
+    }
+
+    fn kind(&self) -> TargetKind {
+        TargetKind::Synthetic
+    }
+
+    fn native_layout(&self) -> Option<DataLayout> {
+        Some(DataLayout::LE64)
+    }
+}
+
+/// An opened target: the runtime and the readers made over it on first use.
+///
+/// `rt` is leaked from a box so that the readers can borrow it for `'static`; `Drop`
+/// drops every reader before the runtime.
+pub struct CdacHandle {
+    rt: &'static Runtime,
+    em: Option<Box<dyn ExecutionManager + 'static>>,
+    namer: Option<MethodNamer<'static>>,
+    modules: Option<Vec<ModuleInfo>>,
+    walker: Option<StackWalker<'static>>,
+    lines: SourceLines,
+    debug_format: DebugInfoFormat,
+}
+
+impl CdacHandle {
+    fn new(rt: Runtime) -> CdacHandle {
+        let rt: &'static Runtime = Box::leak(Box::new(rt));
+        let major = rt
+            .version()
+            .and_then(|v| v.product_version.split('.').next()?.parse().ok());
+        CdacHandle {
+            rt,
+            em: None,
+            namer: None,
+            modules: None,
+            walker: None,
+            lines: SourceLines::new(),
+            debug_format: DebugInfoFormat::for_runtime(rt.descriptor(), major),
+        }
+    }
+
+    fn em(&mut self) -> Result<&dyn ExecutionManager, Failure> {
+        if self.em.is_none() {
+            self.em = Some(execution_manager(self.rt.target(), self.rt.descriptor())?);
+        }
+        match &self.em {
+            Some(em) => Ok(em.as_ref()),
+            None => Err(Failure::new(CDAC_E_RUNTIME_DATA, "no ExecutionManager")),
+        }
+    }
+
+    fn namer(&mut self) -> &mut MethodNamer<'static> {
+        let rt = self.rt;
+        self.namer
+            .get_or_insert_with(|| MethodNamer::for_runtime(rt))
+    }
+
+    fn block(&mut self, ip: u64) -> Result<CodeBlock, Failure> {
+        self.em()?
+            .code_block(ip)?
+            .ok_or_else(|| Failure::new(CDAC_NOT_FOUND, format!("{ip:#x} is not managed code")))
+    }
+}
+
+impl Drop for CdacHandle {
+    fn drop(&mut self) {
+        self.walker = None;
+        self.namer = None;
+        self.em = None;
+        let rt: *const Runtime = self.rt;
+        // SAFETY: `rt` came from `Box::leak` in `CdacHandle::new` and is freed only here;
+        // every reader borrowing it was dropped just above, and no borrow leaves the handle.
+        drop(unsafe { Box::from_raw(rt.cast_mut()) });
+    }
+}
+
+/// A failed call: its status and message.
+#[derive(Debug)]
+struct Failure {
+    code: i32,
+    message: String,
+}
+
+impl Failure {
+    fn new(code: i32, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ContractError> for Failure {
+    fn from(e: ContractError) -> Failure {
+        let code = match e {
+            ContractError::Read(_) => CDAC_E_READ_FAILED,
+            _ => CDAC_E_RUNTIME_DATA,
+        };
+        Failure::new(code, e.to_string())
+    }
+}
+
+impl From<UnwindError> for Failure {
+    fn from(e: UnwindError) -> Failure {
+        let code = match e {
+            UnwindError::Read(_) | UnwindError::Contract(ContractError::Read(_)) => {
+                CDAC_E_READ_FAILED
+            }
+            UnwindError::NoUnwindInfo { .. } => CDAC_NOT_FOUND,
+            _ => CDAC_E_RUNTIME_DATA,
+        };
+        Failure::new(code, e.to_string())
+    }
+}
+
+impl From<RuntimeError> for Failure {
+    fn from(e: RuntimeError) -> Failure {
+        Failure::new(CDAC_E_OPEN_FAILED, e.to_string())
+    }
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Addresses of the live handles.
+static HANDLES: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+fn registry<R>(f: impl FnOnce(&mut HashSet<usize>) -> R) -> R {
+    let mut guard = HANDLES.lock().unwrap_or_else(|p| p.into_inner());
+    f(guard.get_or_insert_with(HashSet::new))
+}
+
+/// Runs an entry point's body: catches panics, records the failure's message, returns the
+/// status.
+fn guard(body: impl FnOnce() -> Result<i32, Failure>) -> i32 {
+    let outcome = catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".into());
+        Err(Failure::new(
+            CDAC_E_PANIC,
+            format!("panic inside cdac: {what}"),
+        ))
+    });
+    match outcome {
+        Ok(code) => code,
+        Err(f) => {
+            LAST_ERROR.with(|e| *e.borrow_mut() = f.message);
+            f.code
+        }
+    }
+}
+
+fn null(what: &str) -> Failure {
+    Failure::new(CDAC_E_NULL_POINTER, format!("{what} is NULL"))
+}
+
+/// The live handle `h` points to.
+fn handle<'a>(h: *mut CdacHandle) -> Result<&'a mut CdacHandle, Failure> {
+    if h.is_null() {
+        return Err(null("the handle"));
+    }
+    if !registry(|r| r.contains(&(h as usize))) {
+        return Err(Failure::new(
+            CDAC_E_BAD_HANDLE,
+            format!("{h:p} is not an open cdac handle"),
+        ));
+    }
+    // SAFETY: `h` is in the registry, so it came from `Box::into_raw` in `publish` and has
+    // not been closed; the header lets one thread at a time use a handle, so this is the
+    // only reference.
+    Ok(unsafe { &mut *h })
+}
+
+/// Stores a new handle in `*out`.
+fn publish(rt: Runtime, out: *mut *mut CdacHandle) -> Result<i32, Failure> {
+    let h = Box::into_raw(Box::new(CdacHandle::new(rt)));
+    registry(|r| r.insert(h as usize));
+    // SAFETY: `out` was checked non-NULL by the caller; the header requires it to point
+    // to a writable `cdac_handle *`.
+    unsafe { *out = h };
+    Ok(CDAC_OK)
+}
+
+/// Copies `text` NUL-terminated into `buf` (`len` bytes; truncated when short). Returns
+/// the size needed, NUL included.
+fn copy_out(text: &str, buf: *mut c_char, len: usize) -> usize {
+    let bytes = text.as_bytes();
+    if !buf.is_null() && len > 0 {
+        let n = bytes.len().min(len - 1);
+        // SAFETY: the header requires `buf` to hold `len` writable bytes; `n + 1 <= len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+        }
+    }
+    bytes.len() + 1
+}
+
+/// Writes a value through an out pointer checked non-NULL.
+fn put<T>(out: *mut T, value: T) {
+    // SAFETY: every caller checks `out` non-NULL first; the header requires it to point to
+    // a writable, aligned `T`.
+    unsafe { out.write(value) }
+}
+
+fn path_of(path: *const c_char) -> Result<PathBuf, Failure> {
+    if path.is_null() {
+        return Err(null("the path"));
+    }
+    // SAFETY: `path` is non-NULL and the header requires a NUL-terminated string.
+    let s = unsafe { CStr::from_ptr(path) };
+    s.to_str()
+        .map(PathBuf::from)
+        .map_err(|_| Failure::new(CDAC_E_INVALID_ARGUMENT, "the path is not UTF-8"))
+}
+
+/// Copies the message of the last failed call on this thread into `buf` (NUL-terminated,
+/// truncated to `len`); returns the size it needs, NUL included (1 when there was none).
+/// `buf` may be NULL when `len` is 0.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_last_error(buf: *mut c_char, len: usize) -> usize {
+    catch_unwind(|| LAST_ERROR.with(|e| copy_out(&e.borrow(), buf, len))).unwrap_or(0)
+}
+
+/// Attaches to live process `pid` (read-only).
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_open_pid(pid: i32, out: *mut *mut CdacHandle) -> i32 {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let rt = Runtime::attach(pid, &OpenOptions::default())?;
+        publish(rt, out)
+    })
+}
+
+/// Opens an ELF core dump.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_open_core(path: *const c_char, out: *mut *mut CdacHandle) -> i32 {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let path = path_of(path)?;
+        let rt = Runtime::open_dump(&path, &OpenOptions::default())?;
+        publish(rt, out)
+    })
+}
+
+/// Opens a target whose memory the host reads through `read` (called with `ctx`) and
+/// whose mapped files are `maps[0..n]` (copied).
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_open_callbacks(
+    read: CdacReadFn,
+    ctx: *mut c_void,
+    maps: *const CdacMapping,
+    n: usize,
+    out: *mut *mut CdacHandle,
+) -> i32 {
+    guard(|| {
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let Some(read) = read else {
+            return Err(null("the read callback"));
+        };
+        if maps.is_null() && n > 0 {
+            return Err(null("maps"));
+        }
+        let maps: &[CdacMapping] = if n == 0 {
+            &[]
+        } else {
+            // SAFETY: `maps` is non-NULL and the header requires `n` readable entries.
+            unsafe { std::slice::from_raw_parts(maps, n) }
+        };
+        let mut files = Vec::with_capacity(maps.len());
+        for m in maps {
+            if m.end < m.start {
+                return Err(Failure::new(
+                    CDAC_E_INVALID_ARGUMENT,
+                    format!("mapping {:#x}..{:#x} ends before it starts", m.start, m.end),
+                ));
+            }
+            files.push(MappedFile {
+                start: m.start,
+                end: m.end,
+                file_offset: m.file_offset,
+                path: path_of(m.path)?,
+            });
+        }
+        files.sort_by_key(|f| f.start);
+        let source = CallbackSource {
+            read,
+            ctx: ctx as usize,
+            maps: files,
+        };
+        let rt = Runtime::open(Arc::new(source), &OpenOptions::default())?;
+        publish(rt, out)
+    })
+}
+
+/// Closes a handle. NULL is accepted (nothing happens); a handle that is not open is
+/// `CDAC_E_BAD_HANDLE`.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_close(h: *mut CdacHandle) -> i32 {
+    guard(|| {
+        if h.is_null() {
+            return Ok(CDAC_OK);
+        }
+        if !registry(|r| r.remove(&(h as usize))) {
+            return Err(Failure::new(
+                CDAC_E_BAD_HANDLE,
+                format!("{h:p} is not an open cdac handle"),
+            ));
+        }
+        // SAFETY: `h` was in the registry (now removed), so it came from `Box::into_raw`
+        // in `publish` and is freed exactly once, here.
+        drop(unsafe { Box::from_raw(h) });
+        Ok(CDAC_OK)
+    })
+}
+
+/// The method that owns code address `ip`.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_ip2md(h: *mut CdacHandle, ip: u64, out: *mut CdacMethodInfo) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let b = h.block(ip)?;
+        let em = h.em()?;
+        let hot_size = em.method_region_info(&b).map(|r| r.hot_size).unwrap_or(0);
+        let is_funclet = em.is_funclet(&b).unwrap_or(false);
+        put(
+            out,
+            CdacMethodInfo {
+                method_desc: b.method_desc,
+                start: b.start,
+                hot_size,
+                relative_offset: b.relative_offset,
+                kind: match b.jit_type {
+                    JitType::Jit => CDAC_CODE_JIT,
+                    JitType::R2r => CDAC_CODE_READY_TO_RUN,
+                    _ => CDAC_CODE_UNKNOWN,
+                },
+                is_funclet: u32::from(is_funclet),
+            },
+        );
+        Ok(CDAC_OK)
+    })
+}
+
+/// The name of the method that owns `ip`, as the runtime's perf map writes it.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_method_name(
+    h: *mut CdacHandle,
+    ip: u64,
+    buf: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if buf.is_null() && len > 0 {
+            return Err(null("buf"));
+        }
+        let b = h.block(ip)?;
+        let name = h.namer().name(b.method_desc);
+        let size = copy_out(&name, buf, len);
+        if !needed.is_null() {
+            put(needed, size);
+        }
+        if size > len {
+            return Err(Failure::new(
+                CDAC_E_BUFFER_TOO_SMALL,
+                format!("the name needs {size} bytes, the buffer has {len}"),
+            ));
+        }
+        Ok(CDAC_OK)
+    })
+}
+
+/// The source file and line of managed code address `ip`, from the assembly's portable
+/// PDB.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_source_line(
+    h: *mut CdacHandle,
+    ip: u64,
+    file: *mut c_char,
+    len: usize,
+    line: *mut u32,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if line.is_null() {
+            return Err(null("line"));
+        }
+        if file.is_null() && len > 0 {
+            return Err(null("file"));
+        }
+        let b = h.block(ip)?;
+        let map = {
+            let rt = h.rt;
+            let fmt = h.debug_format;
+            let em = h.em()?;
+            il_offset(rt.target(), em, &b, &fmt, false)?
+        };
+        let Some(il) = map.map(|m| m.il_offset).and_then(IlOffset::il) else {
+            return Err(Failure::new(
+                CDAC_NOT_FOUND,
+                format!("no IL offset maps {ip:#x}"),
+            ));
+        };
+        let Some((assembly, token)) = h.namer().method_def(b.method_desc) else {
+            return Err(Failure::new(
+                CDAC_NOT_FOUND,
+                format!("the module of MethodDesc {:#x} is not known", b.method_desc),
+            ));
+        };
+        let found = h
+            .lines
+            .locate(&assembly, token, il)
+            .map_err(|e| Failure::new(CDAC_NOT_FOUND, e.to_string()))?;
+        let Some(loc) = found else {
+            return Err(Failure::new(CDAC_NOT_FOUND, "no sequence point"));
+        };
+        let size = copy_out(&loc.file, file, len);
+        put(line, loc.line);
+        if size > len {
+            return Err(Failure::new(
+                CDAC_E_BUFFER_TOO_SMALL,
+                format!("the file name needs {size} bytes, the buffer has {len}"),
+            ));
+        }
+        Ok(CDAC_OK)
+    })
+}
+
+fn context_of(r: &CdacX64Regs) -> Result<X64Context, Failure> {
+    let need = CDAC_REG_RIP | CDAC_REG_RSP;
+    if r.valid_mask & need != need {
+        return Err(Failure::new(
+            CDAC_E_INVALID_ARGUMENT,
+            "the registers must include rip and rsp",
+        ));
+    }
+    let mut ctx = X64Context::new(r.rip, r.rsp, None);
+    let set = [
+        (CDAC_REG_RBP, x64_reg::RBP, r.rbp),
+        (CDAC_REG_RBX, x64_reg::RBX, r.rbx),
+        (CDAC_REG_R12, x64_reg::R12, r.r12),
+        (CDAC_REG_R13, x64_reg::R12 + 1, r.r13),
+        (CDAC_REG_R14, x64_reg::R12 + 2, r.r14),
+        (CDAC_REG_R15, x64_reg::R15, r.r15),
+    ];
+    for (bit, reg, value) in set {
+        if r.valid_mask & bit != 0 {
+            ctx.regs[reg] = Some(value);
+        }
+    }
+    Ok(ctx)
+}
+
+fn regs_of(ctx: &X64Context) -> CdacX64Regs {
+    let mut out = CdacX64Regs {
+        rip: ctx.rip,
+        valid_mask: CDAC_REG_RIP,
+        ..CdacX64Regs::default()
+    };
+    let get = [
+        (CDAC_REG_RSP, x64_reg::RSP),
+        (CDAC_REG_RBP, x64_reg::RBP),
+        (CDAC_REG_RBX, x64_reg::RBX),
+        (CDAC_REG_R12, x64_reg::R12),
+        (CDAC_REG_R13, x64_reg::R12 + 1),
+        (CDAC_REG_R14, x64_reg::R12 + 2),
+        (CDAC_REG_R15, x64_reg::R15),
+    ];
+    for (bit, reg) in get {
+        if let Some(v) = ctx.regs[reg] {
+            out.valid_mask |= bit;
+            match bit {
+                CDAC_REG_RSP => out.rsp = v,
+                CDAC_REG_RBP => out.rbp = v,
+                CDAC_REG_RBX => out.rbx = v,
+                CDAC_REG_R12 => out.r12 = v,
+                CDAC_REG_R13 => out.r13 = v,
+                CDAC_REG_R14 => out.r14 = v,
+                _ => out.r15 = v,
+            }
+        }
+    }
+    out
+}
+
+/// One step of a managed frame: the caller's registers from the frame's `in`.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_unwind_step(
+    h: *mut CdacHandle,
+    regs_in: *const CdacX64Regs,
+    regs_out: *mut CdacX64Regs,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if regs_in.is_null() {
+            return Err(null("in"));
+        }
+        if regs_out.is_null() {
+            return Err(null("out"));
+        }
+        // SAFETY: `regs_in` is non-NULL and the header requires a readable cdac_x64_regs.
+        let regs_in = unsafe { &*regs_in };
+        let ctx = context_of(regs_in)?;
+        let lookup = if regs_in.valid_mask & CDAC_REG_RIP_IS_RETURN != 0 {
+            ctx.rip.saturating_sub(1)
+        } else {
+            ctx.rip
+        };
+        let b = h.block(lookup)?;
+        let rt = h.rt;
+        let em = h.em()?;
+        let caller = step_managed(rt.target(), em, &b, &ctx, rt.target())?;
+        put(regs_out, regs_of(&caller));
+        Ok(CDAC_OK)
+    })
+}
+
+/// Walks a stack from `regs` (managed frames by the runtime's unwind data, native ones by
+/// CFI or the frame-pointer chain) into `frames[0..cap]`.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_stack(
+    h: *mut CdacHandle,
+    regs: *const CdacX64Regs,
+    frames: *mut CdacFrame,
+    cap: usize,
+    count: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if regs.is_null() {
+            return Err(null("regs"));
+        }
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        if frames.is_null() && cap > 0 {
+            return Err(null("frames"));
+        }
+        // SAFETY: `regs` is non-NULL and the header requires a readable cdac_x64_regs.
+        let ctx = context_of(unsafe { &*regs })?;
+        if h.walker.is_none() {
+            h.walker = Some(StackWalker::new(h.rt)?);
+        }
+        let Some(walker) = &h.walker else {
+            return Err(Failure::new(CDAC_E_RUNTIME_DATA, "no stack walker"));
+        };
+        let stack = walker.walk(ctx, h.rt.target(), &[]);
+        let n = stack.frames.len();
+        put(count, n);
+        for (i, f) in stack.frames.iter().take(cap).enumerate() {
+            let (kind, md) = match f.code {
+                FrameCode::Managed { method_desc, .. } => (CDAC_FRAME_MANAGED, method_desc),
+                FrameCode::Native => (CDAC_FRAME_NATIVE, 0),
+            };
+            let il = f
+                .il_offset
+                .and_then(IlOffset::il)
+                .and_then(|v| i32::try_from(v).ok())
+                .unwrap_or(-1);
+            // SAFETY: `frames` is non-NULL (cap > 0) and the header requires `cap`
+            // writable entries; `i < cap`.
+            put(
+                unsafe { frames.add(i) },
+                CdacFrame {
+                    ip: f.ip,
+                    sp: f.sp,
+                    method_desc: md,
+                    kind,
+                    il_offset: il,
+                },
+            );
+        }
+        if n > cap {
+            return Err(Failure::new(
+                CDAC_E_BUFFER_TOO_SMALL,
+                format!("the stack has {n} frames, the buffer {cap}"),
+            ));
+        }
+        Ok(CDAC_OK)
+    })
+}
+
+/// Copies `items` into `out[0..cap]`, stores their count in `*count`; too small a buffer
+/// gets the first `cap` and `CDAC_E_BUFFER_TOO_SMALL`.
+fn fill<T: Copy>(items: &[T], out: *mut T, cap: usize, count: *mut usize) -> Result<i32, Failure> {
+    put(count, items.len());
+    for (i, item) in items.iter().take(cap).enumerate() {
+        // SAFETY: callers check `out` non-NULL when `cap > 0`; the header requires `cap`
+        // writable entries, and `i < cap`.
+        put(unsafe { out.add(i) }, *item);
+    }
+    if items.len() > cap {
+        return Err(Failure::new(
+            CDAC_E_BUFFER_TOO_SMALL,
+            format!("{} entries, the buffer has room for {cap}", items.len()),
+        ));
+    }
+    Ok(CDAC_OK)
+}
+
+/// The exception clauses of the method owning `ip`, count-then-fill.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_eh_clauses(
+    h: *mut CdacHandle,
+    ip: u64,
+    out: *mut CdacEhClause,
+    cap: usize,
+    count: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        if out.is_null() && cap > 0 {
+            return Err(null("out"));
+        }
+        let b = h.block(ip)?;
+        let clauses: Vec<CdacEhClause> = h
+            .em()?
+            .exception_clauses(&b)?
+            .iter()
+            .map(|c| CdacEhClause {
+                kind: match c.kind {
+                    ClauseKind::Typed => CDAC_EH_TYPED,
+                    ClauseKind::Filter => CDAC_EH_FILTER,
+                    ClauseKind::Finally => CDAC_EH_FINALLY,
+                    ClauseKind::Fault => CDAC_EH_FAULT,
+                },
+                flags: c.flags,
+                try_start: c.try_start,
+                try_end: c.try_end,
+                handler_start: c.handler_start,
+                handler_end: c.handler_end,
+                filter_offset: c.filter_offset.unwrap_or(0),
+                class_token: c.class_token.unwrap_or(0),
+                type_handle: c.type_handle.unwrap_or(0),
+            })
+            .collect();
+        fill(&clauses, out, cap, count)
+    })
+}
+
+impl CdacHandle {
+    /// The runtime's modules, listed on first use.
+    fn modules(&mut self) -> Result<&[ModuleInfo], Failure> {
+        if self.modules.is_none() {
+            self.modules = Some(loader::modules(self.rt.target(), self.rt.descriptor())?);
+        }
+        Ok(self.modules.as_deref().unwrap_or(&[]))
+    }
+}
+
+/// The runtime's loaded modules, count-then-fill (listed once per handle).
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_modules(
+    h: *mut CdacHandle,
+    out: *mut CdacModule,
+    cap: usize,
+    count: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        if out.is_null() && cap > 0 {
+            return Err(null("out"));
+        }
+        let list: Vec<CdacModule> = h
+            .modules()?
+            .iter()
+            .map(|m| CdacModule {
+                address: m.address,
+                base: m.base,
+                size: m.size,
+                is_dynamic: u32::from(m.is_dynamic),
+                is_mapped: u32::from(m.mapped),
+            })
+            .collect();
+        fill(&list, out, cap, count)
+    })
+}
+
+/// The image path of module `module` (a `cdac_module.address`).
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_module_path(
+    h: *mut CdacHandle,
+    module: u64,
+    buf: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if buf.is_null() && len > 0 {
+            return Err(null("buf"));
+        }
+        let Some(m) = h.modules()?.iter().find(|m| m.address == module) else {
+            return Err(Failure::new(
+                CDAC_E_INVALID_ARGUMENT,
+                format!("{module:#x} is not a module of the runtime"),
+            ));
+        };
+        let Some(path) = m.path.as_ref().map(|p| p.to_string_lossy().into_owned()) else {
+            return Err(Failure::new(CDAC_NOT_FOUND, "the module has no path"));
+        };
+        let size = copy_out(&path, buf, len);
+        if !needed.is_null() {
+            put(needed, size);
+        }
+        if size > len {
+            return Err(Failure::new(
+                CDAC_E_BUFFER_TOO_SMALL,
+                format!("the path needs {size} bytes, the buffer has {len}"),
+            ));
+        }
+        Ok(CDAC_OK)
+    })
+}
