@@ -271,7 +271,10 @@ fn compare_with_clrmd(stacks: &Value, dump: &std::path::Path, what: &str) -> (us
 fn stacks_of(variant: Variant) {
     let tb = testbed_of(variant);
     let pid = tb.pid.to_string();
-    let live = cdac_stacks(&["--pid", &pid]);
+    let live = {
+        let _tracing = common::tracing_lock();
+        cdac_stacks(&["--pid", &pid])
+    };
     check_parked_threads(tb, &live, &format!("{} live", variant.name()));
     // Every thread was stopped for a moment only, one at a time.
     let stops: Vec<f64> = live["threads"]

@@ -236,8 +236,7 @@ impl Testbed {
     /// Path of the dump of this kind (full, heap, normal, triage, gcore), written on
     /// first use.
     pub fn dump(&self, kind: &str) -> PathBuf {
-        static LOCK: Mutex<()> = Mutex::new(());
-        let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = tracing_lock();
         let path = self.dir.join(format!("{kind}.core"));
         if !path.exists() {
             // The perf map as it was before the dump: later entries may not be in it.
@@ -404,6 +403,14 @@ fn spawn_testbed(variant: Variant, extra: &[&str], piped: bool) -> (Testbed, Pip
         child: Mutex::new(child),
     };
     (tb, stdio)
+}
+
+/// Held while something of this test process traces a testbed: a dump being written
+/// (gcore and createdump attach with ptrace) or `cdac stacks --pid` stopping its threads.
+/// A process has one tracer at a time, so the two must not overlap.
+pub fn tracing_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Entries `(start, size, name)` of a runtime perf map. Records are split on newlines and
