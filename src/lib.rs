@@ -10,9 +10,7 @@
 //! - [`formats`]: file formats `cdac` reads and writes.
 //! - [`unwind`]: stepping from a frame to its caller, managed and native.
 //! - [`symbols`]: naming native code by the ELF symbols of its module.
-//! - [`cli`]: the `cdac` command line, a thin user of the above.
 
-pub mod cli;
 pub mod contracts;
 pub mod coverage;
 pub mod descriptor;
