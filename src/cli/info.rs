@@ -179,6 +179,7 @@ pub fn report(rt: &Runtime) -> InfoReport {
             TargetKind::Live { pid } => format!("live process {pid}"),
             TargetKind::CoreDump { path } => format!("core dump {}", path.display()),
             TargetKind::Synthetic => "synthetic memory".to_string(),
+            TargetKind::Host => "memory read by a host".to_string(),
         },
         threads: rt
             .target()

@@ -46,6 +46,16 @@ pub enum ReadError {
     #[error("string at {addr:#x} is not valid {encoding}")]
     InvalidString { addr: u64, encoding: &'static str },
 
+    /// The host's read callback (see [`super::callback::CallbackSource`]) reported that it
+    /// could not read these bytes.
+    #[error("the host could not read {len} bytes at {addr:#x}")]
+    HostReadFailed {
+        /// First address of the failed read.
+        addr: u64,
+        /// Bytes requested.
+        len: usize,
+    },
+
     /// An operating-system error other than the ones above.
     #[error("I/O error reading {addr:#x}: {source}")]
     Io {
@@ -66,6 +76,7 @@ impl ReadError {
             | ReadError::LimitExceeded { addr, .. }
             | ReadError::AddressOverflow { addr, .. }
             | ReadError::InvalidString { addr, .. }
+            | ReadError::HostReadFailed { addr, .. }
             | ReadError::Io { addr, .. } => *addr,
         }
     }
@@ -88,12 +99,14 @@ impl ReadError {
         }
     }
 
-    /// True when the memory simply is not available (unmapped or not captured), as
-    /// opposed to the target itself being unreadable.
+    /// True when the memory simply is not available (unmapped, not captured, or refused by
+    /// a host's read callback), as opposed to the target itself being unreadable.
     pub fn is_missing_memory(&self) -> bool {
         matches!(
             self,
-            ReadError::Unmapped { .. } | ReadError::NotCaptured { .. }
+            ReadError::Unmapped { .. }
+                | ReadError::NotCaptured { .. }
+                | ReadError::HostReadFailed { .. }
         )
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod builder;
 pub mod cache;
+pub mod callback;
 pub mod core_dump;
 pub mod elf_image;
 mod error;
@@ -101,6 +102,8 @@ pub enum TargetKind {
     CoreDump { path: PathBuf },
     /// Memory laid out in this process (tests).
     Synthetic,
+    /// Memory a host program (a debugger) reads for `cdac` through a callback.
+    Host,
 }
 
 /// A source of target memory.
