@@ -93,14 +93,27 @@ pub enum UnwindError {
 
     /// The unwind data is not what it should be.
     #[error("bad unwind data for {ip:#x}: {detail}")]
-    BadUnwindData { ip: u64, detail: String },
+    BadUnwindData {
+        /// Instruction pointer of the frame.
+        ip: u64,
+        /// What is wrong.
+        detail: String,
+    },
 
     /// No unwinder knows the code at this address (no module, no managed code, and no
     /// usable frame pointer).
     #[error("no unwind information for {ip:#x}")]
-    NoUnwindInfo { ip: u64 },
+    NoUnwindInfo {
+        /// Instruction pointer of the frame.
+        ip: u64,
+    },
 
     /// The step did not move up the stack (a loop in damaged data).
     #[error("unwinding stopped at {ip:#x}: the caller's stack pointer {sp:#x} is not above this frame's")]
-    NotProgressing { ip: u64, sp: u64 },
+    NotProgressing {
+        /// Instruction pointer of the frame.
+        ip: u64,
+        /// Stack pointer, unchanged by the step.
+        sp: u64,
+    },
 }

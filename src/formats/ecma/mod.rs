@@ -61,12 +61,19 @@ pub use tables::{
 
 /// Parsed metadata: root, heaps and tables, borrowing the blob.
 pub struct Metadata<'a> {
+    /// The whole metadata (from the `BSJB` root).
     pub data: &'a [u8],
+    /// The root header and stream list.
     pub root: MetadataRoot<'a>,
+    /// The `#Strings` heap.
     pub strings: StringsHeap<'a>,
+    /// The `#Blob` heap.
     pub blobs: BlobHeap<'a>,
+    /// The `#GUID` heap.
     pub guids: GuidHeap<'a>,
+    /// The `#US` heap.
     pub user_strings: UserStringHeap<'a>,
+    /// The table stream (`#~` or `#-`).
     pub tables: TableStream<'a>,
     index: OnceLock<Index>,
 }
@@ -439,12 +446,19 @@ impl<'a> Metadata<'a> {
 /// What [`Metadata::check_all`] found.
 #[derive(Debug, Default, Clone)]
 pub struct CheckReport {
+    /// Rows read across all tables.
     pub rows: u64,
+    /// TypeDef rows.
     pub type_defs: u32,
+    /// MethodDef rows.
     pub method_defs: u32,
+    /// Method signatures that decoded.
     pub method_sigs_ok: u32,
+    /// Method names that formatted.
     pub names_ok: u32,
+    /// Heap references that failed.
     pub bad_heap_refs: u64,
+    /// Errors of any kind.
     pub errors: u64,
     /// The first few errors.
     pub first_errors: Vec<MetadataError>,

@@ -78,25 +78,41 @@ pub mod calling_convention {
 /// The primitive element types, which carry nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Primitive {
+    /// `void`.
     Void,
+    /// `bool`.
     Boolean,
+    /// `char` (UTF-16 code unit).
     Char,
+    /// `sbyte`.
     I1,
+    /// `byte`.
     U1,
+    /// `short`.
     I2,
+    /// `ushort`.
     U2,
+    /// `int`.
     I4,
+    /// `uint`.
     U4,
+    /// `long`.
     I8,
+    /// `ulong`.
     U8,
+    /// `float`.
     R4,
+    /// `double`.
     R8,
+    /// `string`.
     String,
+    /// `object`.
     Object,
     /// Native int (`ELEMENT_TYPE_I`).
     I,
     /// Native unsigned int (`ELEMENT_TYPE_U`).
     U,
+    /// `System.TypedReference`.
     TypedByRef,
 }
 
@@ -178,14 +194,18 @@ impl Primitive {
 /// The shape of a general array (II.23.2.13).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArrayShape {
+    /// Number of dimensions.
     pub rank: u32,
+    /// Sizes of the leading dimensions that have one.
     pub sizes: Vec<u32>,
+    /// Lower bounds of the leading dimensions that have one.
     pub lower_bounds: Vec<i32>,
 }
 
 /// A type in a signature.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TypeSig {
+    /// A primitive type.
     Primitive(Primitive),
     /// `valuetype` + TypeDef/TypeRef/TypeSpec token.
     ValueType(Token),
@@ -195,27 +215,38 @@ pub enum TypeSig {
     Var(u32),
     /// A method's generic parameter `!!n`.
     MVar(u32),
+    /// Unmanaged pointer `T*`.
     Ptr(Box<TypeSig>),
+    /// Managed reference `T&`.
     ByRef(Box<TypeSig>),
     /// Single-dimension zero-based array `T[]`.
     SzArray(Box<TypeSig>),
+    /// General array of the element type, with its rank and bounds.
     Array(Box<TypeSig>, ArrayShape),
     /// A generic instantiation: the generic type (a `Class` or `ValueType`) and its arguments.
     GenericInst(Box<TypeSig>, Vec<TypeSig>),
+    /// Function pointer with its method signature.
     FnPtr(Box<MethodSig>),
     /// `modreq`/`modopt` applied to the type that follows it.
     Modified {
+        /// True for `modreq`, false for `modopt`.
         required: bool,
+        /// The modifier type's token.
         modifier: Token,
+        /// The modified type.
         inner: Box<TypeSig>,
     },
+    /// `pinned` local of the inner type.
     Pinned(Box<TypeSig>),
     /// `ELEMENT_TYPE_INTERNAL`: a runtime TypeHandle (only in runtime-made signatures).
     Internal(u64),
     /// `ELEMENT_TYPE_CMOD_INTERNAL`: a runtime custom modifier.
     ModifiedInternal {
+        /// True for `modreq`, false for `modopt`.
         required: bool,
+        /// The modifier's runtime TypeHandle.
         handle: u64,
+        /// The modified type.
         inner: Box<TypeSig>,
     },
 }
@@ -235,13 +266,21 @@ impl TypeSig {
 /// The kind in a calling-convention byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallKind {
+    /// The managed calling convention.
     Default,
+    /// Unmanaged cdecl.
     C,
+    /// Unmanaged stdcall.
     StdCall,
+    /// Unmanaged thiscall.
     ThisCall,
+    /// Unmanaged fastcall.
     FastCall,
+    /// Managed with variable arguments.
     VarArg,
+    /// A property signature.
     Property,
+    /// Unmanaged, the convention given by modifiers.
     Unmanaged,
     /// Any other low nibble (field, local and MethodSpec signatures have decoders of
     /// their own).
@@ -255,7 +294,9 @@ pub struct MethodSig {
     pub calling_convention: u8,
     /// Number of the method's generic parameters (GENERIC flag), else 0.
     pub generic_param_count: u32,
+    /// Return type.
     pub ret: TypeSig,
+    /// Parameter types.
     pub params: Vec<TypeSig>,
     /// Index in `params` where a SENTINEL stood (the variable arguments of a vararg call
     /// site start there).
@@ -263,15 +304,19 @@ pub struct MethodSig {
 }
 
 impl MethodSig {
+    /// True when the method takes `this` (HASTHIS).
     pub fn has_this(&self) -> bool {
         self.calling_convention & calling_convention::HASTHIS != 0
     }
+    /// True when `this` is an explicit first parameter (EXPLICITTHIS).
     pub fn explicit_this(&self) -> bool {
         self.calling_convention & calling_convention::EXPLICITTHIS != 0
     }
+    /// True when the method has generic parameters (GENERIC).
     pub fn is_generic(&self) -> bool {
         self.calling_convention & calling_convention::GENERIC != 0
     }
+    /// The calling-convention kind (low four bits).
     pub fn kind(&self) -> CallKind {
         use calling_convention as cc;
         match self.calling_convention & cc::KIND_MASK {
@@ -294,6 +339,7 @@ pub struct SigOptions {
     /// Size of the pointers after `ELEMENT_TYPE_INTERNAL` (signatures the runtime built in
     /// the target's memory); metadata blobs never hold them.
     pub pointer_size: u8,
+    /// Deepest nesting of types accepted.
     pub max_depth: usize,
 }
 
@@ -315,10 +361,12 @@ pub struct SigReader<'a> {
 }
 
 impl<'a> SigReader<'a> {
+    /// A reader of `data` with default options.
     pub fn new(data: &'a [u8]) -> Self {
         Self::with_options(data, SigOptions::default())
     }
 
+    /// A reader of `data` with the given options.
     pub fn with_options(data: &'a [u8], options: SigOptions) -> Self {
         SigReader {
             data,
@@ -332,6 +380,7 @@ impl<'a> SigReader<'a> {
         self.pos
     }
 
+    /// Bytes not yet read.
     pub fn remaining(&self) -> usize {
         self.data.len().saturating_sub(self.pos)
     }

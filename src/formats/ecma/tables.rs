@@ -242,7 +242,9 @@ pub enum ColumnKind {
 /// One column of a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Column {
+    /// Column name.
     pub name: &'static str,
+    /// What the column holds.
     pub kind: ColumnKind,
 }
 
@@ -448,6 +450,7 @@ pub const MAX_COLUMNS: usize = 9;
 pub struct Token(pub u32);
 
 impl Token {
+    /// The token of row `rid` of `table`.
     pub fn new(table: TableId, rid: u32) -> Token {
         Token((u32::from(table as u8) << 24) | (rid & 0x00FF_FFFF))
     }
@@ -455,12 +458,15 @@ impl Token {
     pub fn table(self) -> Option<TableId> {
         TableId::from_u8((self.0 >> 24) as u8)
     }
+    /// The high byte: the table number.
     pub fn kind(self) -> u8 {
         (self.0 >> 24) as u8
     }
+    /// The row id (low 24 bits).
     pub fn rid(self) -> u32 {
         self.0 & 0x00FF_FFFF
     }
+    /// True for row id 0 (no row).
     pub fn is_nil(self) -> bool {
         self.rid() == 0
     }
@@ -482,30 +488,41 @@ pub const HEAP_EXTRA_DATA: u8 = 0x40;
 /// Where one table's rows are and how each column is laid out.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TableLayout {
+    /// Number of rows.
     pub rows: u32,
+    /// Bytes per row.
     pub row_size: u32,
     /// Offset of row 1 within the table stream.
     pub offset: u64,
+    /// Offset of each column in a row.
     pub column_offsets: [u8; MAX_COLUMNS],
+    /// Width of each column (2 or 4).
     pub column_widths: [u8; MAX_COLUMNS],
 }
 
 /// The table stream header (II.24.2.6).
 #[derive(Debug, Clone)]
 pub struct TablesHeader {
+    /// Major version.
     pub major_version: u8,
+    /// Minor version.
     pub minor_version: u8,
+    /// Bits saying which heaps use 4-byte indexes.
     pub heap_sizes: u8,
+    /// Bit mask of the tables present.
     pub valid: u64,
+    /// Bit mask of the sorted tables.
     pub sorted: u64,
     /// Row counts of the 45 tables (0 when absent).
     pub rows: [u32; TABLE_COUNT],
+    /// The extra 4 bytes some writers add, if flagged.
     pub extra_data: Option<u32>,
 }
 
 /// The parsed table stream: header plus the layout of every table.
 #[derive(Debug, Clone)]
 pub struct TableStream<'a> {
+    /// The stream header.
     pub header: TablesHeader,
     /// The name of the stream it came from (`#~` or `#-`).
     pub stream_name: &'a str,
@@ -633,7 +650,9 @@ pub enum ColumnValue {
 /// One row's bytes and layout.
 #[derive(Debug, Clone, Copy)]
 pub struct RawRow<'a> {
+    /// The table.
     pub table: TableId,
+    /// 1-based row id.
     pub rid: u32,
     bytes: &'a [u8],
     layout: &'a TableLayout,
@@ -714,6 +733,7 @@ impl<'a> TableStream<'a> {
         self.layouts[table as usize].rows
     }
 
+    /// The layout of `table` (row count and column widths).
     pub fn layout(&self, table: TableId) -> &TableLayout {
         &self.layouts[table as usize]
     }

@@ -35,10 +35,13 @@ const MAX_ARRAY_BOUNDS: u32 = 64;
 /// Why a signature could not be named.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SigError {
+    /// The signature ends early (at this byte).
     #[error("signature truncated at byte {0}")]
     Truncated(usize),
+    /// An element (value, byte offset) not valid where it appears.
     #[error("signature element {0:#04x} at byte {1} is not valid here")]
     Bad(u8, usize),
+    /// Something the signature refers to could not be named (why).
     #[error("{0}")]
     Unnamed(String),
 }
@@ -46,6 +49,7 @@ pub enum SigError {
 /// The metadata of the modules a signature may refer to, by module index (`None` when
 /// that assembly's file was not found), and how the indices were laid out.
 pub struct ModuleSet<'m, 'a> {
+    /// Metadata by module index (`None`: not available).
     pub modules: Vec<Option<&'m Metadata<'a>>>,
     /// The image is a composite one: index 0 (the signature's own context) names no
     /// module, and a method whose signature gives no module is System.Private.CoreLib's.
@@ -79,30 +83,44 @@ impl<'m, 'a> ModuleSet<'m, 'a> {
 /// A type of a ReadyToRun signature; tokens are qualified by their module index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum R2rType {
+    /// A primitive type.
     Primitive(Primitive),
     /// `System.__Canon`: the shared instantiation over reference types.
     Canon,
     /// A TypeDef, TypeRef or TypeSpec of module `module` (CLASS or VALUETYPE).
     Named {
+        /// Module index of the token.
         module: u32,
+        /// TypeDef or TypeRef token.
         token: Token,
     },
     /// A generic instantiation of the type `token` of module `module`.
     Generic {
+        /// Module index of the token.
         module: u32,
+        /// Token of the generic type.
         token: Token,
+        /// The type arguments.
         args: Vec<R2rType>,
     },
+    /// Single-dimension zero-based array `T[]`.
     SzArray(Box<R2rType>),
     /// A general array of the given rank.
     Array(Box<R2rType>, u32),
+    /// Unmanaged pointer `T*`.
     Ptr(Box<R2rType>),
+    /// Managed reference `T&`.
     ByRef(Box<R2rType>),
+    /// Function pointer.
     FnPtr {
+        /// Return type.
         ret: Box<R2rType>,
+        /// Parameter types.
         params: Vec<R2rType>,
     },
+    /// A type's generic parameter `!n`.
     Var(u32),
+    /// A method's generic parameter `!!n`.
     MVar(u32),
 }
 
@@ -130,6 +148,7 @@ impl R2rType {
 /// A decoded instance entry point key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceMethod {
+    /// Instance entry flags.
     pub flags: u32,
     /// The module the method's token belongs to, when the signature gives it (an
     /// UpdateContext index, else the owner type's module override); `None`: the context
