@@ -11,6 +11,8 @@
 //! - [`unwind`]: stepping from a frame to its caller, managed and native.
 //! - [`symbols`]: naming native code by the ELF symbols of its module.
 
+#![deny(missing_docs)]
+
 pub mod contracts;
 pub mod coverage;
 pub mod descriptor;

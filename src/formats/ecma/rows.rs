@@ -7,22 +7,35 @@ use super::Metadata;
 
 /// TypeDef flags (II.23.1.15) used here.
 pub mod type_attributes {
+    /// Bits holding the type's visibility.
     pub const VISIBILITY_MASK: u32 = 0x0000_0007;
+    /// Visibility: nested and public.
     pub const NESTED_PUBLIC: u32 = 0x0000_0002;
+    /// The type is an interface.
     pub const INTERFACE: u32 = 0x0000_0020;
+    /// Abstract.
     pub const ABSTRACT: u32 = 0x0000_0080;
+    /// The type is sealed.
     pub const SEALED: u32 = 0x0000_0100;
 }
 
 /// MethodDef flags (II.23.1.10) used here.
 pub mod method_attributes {
+    /// Bits holding the method's accessibility.
     pub const MEMBER_ACCESS_MASK: u16 = 0x0007;
+    /// Static: no `this`.
     pub const STATIC: u16 = 0x0010;
+    /// The method cannot be overridden.
     pub const FINAL: u16 = 0x0020;
+    /// Virtual.
     pub const VIRTUAL: u16 = 0x0040;
+    /// Abstract.
     pub const ABSTRACT: u16 = 0x0400;
+    /// The name is special (accessors, operators).
     pub const SPECIAL_NAME: u16 = 0x0800;
+    /// Implemented by platform invoke.
     pub const PINVOKE_IMPL: u16 = 0x2000;
+    /// The runtime treats the name specially (`.ctor`, `.cctor`).
     pub const RT_SPECIAL_NAME: u16 = 0x1000;
 }
 

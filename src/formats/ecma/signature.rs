@@ -17,61 +17,109 @@ pub const MAX_ARRAY_RANK: u32 = 64;
 
 /// Element types (CorElementType) that appear in signatures.
 pub mod element_type {
+    /// `ELEMENT_TYPE_END`.
     pub const END: u8 = 0x00;
+    /// `ELEMENT_TYPE_VOID`.
     pub const VOID: u8 = 0x01;
+    /// `ELEMENT_TYPE_BOOLEAN`.
     pub const BOOLEAN: u8 = 0x02;
+    /// `ELEMENT_TYPE_CHAR`.
     pub const CHAR: u8 = 0x03;
+    /// `ELEMENT_TYPE_I1`.
     pub const I1: u8 = 0x04;
+    /// `ELEMENT_TYPE_U1`.
     pub const U1: u8 = 0x05;
+    /// `ELEMENT_TYPE_I2`.
     pub const I2: u8 = 0x06;
+    /// `ELEMENT_TYPE_U2`.
     pub const U2: u8 = 0x07;
+    /// `ELEMENT_TYPE_I4`.
     pub const I4: u8 = 0x08;
+    /// `ELEMENT_TYPE_U4`.
     pub const U4: u8 = 0x09;
+    /// `ELEMENT_TYPE_I8`.
     pub const I8: u8 = 0x0A;
+    /// `ELEMENT_TYPE_U8`.
     pub const U8: u8 = 0x0B;
+    /// `ELEMENT_TYPE_R4`.
     pub const R4: u8 = 0x0C;
+    /// `ELEMENT_TYPE_R8`.
     pub const R8: u8 = 0x0D;
+    /// `ELEMENT_TYPE_STRING`.
     pub const STRING: u8 = 0x0E;
+    /// `ELEMENT_TYPE_PTR`.
     pub const PTR: u8 = 0x0F;
+    /// `ELEMENT_TYPE_BYREF`.
     pub const BYREF: u8 = 0x10;
+    /// `ELEMENT_TYPE_VALUETYPE`.
     pub const VALUETYPE: u8 = 0x11;
+    /// `ELEMENT_TYPE_CLASS`.
     pub const CLASS: u8 = 0x12;
+    /// `ELEMENT_TYPE_VAR`.
     pub const VAR: u8 = 0x13;
+    /// `ELEMENT_TYPE_ARRAY`.
     pub const ARRAY: u8 = 0x14;
+    /// `ELEMENT_TYPE_GENERICINST`.
     pub const GENERICINST: u8 = 0x15;
+    /// `ELEMENT_TYPE_TYPEDBYREF`.
     pub const TYPEDBYREF: u8 = 0x16;
+    /// `ELEMENT_TYPE_I`.
     pub const I: u8 = 0x18;
+    /// `ELEMENT_TYPE_U`.
     pub const U: u8 = 0x19;
+    /// `ELEMENT_TYPE_FNPTR`.
     pub const FNPTR: u8 = 0x1B;
+    /// `ELEMENT_TYPE_OBJECT`.
     pub const OBJECT: u8 = 0x1C;
+    /// `ELEMENT_TYPE_SZARRAY`.
     pub const SZARRAY: u8 = 0x1D;
+    /// `ELEMENT_TYPE_MVAR`.
     pub const MVAR: u8 = 0x1E;
+    /// `ELEMENT_TYPE_CMOD_REQD`.
     pub const CMOD_REQD: u8 = 0x1F;
+    /// `ELEMENT_TYPE_CMOD_OPT`.
     pub const CMOD_OPT: u8 = 0x20;
     /// Runtime-internal: a TypeHandle pointer follows (only in signatures the runtime made).
     pub const INTERNAL: u8 = 0x21;
     /// Runtime-internal custom modifier: a required flag byte and a TypeHandle pointer.
     pub const CMOD_INTERNAL: u8 = 0x22;
+    /// `ELEMENT_TYPE_SENTINEL`.
     pub const SENTINEL: u8 = 0x41;
+    /// `ELEMENT_TYPE_PINNED`.
     pub const PINNED: u8 = 0x45;
 }
 
 /// Calling-convention byte (II.23.2.1-3): low nibble kind, high bits flags.
 pub mod calling_convention {
+    /// Kind `IMAGE_CEE_CS_CALLCONV_DEFAULT`.
     pub const DEFAULT: u8 = 0x0;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_C`.
     pub const C: u8 = 0x1;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_STDCALL`.
     pub const STDCALL: u8 = 0x2;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_THISCALL`.
     pub const THISCALL: u8 = 0x3;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_FASTCALL`.
     pub const FASTCALL: u8 = 0x4;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_VARARG`.
     pub const VARARG: u8 = 0x5;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_FIELD`.
     pub const FIELD: u8 = 0x6;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_LOCAL_SIG`.
     pub const LOCAL_SIG: u8 = 0x7;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_PROPERTY`.
     pub const PROPERTY: u8 = 0x8;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_UNMANAGED`.
     pub const UNMANAGED: u8 = 0x9;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_GENERICINST`.
     pub const GENERICINST: u8 = 0xA;
+    /// Bits holding the kind.
     pub const KIND_MASK: u8 = 0x0F;
+    /// Flag: the method has generic parameters.
     pub const GENERIC: u8 = 0x10;
+    /// Flag: the method takes `this`.
     pub const HASTHIS: u8 = 0x20;
+    /// Flag: `this` is an explicit first parameter.
     pub const EXPLICITTHIS: u8 = 0x40;
 }
 

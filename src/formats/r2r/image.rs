@@ -13,8 +13,11 @@ use crate::formats::ecma::pe::{cli_header, PeLayout};
 pub const READYTORUN_SIGNATURE: u32 = 0x0052_5452;
 /// ReadyToRun section types this module reads.
 pub mod section {
+    /// The runtime-functions table (code ranges and unwind data).
     pub const RUNTIME_FUNCTIONS: u32 = 102;
+    /// Entry points of non-generic methods, by MethodDef row.
     pub const METHOD_DEF_ENTRY_POINTS: u32 = 103;
+    /// Entry points of generic instantiations, a hashtable by signature.
     pub const INSTANCE_METHOD_ENTRY_POINTS: u32 = 109;
     /// Extra metadata whose AssemblyRefs extend the module index space of signatures
     /// (and, in a composite image, name the component assemblies).
@@ -25,6 +28,7 @@ pub mod section {
     pub const OWNER_COMPOSITE_EXECUTABLE: u32 = 116;
     /// 16-byte MVIDs of the composite image's component assemblies.
     pub const MANIFEST_ASSEMBLY_MVIDS: u32 = 118;
+    /// Pairs of hot and cold runtime functions of split methods.
     pub const HOT_COLD_MAP: u32 = 120;
 }
 /// `READYTORUN_FLAG_*` bits this module reads.

@@ -14,14 +14,23 @@ use crate::formats::ecma::{Metadata, Primitive, TableId, Token};
 
 /// `READYTORUN_METHOD_SIG_*` flags.
 pub mod method_flags {
+    /// The entry is an unboxing stub.
     pub const UNBOXING_STUB: u32 = 0x01;
+    /// The entry is an instantiating stub.
     pub const INSTANTIATING_STUB: u32 = 0x02;
+    /// Method generic arguments follow.
     pub const METHOD_INSTANTIATION: u32 = 0x04;
+    /// A vtable slot number replaces the method token.
     pub const SLOT_INSTEAD_OF_TOKEN: u32 = 0x08;
+    /// The token is a MemberRef, not a MethodDef.
     pub const MEMBER_REF_TOKEN: u32 = 0x10;
+    /// A constrained type follows.
     pub const CONSTRAINED: u32 = 0x20;
+    /// The owning type follows.
     pub const OWNER_TYPE: u32 = 0x40;
+    /// The module context changes for what follows.
     pub const UPDATE_CONTEXT: u32 = 0x80;
+    /// The async variant of the method.
     pub const ASYNC_VARIANT: u32 = 0x100;
 }
 const CANON_ZAPSIG: u8 = 0x3E;
