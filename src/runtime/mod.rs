@@ -175,6 +175,21 @@ impl Runtime {
 
     /// Opens memory a host program reads for `cdac` (see
     /// [`CallbackSource`](crate::target::callback::CallbackSource)).
+    ///
+    /// ```no_run
+    /// use cdac::runtime::{OpenOptions, Runtime};
+    /// use cdac::target::callback::CallbackSource;
+    /// use cdac::target::{MappedFile, ThreadInfo};
+    ///
+    /// # fn host_read(addr: u64, buf: &mut [u8]) -> bool { false }
+    /// # fn host_modules() -> Vec<MappedFile> { Vec::new() }
+    /// # fn host_threads() -> Vec<ThreadInfo> { Vec::new() }
+    /// // The debugger's own view of the target: memory, module mappings, threads.
+    /// let source = CallbackSource::new(host_read, host_modules(), host_threads());
+    /// let rt = Runtime::open_host(source, &OpenOptions::default())?;
+    /// println!("{} at {:#x}", rt.module().path.display(), rt.module().base);
+    /// # Ok::<(), cdac::runtime::RuntimeError>(())
+    /// ```
     pub fn open_host(
         source: crate::target::callback::CallbackSource,
         options: &OpenOptions,

@@ -19,6 +19,27 @@
 //! }
 //! ```
 //!
+//! Signature blobs decode without the rest of the metadata:
+//!
+//! ```
+//! use cdac::formats::ecma::signature::{decode_method_sig, Primitive, TypeSig};
+//!
+//! // instance int32 (string, int64[]): HASTHIS, 2 parameters, I4, STRING, SZARRAY I8.
+//! let sig = decode_method_sig(&[0x20, 0x02, 0x08, 0x0e, 0x1d, 0x0a])?;
+//! assert!(sig.has_this());
+//! assert_eq!(sig.ret, TypeSig::Primitive(Primitive::I4));
+//! assert_eq!(
+//!     sig.params,
+//!     [
+//!         TypeSig::Primitive(Primitive::String),
+//!         TypeSig::SzArray(Box::new(TypeSig::Primitive(Primitive::I8))),
+//!     ]
+//! );
+//! // A truncated blob is an error, never a panic.
+//! assert!(decode_method_sig(&[0x20, 0x02, 0x08]).is_err());
+//! # Ok::<(), cdac::formats::ecma::SignatureError>(())
+//! ```
+//!
 //! The naming rules (and how they were checked against a real .NET 8 perf map) are in
 //! `README.md` next to this file.
 

@@ -21,7 +21,7 @@ pub enum MethodKey {
     /// A MethodDef (no instantiation) of signature module `module` (0: a plain image's
     /// own; a composite image's components by their index).
     MethodDef {
-        /// Module index (0: the image itself).
+        /// Signature module index.
         module: u32,
         /// MethodDef row id.
         rid: u32,
