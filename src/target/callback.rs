@@ -6,9 +6,8 @@
 //! its contracts can be read through the host.
 //!
 //! ```
-//! use std::sync::Arc;
 //! use cdac::target::callback::CallbackSource;
-//! use cdac::target::{DataLayout, MemorySource, ReadError, Target};
+//! use cdac::target::{DataLayout, ReadError};
 //!
 //! // The host's memory: 4 KiB at 0x1000 holding a pointer at 0x1010.
 //! let mut page = vec![0u8; 4096];
@@ -29,7 +28,7 @@
 //!     Vec::new(),
 //! )
 //! .with_layout(DataLayout::LE64);
-//! let target = Target::new(Arc::new(source), DataLayout::LE64);
+//! let target = source.into_target();
 //! assert_eq!(target.read_pointer(0x1010)?, 0xdead_beef);
 //! // A read the host refuses is an error, never a panic.
 //! assert!(matches!(
@@ -39,8 +38,10 @@
 //! # Ok::<(), ReadError>(())
 //! ```
 
+use std::sync::Arc;
+
 use super::cache::PageCache;
-use super::{DataLayout, MappedFile, MemorySource, ReadError, TargetKind, ThreadInfo};
+use super::{DataLayout, MappedFile, MemorySource, ReadError, Target, TargetKind, ThreadInfo};
 
 /// The host's read function: fills the buffer with the bytes at the address and returns
 /// true, or returns false when any of them cannot be read.
@@ -102,6 +103,13 @@ impl CallbackSource {
         CallbackSource {
             cache: PageCache::new(host),
         }
+    }
+
+    /// Wraps the source in a [`Target`] of its declared layout (64-bit little-endian when
+    /// none was declared), for typed reads without opening a runtime.
+    pub fn into_target(self) -> Target {
+        let layout = self.native_layout().unwrap_or(DataLayout::LE64);
+        Target::new(Arc::new(self), layout)
     }
 }
 
@@ -201,6 +209,29 @@ mod tests {
         assert_eq!(s.threads().expect("threads")[0].tid, 7);
         assert_eq!(s.kind(), TargetKind::Host);
         assert_eq!(s.native_layout(), None);
+    }
+
+    #[test]
+    fn flush_drops_cached_pages() {
+        use std::sync::atomic::{AtomicU8, Ordering};
+        let value = Arc::new(AtomicU8::new(1));
+        let seen = value.clone();
+        let s = CallbackSource::new(
+            move |_, buf: &mut [u8]| {
+                buf.fill(seen.load(Ordering::Relaxed));
+                true
+            },
+            Vec::new(),
+            Vec::new(),
+        )
+        .with_layout(DataLayout::BE32);
+        let target = s.into_target();
+        assert_eq!(target.layout(), DataLayout::BE32);
+        assert_eq!(target.read_u8(0x5000).expect("read"), 1);
+        value.store(2, Ordering::Relaxed);
+        assert_eq!(target.read_u8(0x5000).expect("cached"), 1);
+        target.flush();
+        assert_eq!(target.read_u8(0x5000).expect("fresh"), 2);
     }
 
     #[test]
