@@ -24,7 +24,9 @@ use crate::target::Target;
 /// One function of a coverage report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CoveredFunction {
+    /// Function name, as the profile records it.
     pub name: String,
+    /// True when any counter of the function is nonzero.
     pub covered: bool,
     /// The `Module*` the method belongs to.
     pub module: u64,
@@ -35,6 +37,7 @@ pub struct CoveredFunction {
 /// What [`function_coverage`] found.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct CoverageReport {
+    /// Every function of the profile, in its order.
     pub functions: Vec<CoveredFunction>,
     /// Code blocks enumerated (JIT'ed and resolved ReadyToRun methods).
     pub code_blocks: usize,

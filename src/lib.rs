@@ -10,9 +10,63 @@
 //! - [`formats`]: file formats `cdac` reads and writes.
 //! - [`unwind`]: stepping from a frame to its caller, managed and native.
 //! - [`symbols`]: naming native code by the ELF symbols of its module.
-//! - [`cli`]: the `cdac` command line, a thin user of the above.
+//!
+//! # Reading a runtime
+//!
+//! [`runtime::Runtime`] is the entry point: it finds the runtime in a live process
+//! ([`Runtime::attach`](runtime::Runtime::attach)), a core dump
+//! ([`Runtime::open_dump`](runtime::Runtime::open_dump)), memory a debugger reads for us
+//! ([`Runtime::open_host`](runtime::Runtime::open_host)) or any other
+//! [`target::MemorySource`], and loads its data descriptor. Contracts then answer
+//! questions about it:
+//!
+//! ```no_run
+//! use cdac::contracts::execution_manager::{execution_manager, ExecutionManager};
+//! use cdac::names::MethodNamer;
+//! use cdac::runtime::{OpenOptions, Runtime};
+//! use cdac::stacks::{thread_stacks, LiveRegisters};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let rt = Runtime::attach(1234, &OpenOptions::default())?;
+//! // Which method is this code address in?
+//! let em = execution_manager(rt.target(), rt.descriptor())?;
+//! let mut namer = MethodNamer::for_runtime(&rt);
+//! if let Some(block) = em.code_block(0x7f3a_1c05_2f40)? {
+//!     let name = namer.name(block.method_desc);
+//!     println!("{name} + {:#x}", block.relative_offset);
+//! }
+//! // Every thread's stack, read without stopping the process.
+//! let stacks = thread_stacks(&rt, LiveRegisters::NonBlocking, None)?;
+//! for thread in &stacks.threads {
+//!     let frames = thread.stack.as_ref().map_or(0, |s| s.frames.len());
+//!     println!("thread {}: {frames} frames", thread.os_id);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Reading memory
+//!
+//! Below the runtime, a [`target::Target`] gives typed, bounds-checked reads of any
+//! source. Tests lay memory out with [`target::builder::MemoryBuilder`]:
+//!
+//! ```
+//! use cdac::target::builder::MemoryBuilder;
+//! use cdac::target::DataLayout;
+//!
+//! let mut memory = MemoryBuilder::new(DataLayout::LE64);
+//! let node = memory.alloc(16, 8).pointer(0, 0x1234).u32(8, 7).addr;
+//! let target = memory.into_target();
+//! assert_eq!(target.read_pointer(node)?, 0x1234);
+//! assert_eq!(target.read_u32(node + 8)?, 7);
+//! // Reads past what is mapped fail with the address that could not be read.
+//! let err = target.read_u64(node + 12).unwrap_err();
+//! assert_eq!(err.address(), node + 16);
+//! # Ok::<(), cdac::target::ReadError>(())
+//! ```
 
-pub mod cli;
+#![deny(missing_docs)]
+
 pub mod contracts;
 pub mod coverage;
 pub mod descriptor;

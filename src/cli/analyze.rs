@@ -10,14 +10,14 @@ use super::stacks::{name_frames, render_frame, thread_json};
 use super::{hex, DescriptorArgs, TargetArgs};
 use std::collections::HashMap;
 
-use crate::contracts::debug_info::IlOffset;
-use crate::contracts::thread::ExceptionInfo;
-use crate::formats::pdb::SourceLocation;
-use crate::names::MethodNamer;
-use crate::source_lines::{exception_trace_frames, SourceLines};
-use crate::stacks::{thread_stacks, LiveRegisters, ThreadStack};
-use crate::symbols::ElfSymbols;
-use crate::target::CrashSignal;
+use cdac::contracts::debug_info::IlOffset;
+use cdac::contracts::thread::ExceptionInfo;
+use cdac::formats::pdb::SourceLocation;
+use cdac::names::MethodNamer;
+use cdac::source_lines::{exception_trace_frames, SourceLines};
+use cdac::stacks::{thread_stacks, LiveRegisters, ThreadStack};
+use cdac::symbols::ElfSymbols;
+use cdac::target::CrashSignal;
 
 /// Arguments of `cdac analyze`.
 #[derive(Debug, Args)]
@@ -42,7 +42,7 @@ struct TraceLine {
 
 /// The captured stack traces of an exception and its inner exceptions, by object address.
 fn exception_traces(
-    rt: &crate::runtime::Runtime,
+    rt: &cdac::runtime::Runtime,
     e: &ExceptionInfo,
     namer: &mut MethodNamer<'_>,
     lines: &SourceLines,

@@ -8,11 +8,11 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::{hex, DescriptorArgs, TargetArgs};
-use crate::contracts::execution_manager::exception_clauses::ExceptionClause;
-use crate::contracts::execution_manager::{execution_manager, CodeBlock, ExecutionManager};
-use crate::contracts::{unwind_codes, ContractError};
-use crate::names::MethodNamer;
-use crate::runtime::Runtime;
+use cdac::contracts::execution_manager::exception_clauses::ExceptionClause;
+use cdac::contracts::execution_manager::{execution_manager, CodeBlock, ExecutionManager};
+use cdac::contracts::{unwind_codes, ContractError};
+use cdac::names::MethodNamer;
+use cdac::runtime::Runtime;
 
 /// Arguments of `cdac ip2md`.
 #[derive(Debug, Args)]

@@ -6,9 +6,9 @@ use clap::Args;
 use serde::Serialize;
 
 use super::{hex, DescriptorArgs, TargetArgs};
-use crate::descriptor::ContractVersion;
-use crate::runtime::{DescriptorSource, Runtime};
-use crate::target::{Endian, TargetKind};
+use cdac::descriptor::ContractVersion;
+use cdac::runtime::{DescriptorSource, Runtime};
+use cdac::target::{Endian, TargetKind};
 
 /// Arguments of `cdac info`.
 #[derive(Debug, Args)]
@@ -38,8 +38,8 @@ pub struct InfoReport {
     pub endianness: &'static str,
     pub architecture: &'static str,
     /// From the RuntimeInfo contract, when the runtime advertises it.
-    pub operating_system: Option<crate::contracts::runtime_info::OperatingSystem>,
-    pub runtime_flavor: Option<crate::contracts::runtime_info::RuntimeFlavor>,
+    pub operating_system: Option<cdac::contracts::runtime_info::OperatingSystem>,
+    pub runtime_flavor: Option<cdac::contracts::runtime_info::RuntimeFlavor>,
     pub descriptor_source: SourceReport,
     /// Shipped overlays that filled in what the descriptor lacks, most specific first.
     pub overlays: Vec<OverlayReport>,
@@ -121,10 +121,10 @@ pub fn report(rt: &Runtime) -> InfoReport {
             Endian::Big => "big",
         },
         architecture: rt.module().architecture,
-        operating_system: crate::contracts::runtime_info::runtime_info(d)
+        operating_system: cdac::contracts::runtime_info::runtime_info(d)
             .ok()
             .map(|i| i.operating_system),
-        runtime_flavor: crate::contracts::runtime_info::runtime_info(d)
+        runtime_flavor: cdac::contracts::runtime_info::runtime_info(d)
             .ok()
             .map(|i| i.flavor),
         descriptor_source: SourceReport {
@@ -179,6 +179,7 @@ pub fn report(rt: &Runtime) -> InfoReport {
             TargetKind::Live { pid } => format!("live process {pid}"),
             TargetKind::CoreDump { path } => format!("core dump {}", path.display()),
             TargetKind::Synthetic => "synthetic memory".to_string(),
+            TargetKind::Host => "memory read by a host".to_string(),
         },
         threads: rt
             .target()

@@ -16,8 +16,8 @@ use serde_json::json;
 
 use super::names::CliResult;
 use super::{DescriptorArgs, TargetArgs};
-use crate::coverage::function_coverage;
-use crate::formats::mip::{
+use cdac::coverage::function_coverage;
+use cdac::formats::mip::{
     create_from_map, function_coverage_profile, merge, show_rows, FileKind, Header, Layout, MipMap,
     Profile, RawProfile,
 };

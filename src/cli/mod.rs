@@ -33,8 +33,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::limits::{Limit, Limits};
-use crate::runtime::{OpenOptions, Runtime, RuntimeError};
+use cdac::limits::{Limit, Limits};
+use cdac::runtime::{OpenOptions, Runtime, RuntimeError};
 
 /// Read the internals of a running .NET process or its core dump, from outside.
 #[derive(Debug, Parser)]

@@ -8,11 +8,11 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use super::{hex, DescriptorArgs, TargetArgs};
-use crate::contracts::execution_manager::enumerate::{enumerate_code, CodeEntry};
-use crate::contracts::loader;
-use crate::formats::perf_map::{self, PerfMapEntry};
-use crate::names::MethodNamer;
-use crate::runtime::Runtime;
+use cdac::contracts::execution_manager::enumerate::{enumerate_code, CodeEntry};
+use cdac::contracts::loader;
+use cdac::formats::perf_map::{self, PerfMapEntry};
+use cdac::names::MethodNamer;
+use cdac::runtime::Runtime;
 
 pub(crate) type CliResult = Result<(), Box<dyn std::error::Error>>;
 

@@ -15,8 +15,8 @@ use clap::Args;
 use serde_json::json;
 
 use super::names::CliResult;
-use crate::formats::r2r::perf_map::{enum_name, ABI_NAMES, ARCH_NAMES, OS_NAMES};
-use crate::formats::r2r::{r2r_perf_map, NameStyle, R2rError, R2rMapOptions, R2rPerfMap};
+use cdac::formats::r2r::perf_map::{enum_name, ABI_NAMES, ARCH_NAMES, OS_NAMES};
+use cdac::formats::r2r::{r2r_perf_map, NameStyle, R2rError, R2rMapOptions, R2rPerfMap};
 
 /// Arguments of `cdac r2rmap`.
 #[derive(Debug, Args)]

@@ -8,15 +8,15 @@ use serde_json::{json, Value};
 
 use super::names::CliResult;
 use super::{hex, DescriptorArgs, TargetArgs};
-use crate::contracts::debug_info::IlOffset;
-use crate::contracts::thread::ExceptionInfo;
-use crate::formats::pdb::SourceLocation;
-use crate::names::MethodNamer;
-use crate::source_lines::SourceLines;
-use crate::stacks::{
+use cdac::contracts::debug_info::IlOffset;
+use cdac::contracts::thread::ExceptionInfo;
+use cdac::formats::pdb::SourceLocation;
+use cdac::names::MethodNamer;
+use cdac::source_lines::SourceLines;
+use cdac::stacks::{
     thread_stacks, FoundBy, FrameCode, LiveRegisters, StackEnd, StackFrame, ThreadStack,
 };
-use crate::symbols::ElfSymbols;
+use cdac::symbols::ElfSymbols;
 
 /// Arguments of `cdac stacks`.
 #[derive(Debug, Args)]

@@ -6,8 +6,8 @@ use serde_json::{json, Value};
 
 use super::names::CliResult;
 use super::{hex, DescriptorArgs, TargetArgs};
-use crate::contracts::thread::{ExceptionInfo, ExplicitFrame, Threads};
-use crate::names::MethodNamer;
+use cdac::contracts::thread::{ExceptionInfo, ExplicitFrame, Threads};
+use cdac::names::MethodNamer;
 
 /// Arguments of `cdac threads`.
 #[derive(Debug, Args)]

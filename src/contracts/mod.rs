@@ -27,13 +27,19 @@ use crate::target::ReadError;
 pub enum ContractError {
     /// The runtime does not advertise the contract at all.
     #[error("the runtime does not advertise the {contract} contract")]
-    Missing { contract: &'static str },
+    Missing {
+        /// Contract name.
+        contract: &'static str,
+    },
 
     /// The runtime advertises a version cdac does not implement.
     #[error("unsupported contract version: {contract} {version} (cdac implements {supported})")]
     UnsupportedVersion {
+        /// Contract name.
         contract: &'static str,
+        /// The version found.
         version: String,
+        /// What this reader supports.
         supported: &'static str,
     },
 
@@ -42,8 +48,11 @@ pub enum ContractError {
         "{contract} is not supported on architecture {architecture} (cdac supports {supported})"
     )]
     UnsupportedArchitecture {
+        /// Contract name.
         contract: &'static str,
+        /// The target's architecture.
         architecture: String,
+        /// What this reader supports.
         supported: &'static str,
     },
 
@@ -59,8 +68,11 @@ pub enum ContractError {
     /// structure read while the runtime was changing it).
     #[error("corrupt {what} at {addr:#x}: {detail}")]
     Corrupt {
+        /// The structure being read.
         what: &'static str,
+        /// Its target address.
         addr: u64,
+        /// What is wrong.
         detail: String,
     },
 
@@ -68,10 +80,15 @@ pub enum ContractError {
     /// or a list longer than any real runtime builds), or past a bound of the format.
     #[error("{what} at {addr:#x} exceeds {limit}, which is {cap} {unit}")]
     LimitExceeded {
+        /// What was being read or walked.
         what: &'static str,
+        /// Target address where it happened.
         addr: u64,
+        /// The limit passed.
         limit: Limit,
+        /// The limit's value.
         cap: u64,
+        /// Unit of the limit (bytes, entries...).
         unit: &'static str,
     },
 }

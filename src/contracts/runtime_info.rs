@@ -10,16 +10,27 @@ use crate::descriptor::DataDescriptor;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Architecture {
+    /// Not known.
     Unknown = 0,
+    /// 32-bit x86.
     X86 = 1,
+    /// x86-64.
     X64 = 2,
+    /// 32-bit ARM.
     Arm = 3,
+    /// 64-bit ARM.
     Arm64 = 4,
+    /// WebAssembly.
     Wasm = 5,
+    /// IBM z/Architecture.
     S390x = 6,
+    /// 64-bit LoongArch.
     LoongArch64 = 7,
+    /// 32-bit ARMv6.
     Armv6 = 8,
+    /// 64-bit little-endian POWER.
     Ppc64le = 9,
+    /// 64-bit RISC-V.
     RiscV64 = 10,
 }
 
@@ -27,26 +38,37 @@ pub enum Architecture {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OperatingSystem {
+    /// Not known.
     Unknown = 0,
+    /// Windows.
     Windows = 1,
+    /// Linux and other Unix-like systems.
     Unix = 2,
+    /// A browser (WebAssembly).
     Browser = 3,
+    /// macOS, iOS and the other Apple systems.
     Apple = 4,
 }
 
 /// Runtime flavor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum RuntimeFlavor {
+    /// Not known.
     Unknown = 0,
+    /// CoreCLR, the runtime with a JIT.
     CoreClr = 1,
+    /// Native AOT, ahead-of-time compiled code with a minimal runtime.
     NativeAot = 2,
 }
 
 /// What RuntimeInfo reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct RuntimeInfo {
+    /// The architecture the runtime was built for.
     pub architecture: Architecture,
+    /// The operating-system family.
     pub operating_system: OperatingSystem,
+    /// Which runtime it is.
     pub flavor: RuntimeFlavor,
 }
 

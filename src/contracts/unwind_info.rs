@@ -23,11 +23,17 @@ use crate::target::Target;
 /// Architectures whose unwind data this module reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum UnwindArch {
+    /// 32-bit x86.
     X86,
+    /// x86-64 (Windows-style unwind codes).
     Amd64,
+    /// 32-bit ARM.
     Arm,
+    /// 64-bit ARM.
     Arm64,
+    /// 64-bit LoongArch.
     LoongArch64,
+    /// 64-bit RISC-V.
     RiscV64,
 }
 

@@ -20,7 +20,12 @@ use super::number::{parse_number, Number};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Literal {
     /// A JSON number or a numeric string.
-    Number { value: u64, text: Option<String> },
+    Number {
+        /// The number.
+        value: u64,
+        /// Its text when it came as a string (for messages).
+        text: Option<String>,
+    },
     /// A string that is not a number (string globals such as `"x64"`).
     Text(String),
 }
@@ -37,28 +42,36 @@ pub enum GlobalSource {
 /// One global as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawGlobal {
+    /// Where the value is: inline or at an index of the pointer data.
     pub source: GlobalSource,
+    /// Declared type, if any.
     pub type_name: Option<String>,
 }
 
 /// One field as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawField {
+    /// Offset in the type, in bytes.
     pub offset: u32,
+    /// Declared type, if any.
     pub type_name: Option<String>,
 }
 
 /// One type as written.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RawType {
+    /// Size in bytes, when declared.
     pub size: Option<u32>,
+    /// Fields by name.
     pub fields: BTreeMap<String, RawField>,
 }
 
 /// A contract version: an integer (.NET 9 and 10) or a string such as "c2" (.NET 11).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ContractVersion {
+    /// A numeric version (.NET 9 and 10).
     Number(u64),
+    /// A string version such as "c2" (.NET 11).
     Tag(String),
 }
 
@@ -98,11 +111,17 @@ impl fmt::Display for ContractVersion {
 /// One descriptor's content as written.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PhysicalDescriptor {
+    /// Format version of the JSON.
     pub version: u64,
+    /// The baseline descriptor it builds on, if any.
     pub baseline: Option<String>,
+    /// Types by name.
     pub types: BTreeMap<String, RawType>,
+    /// Globals by name.
     pub globals: BTreeMap<String, RawGlobal>,
+    /// Contract versions by name.
     pub contracts: BTreeMap<String, ContractVersion>,
+    /// Nested descriptors by name, located like globals.
     pub sub_descriptors: BTreeMap<String, RawGlobal>,
     /// Top-level keys this reader does not interpret, kept as written.
     pub extras: BTreeMap<String, Value>,

@@ -10,6 +10,31 @@
 //! let map = d.global_value("ExecutionManagerCodeRangeMapAddress")?;
 //! # let _ = (begin, map); Ok(()) }
 //! ```
+//!
+//! A descriptor is built from its compact JSON form; globals written as `[n]` are slots
+//! of the pointer data that comes with it:
+//!
+//! ```
+//! use cdac::descriptor::{json, DataDescriptor};
+//! use cdac::target::DataLayout;
+//!
+//! let text = br#"{
+//!     "version": 0,
+//!     "types": { "Thread": { "!": 64, "Id": 8, "Next": [16, "pointer"] } },
+//!     "globals": { "ThreadStore": [1], "MaxThreads": 100 },
+//!     "contracts": { "Thread": 1 }
+//! }"#;
+//! let physical = json::parse("example", text)?;
+//! let mut descriptor = DataDescriptor::new(DataLayout::LE64);
+//! descriptor.merge("example", &physical, &[0, 0x7f00_1000])?;
+//! let thread = descriptor.ty("Thread")?;
+//! assert_eq!(thread.size()?, 64);
+//! assert_eq!(thread.offset("Next")?, 16);
+//! assert_eq!(descriptor.global_value("ThreadStore")?, 0x7f00_1000);
+//! assert_eq!(descriptor.global_value("MaxThreads")?, 100);
+//! assert!(descriptor.ty("Exception").is_err());
+//! # Ok::<(), cdac::descriptor::DescriptorError>(())
+//! ```
 
 pub mod embedded;
 mod error;

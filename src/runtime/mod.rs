@@ -162,13 +162,45 @@ impl Runtime {
         Self::open(Arc::new(core), options)
     }
 
-    /// Finds the runtime in any memory source and loads its descriptor.
+    /// Finds the runtime in any memory source and loads its descriptor. The source's own
+    /// layout is used until the descriptor tells the real one (64-bit little-endian when the
+    /// source knows none).
     pub fn open(
         source: Arc<dyn MemorySource>,
         options: &OpenOptions,
     ) -> Result<Runtime, RuntimeError> {
         let layout = source.native_layout().unwrap_or(DataLayout::LE64);
-        let target = Target::new(source, layout).with_limits(options.limits);
+        Self::open_target(Target::new(source, layout), options)
+    }
+
+    /// Opens memory a host program reads for `cdac` (see
+    /// [`CallbackSource`](crate::target::callback::CallbackSource)).
+    ///
+    /// ```no_run
+    /// use cdac::runtime::{OpenOptions, Runtime};
+    /// use cdac::target::callback::CallbackSource;
+    /// use cdac::target::{MappedFile, ThreadInfo};
+    ///
+    /// # fn host_read(addr: u64, buf: &mut [u8]) -> bool { false }
+    /// # fn host_modules() -> Vec<MappedFile> { Vec::new() }
+    /// # fn host_threads() -> Vec<ThreadInfo> { Vec::new() }
+    /// // The debugger's own view of the target: memory, module mappings, threads.
+    /// let source = CallbackSource::new(host_read, host_modules(), host_threads());
+    /// let rt = Runtime::open_host(source, &OpenOptions::default())?;
+    /// println!("{} at {:#x}", rt.module().path.display(), rt.module().base);
+    /// # Ok::<(), cdac::runtime::RuntimeError>(())
+    /// ```
+    pub fn open_host(
+        source: crate::target::callback::CallbackSource,
+        options: &OpenOptions,
+    ) -> Result<Runtime, RuntimeError> {
+        Self::open(Arc::new(source), options)
+    }
+
+    /// Finds the runtime in `target` and loads its descriptor. `target`'s layout is used
+    /// until the descriptor tells the real one; its limits are replaced by `options`'.
+    pub fn open_target(target: Target, options: &OpenOptions) -> Result<Runtime, RuntimeError> {
+        let target = target.with_limits(options.limits);
         let mut found = discovery::find_runtime_modules(&target)?;
         if found.is_empty() {
             if let Some(path) = &options.descriptor {

@@ -5,6 +5,26 @@
 //! reader's, and knows nothing of runtime structures: a test writes each structure from
 //! its own table of field offsets, so a layout bug in the library cannot hide in the
 //! builder too.
+//!
+//! ```
+//! use cdac::target::builder::MemoryBuilder;
+//! use cdac::target::DataLayout;
+//!
+//! // A 32-bit big-endian target with a two-node list.
+//! let mut memory = MemoryBuilder::new(DataLayout::BE32);
+//! let second = memory.alloc(8, 4).pointer(0, 0).u32(4, 2).addr;
+//! let first = memory.alloc(8, 4).pointer(0, second).u32(4, 1).addr;
+//! let target = memory.into_target();
+//!
+//! let mut values = Vec::new();
+//! let mut at = first;
+//! while at != 0 {
+//!     values.push(target.read_u32(at + 4)?);
+//!     at = target.read_pointer(at)?;
+//! }
+//! assert_eq!(values, [1, 2]);
+//! # Ok::<(), cdac::target::ReadError>(())
+//! ```
 
 use std::path::PathBuf;
 

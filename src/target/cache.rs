@@ -68,6 +68,11 @@ impl<S: MemorySource> PageCache<S> {
         &self.inner
     }
 
+    /// Drops the cache and gives back the source.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
     /// Number of pages held now.
     pub fn cached_pages(&self) -> usize {
         self.lock().len()

@@ -23,16 +23,28 @@ pub enum ImageError {
     /// Memory of the image could not be read.
     #[error("reading the ELF image at {base:#x}: {source}")]
     Read {
+        /// Base address of the module.
         base: u64,
+        /// The underlying error.
         #[source]
         source: ReadError,
     },
     /// The bytes are not a well-formed ELF image.
     #[error("the ELF image at {base:#x} is malformed: {detail}")]
-    Malformed { base: u64, detail: String },
+    Malformed {
+        /// Base address of the module.
+        base: u64,
+        /// What is wrong.
+        detail: String,
+    },
     /// The file on disk could not be used.
     #[error("{path}: {detail}")]
-    File { path: PathBuf, detail: String },
+    File {
+        /// Path of the file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
 }
 
 /// A file mapped into the target, with all of its mappings grouped.

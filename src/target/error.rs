@@ -9,47 +9,93 @@ use crate::limits::Limit;
 pub enum ReadError {
     /// Nothing is mapped at this address in the target.
     #[error("address {addr:#x} is not mapped in the target ({len} bytes requested)")]
-    Unmapped { addr: u64, len: usize },
+    Unmapped {
+        /// Target address involved.
+        addr: u64,
+        /// Bytes requested.
+        len: usize,
+    },
 
     /// The address was mapped in the process, but the dump does not hold its bytes.
     #[error("memory at {addr:#x} was not captured in the dump ({len} bytes requested): {reason}")]
     NotCaptured {
+        /// Target address involved.
         addr: u64,
+        /// Bytes requested.
         len: usize,
+        /// Why the bytes are missing.
         reason: String,
     },
 
     /// The live process went away while we were reading it.
     #[error("process {pid} exited while being read (at address {addr:#x})")]
-    ProcessExited { pid: i32, addr: u64 },
+    ProcessExited {
+        /// Process id.
+        pid: i32,
+        /// Target address involved.
+        addr: u64,
+    },
 
     /// The kernel refused access to the live process.
     #[error("permission denied reading process {pid} at {addr:#x}: {hint}")]
-    PermissionDenied { pid: i32, addr: u64, hint: String },
+    PermissionDenied {
+        /// Process id.
+        pid: i32,
+        /// Target address involved.
+        addr: u64,
+        /// What may help (for example the ptrace scope).
+        hint: String,
+    },
 
     /// A read, or the reads of one command, passed one of the [`crate::limits::Limits`]:
     /// a single read larger than the read-size limit, all reads together past the
     /// total-read limit, or a string with no terminator within the string-length limit.
     #[error("reading at {addr:#x}: {value} exceeds {limit}, which is {cap}")]
     LimitExceeded {
+        /// The limit passed.
         limit: Limit,
+        /// Target address where it happened.
         addr: u64,
+        /// The offending value.
         value: u64,
+        /// The limit's value.
         cap: u64,
     },
 
     /// `addr + len` does not fit in the target's address space.
     #[error("address range {addr:#x} + {len} overflows the address space")]
-    AddressOverflow { addr: u64, len: usize },
+    AddressOverflow {
+        /// Target address involved.
+        addr: u64,
+        /// Bytes requested.
+        len: usize,
+    },
 
     /// The bytes read are not valid text in the expected encoding.
     #[error("string at {addr:#x} is not valid {encoding}")]
-    InvalidString { addr: u64, encoding: &'static str },
+    InvalidString {
+        /// Target address involved.
+        addr: u64,
+        /// The expected encoding.
+        encoding: &'static str,
+    },
+
+    /// The host's read callback (see [`super::callback::CallbackSource`]) reported that it
+    /// could not read these bytes.
+    #[error("the host could not read {len} bytes at {addr:#x}")]
+    HostReadFailed {
+        /// First address of the failed read.
+        addr: u64,
+        /// Bytes requested.
+        len: usize,
+    },
 
     /// An operating-system error other than the ones above.
     #[error("I/O error reading {addr:#x}: {source}")]
     Io {
+        /// Target address involved.
         addr: u64,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
@@ -66,6 +112,7 @@ impl ReadError {
             | ReadError::LimitExceeded { addr, .. }
             | ReadError::AddressOverflow { addr, .. }
             | ReadError::InvalidString { addr, .. }
+            | ReadError::HostReadFailed { addr, .. }
             | ReadError::Io { addr, .. } => *addr,
         }
     }
@@ -88,12 +135,14 @@ impl ReadError {
         }
     }
 
-    /// True when the memory simply is not available (unmapped or not captured), as
-    /// opposed to the target itself being unreadable.
+    /// True when the memory simply is not available (unmapped, not captured, or refused by
+    /// a host's read callback), as opposed to the target itself being unreadable.
     pub fn is_missing_memory(&self) -> bool {
         matches!(
             self,
-            ReadError::Unmapped { .. } | ReadError::NotCaptured { .. }
+            ReadError::Unmapped { .. }
+                | ReadError::NotCaptured { .. }
+                | ReadError::HostReadFailed { .. }
         )
     }
 }
@@ -103,25 +152,45 @@ impl ReadError {
 pub enum OpenError {
     /// No process with this pid.
     #[error("no process with pid {pid}")]
-    NoSuchProcess { pid: i32 },
+    NoSuchProcess {
+        /// Process id.
+        pid: i32,
+    },
 
     /// The process exists but may not be read.
     #[error("permission denied opening process {pid}: {hint}")]
-    PermissionDenied { pid: i32, hint: String },
+    PermissionDenied {
+        /// Process id.
+        pid: i32,
+        /// What may help (for example the ptrace scope).
+        hint: String,
+    },
 
     /// A file could not be opened or mapped.
     #[error("cannot open {path}: {source}")]
     Io {
+        /// Path of the file.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
 
     /// The file is not an ELF core dump, or its headers are damaged.
     #[error("{path} is not a usable ELF core dump: {detail}")]
-    BadCore { path: PathBuf, detail: String },
+    BadCore {
+        /// Path of the file.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
 
     /// /proc data of a live process could not be parsed.
     #[error("cannot read /proc data of process {pid}: {detail}")]
-    Proc { pid: i32, detail: String },
+    Proc {
+        /// Process id.
+        pid: i32,
+        /// What is wrong.
+        detail: String,
+    },
 }

@@ -8,6 +8,7 @@
 
 pub mod builder;
 pub mod cache;
+pub mod callback;
 pub mod core_dump;
 pub mod elf_image;
 mod error;
@@ -26,7 +27,9 @@ use crate::limits::{Limit, Limits};
 /// Byte order of the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Endian {
+    /// Least significant byte first.
     Little,
+    /// Most significant byte first.
     Big,
 }
 
@@ -35,6 +38,7 @@ pub enum Endian {
 pub struct DataLayout {
     /// Size of a pointer in bytes: 4 or 8.
     pub pointer_size: u8,
+    /// Byte order.
     pub endian: Endian,
 }
 
@@ -96,11 +100,19 @@ pub struct ThreadInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetKind {
     /// A live process.
-    Live { pid: i32 },
+    Live {
+        /// Its process id.
+        pid: i32,
+    },
     /// An ELF core dump file.
-    CoreDump { path: PathBuf },
+    CoreDump {
+        /// Path of the core file.
+        path: PathBuf,
+    },
     /// Memory laid out in this process (tests).
     Synthetic,
+    /// Memory a host program (a debugger) reads for `cdac` through a callback.
+    Host,
 }
 
 /// A source of target memory.

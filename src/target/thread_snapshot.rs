@@ -219,16 +219,26 @@ impl ProcessSnapshot {
 pub enum SnapshotError {
     /// No process with this pid.
     #[error("no process with pid {pid}")]
-    NoSuchProcess { pid: i32 },
+    NoSuchProcess {
+        /// Process id.
+        pid: i32,
+    },
 
     /// The thread is not (or no longer) a thread of the process.
     #[error("thread {tid} is not a live thread of process {pid} (it exited, or never existed)")]
-    NoSuchThread { pid: i32, tid: i32 },
+    NoSuchThread {
+        /// Process id.
+        pid: i32,
+        /// Thread id.
+        tid: i32,
+    },
 
     /// The process exited during the snapshot; the threads copied before are kept.
     #[error("process {pid} exited during the snapshot ({} thread(s) had been copied)", partial.len())]
     ProcessExited {
+        /// Process id.
         pid: i32,
+        /// Threads snapshot before it exited.
         partial: Vec<ThreadSnapshot>,
     },
 
@@ -239,34 +249,57 @@ pub enum SnapshotError {
         if *tracer_is_us { format!("this process (pid {tracer}), cdac's caller") } else { format!("process {tracer}") }
     )]
     AlreadyTraced {
+        /// Process id.
         pid: i32,
+        /// Thread id.
         tid: i32,
+        /// Pid of the tracer.
         tracer: i32,
+        /// True when the tracer is this process.
         tracer_is_us: bool,
     },
 
     /// The kernel refused to let us trace the thread.
     #[error("permission denied stopping thread {tid} of process {pid}: {hint}")]
-    PermissionDenied { pid: i32, tid: i32, hint: String },
+    PermissionDenied {
+        /// Process id.
+        pid: i32,
+        /// Thread id.
+        tid: i32,
+        /// What may help (for example the ptrace scope).
+        hint: String,
+    },
 
     /// A ptrace or wait call failed for another reason.
     #[error("{op} on thread {tid} of process {pid} failed: {source}")]
     Ptrace {
+        /// Process id.
         pid: i32,
+        /// Thread id.
         tid: i32,
+        /// The ptrace request.
         op: &'static str,
+        /// The underlying error.
         #[source]
         source: io::Error,
     },
 
     /// `/proc` data of the process could not be read or parsed.
     #[error("cannot read /proc data of process {pid}: {detail}")]
-    Proc { pid: i32, detail: String },
+    Proc {
+        /// Process id.
+        pid: i32,
+        /// What is wrong.
+        detail: String,
+    },
 
     /// The process is cdac's own: the kernel lets no thread trace a thread of its own
     /// process.
     #[error("process {pid} is this process: its threads cannot be stopped from inside it (use peek_threads, or a separate process)")]
-    OwnProcess { pid: i32 },
+    OwnProcess {
+        /// Process id.
+        pid: i32,
+    },
 
     /// Register snapshots are implemented for x86-64 only.
     #[error("thread register snapshots need cdac built for x86-64")]
@@ -685,13 +718,22 @@ pub enum ThreadActivity {
     /// Blocked in system call `nr`, with its six arguments; `sp` and `pc` are the user-mode
     /// stack pointer and the address after the `syscall` instruction.
     InSyscall {
+        /// System call number.
         nr: u64,
+        /// System call arguments.
         args: [u64; 6],
+        /// Stack pointer.
         sp: u64,
+        /// Program counter.
         pc: u64,
     },
     /// Off the CPU but not in a system call (a page fault, a stop): user-mode sp and pc.
-    Blocked { sp: u64, pc: u64 },
+    Blocked {
+        /// Stack pointer.
+        sp: u64,
+        /// Program counter.
+        pc: u64,
+    },
     /// On a CPU (or about to be): the kernel gives no registers.
     Running,
 }

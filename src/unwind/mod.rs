@@ -29,16 +29,27 @@ impl StackMemory for Target {
 /// Register numbers of x64, in the order of the x64 unwind codes (and of DWARF's
 /// numbering's first 16, which differs: use [`X64Context::from_dwarf`] for that).
 pub mod x64_reg {
+    /// `rax`.
     pub const RAX: usize = 0;
+    /// `rcx`.
     pub const RCX: usize = 1;
+    /// `rdx`.
     pub const RDX: usize = 2;
+    /// `rbx`.
     pub const RBX: usize = 3;
+    /// `rsp`.
     pub const RSP: usize = 4;
+    /// `rbp`.
     pub const RBP: usize = 5;
+    /// `rsi`.
     pub const RSI: usize = 6;
+    /// `rdi`.
     pub const RDI: usize = 7;
+    /// `r8`.
     pub const R8: usize = 8;
+    /// `r12`.
     pub const R12: usize = 12;
+    /// `r15`.
     pub const R15: usize = 15;
 }
 
@@ -93,14 +104,27 @@ pub enum UnwindError {
 
     /// The unwind data is not what it should be.
     #[error("bad unwind data for {ip:#x}: {detail}")]
-    BadUnwindData { ip: u64, detail: String },
+    BadUnwindData {
+        /// Instruction pointer of the frame.
+        ip: u64,
+        /// What is wrong.
+        detail: String,
+    },
 
     /// No unwinder knows the code at this address (no module, no managed code, and no
     /// usable frame pointer).
     #[error("no unwind information for {ip:#x}")]
-    NoUnwindInfo { ip: u64 },
+    NoUnwindInfo {
+        /// Instruction pointer of the frame.
+        ip: u64,
+    },
 
     /// The step did not move up the stack (a loop in damaged data).
     #[error("unwinding stopped at {ip:#x}: the caller's stack pointer {sp:#x} is not above this frame's")]
-    NotProgressing { ip: u64, sp: u64 },
+    NotProgressing {
+        /// Instruction pointer of the frame.
+        ip: u64,
+        /// Stack pointer, unchanged by the step.
+        sp: u64,
+    },
 }

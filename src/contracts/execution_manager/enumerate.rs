@@ -94,21 +94,42 @@ impl CodeEntry {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ErrorSite {
     /// Finding the code heaps: the EEJitManager, or the list node at `node` (0: the head).
-    CodeHeapList { node: u64 },
+    CodeHeapList {
+        /// Address of the list node.
+        node: u64,
+    },
     /// The code heap whose `CodeHeapListNode` is at `node` (its fields or its nibble map).
-    CodeHeap { node: u64 },
+    CodeHeap {
+        /// Address of the heap node.
+        node: u64,
+    },
     /// The block of code starting at `start` in a code heap.
-    CodeBlock { start: u64 },
+    CodeBlock {
+        /// Start of the code.
+        start: u64,
+    },
     /// The range section map (no ReadyToRun image could be listed).
     RangeSections,
     /// The ReadyToRun image whose `RangeSection` is at `section`.
-    ReadyToRunImage { section: u64 },
+    ReadyToRunImage {
+        /// Address of the range section.
+        section: u64,
+    },
     /// The entry point → MethodDesc map at `map`.
-    EntryPointMap { map: u64 },
+    EntryPointMap {
+        /// Address of the map.
+        map: u64,
+    },
     /// The ReadyToRun method whose entry point is `entry`.
-    EntryPoint { entry: u64 },
+    EntryPoint {
+        /// Address of the entry.
+        entry: u64,
+    },
     /// Two different entries for the code at `start`.
-    Duplicate { start: u64 },
+    Duplicate {
+        /// Start of the code found twice.
+        start: u64,
+    },
 }
 
 impl std::fmt::Display for ErrorSite {

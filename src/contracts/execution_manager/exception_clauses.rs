@@ -63,9 +63,11 @@ pub struct ExceptionClause {
     pub duplicated: bool,
     /// Protected range, native offsets `[try_start, try_end)`.
     pub try_start: u32,
+    /// End of the protected range (offset in the method, exclusive).
     pub try_end: u32,
     /// Handler range, native offsets `[handler_start, handler_end)`.
     pub handler_start: u32,
+    /// End of the handler (offset in the method, exclusive).
     pub handler_end: u32,
     /// Filter clauses: native offset of the filter funclet.
     pub filter_offset: Option<u32>,

@@ -10,22 +10,30 @@ use crate::target::Target;
 /// Header flag bits of a fat header (a slim header implies only
 /// [`HAS_STACK_BASE_REGISTER`](flags::HAS_STACK_BASE_REGISTER), from its second bit).
 pub mod flags {
+    /// The method takes variable arguments.
     pub const IS_VARARG: u32 = 0x001;
     /// Obsolete; read (when set) only in versions 1 to 3.
     pub const HAS_SECURITY_OBJECT: u32 = 0x002;
+    /// The frame has a stack-guard (GS) cookie.
     pub const HAS_GS_COOKIE: u32 = 0x004;
     /// Obsolete since version 4; read (when set) only in versions 1 to 3.
     pub const HAS_PSP_SYM: u32 = 0x008;
     /// Where the generics instantiation context comes from: one of the `GENERICS_*`
     /// values.
     pub const GENERICS_INST_CONTEXT_MASK: u32 = 0x030;
+    /// No generics context.
     pub const GENERICS_INST_CONTEXT_NONE: u32 = 0x000;
+    /// The context is a MethodTable in a stack slot.
     pub const GENERICS_INST_CONTEXT_MT: u32 = 0x010;
+    /// The context is a MethodDesc in a stack slot.
     pub const GENERICS_INST_CONTEXT_MD: u32 = 0x020;
+    /// The context comes from `this`.
     pub const GENERICS_INST_CONTEXT_THIS: u32 = 0x030;
+    /// The frame uses a base register other than the stack pointer.
     pub const HAS_STACK_BASE_REGISTER: u32 = 0x040;
     /// `WANTS_REPORT_ONLY_LEAF` on x64, `HAS_TAILCALLS` on the other architectures.
     pub const WANTS_REPORT_ONLY_LEAF_OR_HAS_TAILCALLS: u32 = 0x080;
+    /// Edit-and-continue preserved-area size is recorded.
     pub const HAS_EDIT_AND_CONTINUE_INFO: u32 = 0x100;
     /// Not in version 1, whose flags are 9 bits.
     pub const REVERSE_PINVOKE_FRAME: u32 = 0x200;
@@ -38,16 +46,25 @@ pub mod flags {
 
 /// Return kinds (versions 2 and 3): 2 bits in a slim header, 2 or 4 in a fat one.
 pub mod return_kind {
+    /// No GC reference returned.
     pub const SCALAR: u32 = 0;
+    /// An object reference returned.
     pub const OBJECT: u32 = 1;
+    /// An interior (byref) pointer returned.
     pub const BYREF: u32 = 2;
     /// "Unset" (`RT_Float` on x86).
     pub const UNSET: u32 = 3;
+    /// Two registers: scalar, then object.
     pub const SCALAR_OBJ: u32 = 0x4;
+    /// Two registers: scalar, then byref.
     pub const SCALAR_BYREF: u32 = 0x8;
+    /// Two registers: object, then object.
     pub const OBJ_OBJ: u32 = 0x5;
+    /// Two registers: object, then byref.
     pub const OBJ_BYREF: u32 = 0x9;
+    /// Two registers: byref, then object.
     pub const BYREF_OBJ: u32 = 0x6;
+    /// Two registers: byref, then byref.
     pub const BYREF_BYREF: u32 = 0xA;
 }
 

@@ -28,39 +28,66 @@ pub enum GcInfoArch {
 /// [`GcInfoArch`]. Field names follow the runtime's constants, lower-cased.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Encoding {
+    /// Chunk size in bits of the variable-length encoding of the code length.
     pub code_length_encbase: u32,
     /// ReturnKind bits in a slim header (versions 2 and 3); `None` where the encoding
     /// never had them.
     pub return_kind_bits_slim: Option<u32>,
     /// ReturnKind bits in a fat header (versions 2 and 3).
     pub return_kind_bits_fat: Option<u32>,
+    /// Chunk size in bits of the variable-length encoding of the generics inst context stack slot.
     pub generics_inst_context_stack_slot_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the gs cookie stack slot.
     pub gs_cookie_stack_slot_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the psp sym stack slot.
     pub psp_sym_stack_slot_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the security object stack slot.
     pub security_object_stack_slot_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the stack base register.
     pub stack_base_register_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the size of stack area.
     pub size_of_stack_area_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the size of edit and continue preserved area.
     pub size_of_edit_and_continue_preserved_area_encbase: u32,
     /// Present only where the fat header carries the EnC fixed stack frame size.
     pub size_of_edit_and_continue_fixed_stack_frame_encbase: Option<u32>,
+    /// Chunk size in bits of the variable-length encoding of the reverse pinvoke frame.
     pub reverse_pinvoke_frame_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the num registers.
     pub num_registers_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the num stack slots.
     pub num_stack_slots_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the num untracked slots.
     pub num_untracked_slots_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the norm prolog size.
     pub norm_prolog_size_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the norm epilog size.
     pub norm_epilog_size_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the norm code offset delta.
     pub norm_code_offset_delta_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the interruptible range delta1.
     pub interruptible_range_delta1_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the interruptible range delta2.
     pub interruptible_range_delta2_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the register.
     pub register_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the register delta.
     pub register_delta_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the stack slot.
     pub stack_slot_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the stack slot delta.
     pub stack_slot_delta_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the num safe points.
     pub num_safe_points_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the num interruptible ranges.
     pub num_interruptible_ranges_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the num eh clauses.
     pub num_eh_clauses_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the pointer size.
     pub pointer_size_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the livestate rle run.
     pub livestate_rle_run_encbase: u32,
+    /// Chunk size in bits of the variable-length encoding of the livestate rle skip.
     pub livestate_rle_skip_encbase: u32,
     /// The fat header carries the size of the outgoing argument / scratch area
     /// (`FIXED_STACK_PARAMETER_SCRATCH_AREA`).

@@ -91,6 +91,7 @@ fn prefixed(heap: Heap, data: &[u8], index: u32) -> Result<&[u8]> {
 pub struct BlobHeap<'a>(pub &'a [u8]);
 
 impl<'a> BlobHeap<'a> {
+    /// The blob at `index`, without its length prefix.
     pub fn get(&self, index: BlobIndex) -> Result<&'a [u8]> {
         prefixed(Heap::Blob, self.0, index.0)
     }

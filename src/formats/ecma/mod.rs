@@ -19,6 +19,27 @@
 //! }
 //! ```
 //!
+//! Signature blobs decode without the rest of the metadata:
+//!
+//! ```
+//! use cdac::formats::ecma::signature::{decode_method_sig, Primitive, TypeSig};
+//!
+//! // instance int32 (string, int64[]): HASTHIS, 2 parameters, I4, STRING, SZARRAY I8.
+//! let sig = decode_method_sig(&[0x20, 0x02, 0x08, 0x0e, 0x1d, 0x0a])?;
+//! assert!(sig.has_this());
+//! assert_eq!(sig.ret, TypeSig::Primitive(Primitive::I4));
+//! assert_eq!(
+//!     sig.params,
+//!     [
+//!         TypeSig::Primitive(Primitive::String),
+//!         TypeSig::SzArray(Box::new(TypeSig::Primitive(Primitive::I8))),
+//!     ]
+//! );
+//! // A truncated blob is an error, never a panic.
+//! assert!(decode_method_sig(&[0x20, 0x02, 0x08]).is_err());
+//! # Ok::<(), cdac::formats::ecma::SignatureError>(())
+//! ```
+//!
 //! The naming rules (and how they were checked against a real .NET 8 perf map) are in
 //! `README.md` next to this file.
 
@@ -61,12 +82,19 @@ pub use tables::{
 
 /// Parsed metadata: root, heaps and tables, borrowing the blob.
 pub struct Metadata<'a> {
+    /// The whole metadata (from the `BSJB` root).
     pub data: &'a [u8],
+    /// The root header and stream list.
     pub root: MetadataRoot<'a>,
+    /// The `#Strings` heap.
     pub strings: StringsHeap<'a>,
+    /// The `#Blob` heap.
     pub blobs: BlobHeap<'a>,
+    /// The `#GUID` heap.
     pub guids: GuidHeap<'a>,
+    /// The `#US` heap.
     pub user_strings: UserStringHeap<'a>,
+    /// The table stream (`#~` or `#-`).
     pub tables: TableStream<'a>,
     index: OnceLock<Index>,
 }
@@ -439,12 +467,19 @@ impl<'a> Metadata<'a> {
 /// What [`Metadata::check_all`] found.
 #[derive(Debug, Default, Clone)]
 pub struct CheckReport {
+    /// Rows read across all tables.
     pub rows: u64,
+    /// TypeDef rows.
     pub type_defs: u32,
+    /// MethodDef rows.
     pub method_defs: u32,
+    /// Method signatures that decoded.
     pub method_sigs_ok: u32,
+    /// Method names that formatted.
     pub names_ok: u32,
+    /// Heap references that failed.
     pub bad_heap_refs: u64,
+    /// Errors of any kind.
     pub errors: u64,
     /// The first few errors.
     pub first_errors: Vec<MetadataError>,

@@ -38,6 +38,7 @@ pub struct IlFormatter<'m, 'a> {
 }
 
 impl<'m, 'a> IlFormatter<'m, 'a> {
+    /// A formatter over `md`.
     pub fn new(md: &'m Metadata<'a>) -> Self {
         IlFormatter { md, internal: None }
     }
@@ -576,7 +577,9 @@ impl<'a> Metadata<'a> {
 /// the method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GenericParam {
+    /// `!n`: the type's parameter number n.
     Type(u32),
+    /// `!!n`: the method's parameter number n.
     Method(u32),
 }
 
@@ -598,6 +601,7 @@ pub struct CompilerNames<'m, 'a, 'x> {
 }
 
 impl<'m, 'a, 'x> CompilerNames<'m, 'a, 'x> {
+    /// A formatter over `md`, printing generic parameters as `!n` / `!!n`.
     pub fn new(md: &'m Metadata<'a>) -> Self {
         CompilerNames { md, generic: None }
     }

@@ -19,14 +19,21 @@ pub enum PeLayout {
 /// The parts of the CLI header callers may want.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CliHeader {
+    /// Major version of the runtime the image asks for.
     pub major_runtime_version: u16,
+    /// Minor version of the runtime the image asks for.
     pub minor_runtime_version: u16,
+    /// RVA of the metadata.
     pub metadata_rva: u32,
+    /// Size of the metadata.
     pub metadata_size: u32,
+    /// `COMIMAGE_FLAGS_*`.
     pub flags: u32,
+    /// Entry point token or RVA.
     pub entry_point: u32,
     /// The ReadyToRun header's directory (ManagedNativeHeader), when the image has one.
     pub managed_native_header_rva: u32,
+    /// Size of the managed native header (the ReadyToRun header, when present).
     pub managed_native_header_size: u32,
 }
 

@@ -13,11 +13,15 @@ const MAX_STREAM_NAME: usize = 32;
 /// The metadata root: versions, the version string and where each stream is.
 #[derive(Debug, Clone)]
 pub struct MetadataRoot<'a> {
+    /// Major version.
     pub major_version: u16,
+    /// Minor version.
     pub minor_version: u16,
     /// The version string (e.g. `v4.0.30319`), up to its first NUL, lossily decoded.
     pub version: String,
+    /// Reserved flags.
     pub flags: u16,
+    /// The stream headers, in order.
     pub streams: Vec<StreamHeader<'a>>,
 }
 
@@ -26,9 +30,11 @@ pub struct MetadataRoot<'a> {
 pub struct StreamHeader<'a> {
     /// Offset of the stream from the start of the metadata root.
     pub offset: u32,
+    /// Declared size.
     pub size: u32,
     /// The name as stored (`#~`, `#Strings`, ...), lossily decoded.
     pub name: &'a str,
+    /// The stream's bytes.
     pub data: &'a [u8],
 }
 

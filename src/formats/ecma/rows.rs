@@ -7,151 +7,230 @@ use super::Metadata;
 
 /// TypeDef flags (II.23.1.15) used here.
 pub mod type_attributes {
+    /// Bits holding the type's visibility.
     pub const VISIBILITY_MASK: u32 = 0x0000_0007;
+    /// Visibility: nested and public.
     pub const NESTED_PUBLIC: u32 = 0x0000_0002;
+    /// The type is an interface.
     pub const INTERFACE: u32 = 0x0000_0020;
+    /// Abstract.
     pub const ABSTRACT: u32 = 0x0000_0080;
+    /// The type is sealed.
     pub const SEALED: u32 = 0x0000_0100;
 }
 
 /// MethodDef flags (II.23.1.10) used here.
 pub mod method_attributes {
+    /// Bits holding the method's accessibility.
     pub const MEMBER_ACCESS_MASK: u16 = 0x0007;
+    /// Static: no `this`.
     pub const STATIC: u16 = 0x0010;
+    /// The method cannot be overridden.
     pub const FINAL: u16 = 0x0020;
+    /// Virtual.
     pub const VIRTUAL: u16 = 0x0040;
+    /// Abstract.
     pub const ABSTRACT: u16 = 0x0400;
+    /// The name is special (accessors, operators).
     pub const SPECIAL_NAME: u16 = 0x0800;
+    /// Implemented by platform invoke.
     pub const PINVOKE_IMPL: u16 = 0x2000;
+    /// The runtime treats the name specially (`.ctor`, `.cctor`).
     pub const RT_SPECIAL_NAME: u16 = 0x1000;
 }
 
+/// A row of the Module table (0x00).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModuleRow {
+    /// The `Generation` column.
     pub generation: u16,
+    /// The `Name` column (`#Strings`).
     pub name: StringIndex,
+    /// The `Mvid` column (`#GUID`).
     pub mvid: GuidIndex,
+    /// The `EncId` column (`#GUID`).
     pub enc_id: GuidIndex,
+    /// The `EncBaseId` column (`#GUID`).
     pub enc_base_id: GuidIndex,
 }
 
+/// A row of the TypeRef table (0x01).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TypeRefRow {
     /// Module, ModuleRef, AssemblyRef or (for nested types) TypeRef; nil: "somewhere here".
     pub resolution_scope: Token,
+    /// The `Name` column (`#Strings`).
     pub name: StringIndex,
+    /// The `Namespace` column (`#Strings`).
     pub namespace: StringIndex,
 }
 
+/// A row of the TypeDef table (0x02).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TypeDefRow {
+    /// The `Flags` column.
     pub flags: u32,
+    /// The `Name` column (`#Strings`).
     pub name: StringIndex,
+    /// The `Namespace` column (`#Strings`).
     pub namespace: StringIndex,
+    /// The `Extends` column (a coded index).
     pub extends: Token,
+    /// The `FieldList` column.
     pub field_list: u32,
+    /// The `MethodList` column.
     pub method_list: u32,
 }
 
+/// A row of the Field table (0x04).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FieldRow {
+    /// The `Flags` column.
     pub flags: u16,
+    /// The `Name` column (`#Strings`).
     pub name: StringIndex,
+    /// The `Signature` column (`#Blob`).
     pub signature: BlobIndex,
 }
 
+/// A row of the MethodDef table (0x06).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MethodDefRow {
+    /// The `Rva` column.
     pub rva: u32,
+    /// The `ImplFlags` column.
     pub impl_flags: u16,
+    /// The `Flags` column.
     pub flags: u16,
+    /// The `Name` column (`#Strings`).
     pub name: StringIndex,
+    /// The `Signature` column (`#Blob`).
     pub signature: BlobIndex,
+    /// The `ParamList` column.
     pub param_list: u32,
 }
 
 impl MethodDefRow {
+    /// True when the method is static (no `this`).
     pub fn is_static(&self) -> bool {
         self.flags & method_attributes::STATIC != 0
     }
 }
 
+/// A row of the Param table (0x08).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ParamRow {
+    /// The `Flags` column.
     pub flags: u16,
     /// 0: the return value; 1..: the parameters.
     pub sequence: u16,
+    /// The `Name` column (`#Strings`).
     pub name: StringIndex,
 }
 
+/// A row of the InterfaceImpl table (0x09).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InterfaceImplRow {
+    /// The `Class` column.
     pub class: u32,
+    /// The `Interface` column (a coded index).
     pub interface: Token,
 }
 
+/// A row of the MemberRef table (0x0A).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemberRefRow {
     /// TypeDef, TypeRef, ModuleRef, MethodDef or TypeSpec.
     pub class: Token,
+    /// The `Name` column (`#Strings`).
     pub name: StringIndex,
+    /// The `Signature` column (`#Blob`).
     pub signature: BlobIndex,
 }
 
+/// A row of the NestedClass table (0x29).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NestedClassRow {
+    /// The `Nested` column.
     pub nested: u32,
+    /// The `Enclosing` column.
     pub enclosing: u32,
 }
 
+/// A row of the TypeSpec table (0x1B).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TypeSpecRow {
+    /// The `Signature` column (`#Blob`).
     pub signature: BlobIndex,
 }
 
+/// A row of the ModuleRef table (0x1A).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModuleRefRow {
+    /// The `Name` column (`#Strings`).
     pub name: StringIndex,
 }
 
+/// A row of the Assembly table (0x20).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AssemblyRow {
+    /// The `HashAlgId` column.
     pub hash_alg_id: u32,
+    /// The `Version` column.
     pub version: [u16; 4],
+    /// The `Flags` column.
     pub flags: u32,
+    /// The `PublicKey` column (`#Blob`).
     pub public_key: BlobIndex,
+    /// The `Name` column (`#Strings`).
     pub name: StringIndex,
+    /// The `Culture` column (`#Strings`).
     pub culture: StringIndex,
 }
 
+/// A row of the AssemblyRef table (0x23).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AssemblyRefRow {
+    /// The `Version` column.
     pub version: [u16; 4],
+    /// The `Flags` column.
     pub flags: u32,
+    /// The `PublicKeyOrToken` column (`#Blob`).
     pub public_key_or_token: BlobIndex,
+    /// The `Name` column (`#Strings`).
     pub name: StringIndex,
+    /// The `Culture` column (`#Strings`).
     pub culture: StringIndex,
+    /// The `HashValue` column (`#Blob`).
     pub hash_value: BlobIndex,
 }
 
+/// A row of the GenericParam table (0x2A).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GenericParamRow {
+    /// The `Number` column.
     pub number: u16,
+    /// The `Flags` column.
     pub flags: u16,
     /// TypeDef or MethodDef.
     pub owner: Token,
+    /// The `Name` column (`#Strings`).
     pub name: StringIndex,
 }
 
+/// A row of the MethodSpec table (0x2B).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MethodSpecRow {
     /// MethodDef or MemberRef.
     pub method: Token,
+    /// The `Instantiation` column (`#Blob`).
     pub instantiation: BlobIndex,
 }
 
+/// A row of the StandAloneSig table (0x11).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StandAloneSigRow {
+    /// The `Signature` column (`#Blob`).
     pub signature: BlobIndex,
 }
 
@@ -171,6 +250,7 @@ impl<'a> Metadata<'a> {
         self.tables.row(table, rid)
     }
 
+    /// The Module table's first row.
     pub fn module(&self) -> Result<ModuleRow> {
         let r = self.raw_row(TableId::Module, 1)?;
         Ok(ModuleRow {
@@ -182,6 +262,7 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// TypeRef row `rid` (1-based).
     pub fn type_ref(&self, rid: u32) -> Result<TypeRefRow> {
         let r = self.raw_row(TableId::TypeRef, rid)?;
         Ok(TypeRefRow {
@@ -191,6 +272,7 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// TypeDef row `rid` (1-based).
     pub fn type_def(&self, rid: u32) -> Result<TypeDefRow> {
         let r = self.raw_row(TableId::TypeDef, rid)?;
         Ok(TypeDefRow {
@@ -203,6 +285,7 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// Field row `rid` (1-based).
     pub fn field(&self, rid: u32) -> Result<FieldRow> {
         let r = self.raw_row(TableId::Field, rid)?;
         Ok(FieldRow {
@@ -212,6 +295,7 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// MethodDef row `rid` (1-based).
     pub fn method_def(&self, rid: u32) -> Result<MethodDefRow> {
         let r = self.raw_row(TableId::MethodDef, rid)?;
         Ok(MethodDefRow {
@@ -224,6 +308,7 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// Param row `rid` (1-based).
     pub fn param(&self, rid: u32) -> Result<ParamRow> {
         let r = self.raw_row(TableId::Param, rid)?;
         Ok(ParamRow {
@@ -233,6 +318,7 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// InterfaceImpl row `rid` (1-based).
     pub fn interface_impl(&self, rid: u32) -> Result<InterfaceImplRow> {
         let r = self.raw_row(TableId::InterfaceImpl, rid)?;
         Ok(InterfaceImplRow {
@@ -241,6 +327,7 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// MemberRef row `rid` (1-based).
     pub fn member_ref(&self, rid: u32) -> Result<MemberRefRow> {
         let r = self.raw_row(TableId::MemberRef, rid)?;
         Ok(MemberRefRow {
@@ -250,6 +337,7 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// StandAloneSig row `rid` (1-based).
     pub fn standalone_sig(&self, rid: u32) -> Result<StandAloneSigRow> {
         let r = self.raw_row(TableId::StandAloneSig, rid)?;
         Ok(StandAloneSigRow {
@@ -257,6 +345,7 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// NestedClass row `rid` (1-based).
     pub fn nested_class(&self, rid: u32) -> Result<NestedClassRow> {
         let r = self.raw_row(TableId::NestedClass, rid)?;
         Ok(NestedClassRow {
@@ -265,6 +354,7 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// TypeSpec row `rid` (1-based).
     pub fn type_spec(&self, rid: u32) -> Result<TypeSpecRow> {
         let r = self.raw_row(TableId::TypeSpec, rid)?;
         Ok(TypeSpecRow {
@@ -272,6 +362,7 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// ModuleRef row `rid` (1-based).
     pub fn module_ref(&self, rid: u32) -> Result<ModuleRefRow> {
         let r = self.raw_row(TableId::ModuleRef, rid)?;
         Ok(ModuleRefRow { name: s(&r, 0) })
@@ -298,6 +389,7 @@ impl<'a> Metadata<'a> {
         }))
     }
 
+    /// AssemblyRef row `rid` (1-based).
     pub fn assembly_ref(&self, rid: u32) -> Result<AssemblyRefRow> {
         let r = self.raw_row(TableId::AssemblyRef, rid)?;
         Ok(AssemblyRefRow {
@@ -315,6 +407,7 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// GenericParam row `rid` (1-based).
     pub fn generic_param(&self, rid: u32) -> Result<GenericParamRow> {
         let r = self.raw_row(TableId::GenericParam, rid)?;
         Ok(GenericParamRow {
@@ -325,6 +418,7 @@ impl<'a> Metadata<'a> {
         })
     }
 
+    /// MethodSpec row `rid` (1-based).
     pub fn method_spec(&self, rid: u32) -> Result<MethodSpecRow> {
         let r = self.raw_row(TableId::MethodSpec, rid)?;
         Ok(MethodSpecRow {

@@ -17,86 +17,150 @@ pub const MAX_ARRAY_RANK: u32 = 64;
 
 /// Element types (CorElementType) that appear in signatures.
 pub mod element_type {
+    /// `ELEMENT_TYPE_END`.
     pub const END: u8 = 0x00;
+    /// `ELEMENT_TYPE_VOID`.
     pub const VOID: u8 = 0x01;
+    /// `ELEMENT_TYPE_BOOLEAN`.
     pub const BOOLEAN: u8 = 0x02;
+    /// `ELEMENT_TYPE_CHAR`.
     pub const CHAR: u8 = 0x03;
+    /// `ELEMENT_TYPE_I1`.
     pub const I1: u8 = 0x04;
+    /// `ELEMENT_TYPE_U1`.
     pub const U1: u8 = 0x05;
+    /// `ELEMENT_TYPE_I2`.
     pub const I2: u8 = 0x06;
+    /// `ELEMENT_TYPE_U2`.
     pub const U2: u8 = 0x07;
+    /// `ELEMENT_TYPE_I4`.
     pub const I4: u8 = 0x08;
+    /// `ELEMENT_TYPE_U4`.
     pub const U4: u8 = 0x09;
+    /// `ELEMENT_TYPE_I8`.
     pub const I8: u8 = 0x0A;
+    /// `ELEMENT_TYPE_U8`.
     pub const U8: u8 = 0x0B;
+    /// `ELEMENT_TYPE_R4`.
     pub const R4: u8 = 0x0C;
+    /// `ELEMENT_TYPE_R8`.
     pub const R8: u8 = 0x0D;
+    /// `ELEMENT_TYPE_STRING`.
     pub const STRING: u8 = 0x0E;
+    /// `ELEMENT_TYPE_PTR`.
     pub const PTR: u8 = 0x0F;
+    /// `ELEMENT_TYPE_BYREF`.
     pub const BYREF: u8 = 0x10;
+    /// `ELEMENT_TYPE_VALUETYPE`.
     pub const VALUETYPE: u8 = 0x11;
+    /// `ELEMENT_TYPE_CLASS`.
     pub const CLASS: u8 = 0x12;
+    /// `ELEMENT_TYPE_VAR`.
     pub const VAR: u8 = 0x13;
+    /// `ELEMENT_TYPE_ARRAY`.
     pub const ARRAY: u8 = 0x14;
+    /// `ELEMENT_TYPE_GENERICINST`.
     pub const GENERICINST: u8 = 0x15;
+    /// `ELEMENT_TYPE_TYPEDBYREF`.
     pub const TYPEDBYREF: u8 = 0x16;
+    /// `ELEMENT_TYPE_I`.
     pub const I: u8 = 0x18;
+    /// `ELEMENT_TYPE_U`.
     pub const U: u8 = 0x19;
+    /// `ELEMENT_TYPE_FNPTR`.
     pub const FNPTR: u8 = 0x1B;
+    /// `ELEMENT_TYPE_OBJECT`.
     pub const OBJECT: u8 = 0x1C;
+    /// `ELEMENT_TYPE_SZARRAY`.
     pub const SZARRAY: u8 = 0x1D;
+    /// `ELEMENT_TYPE_MVAR`.
     pub const MVAR: u8 = 0x1E;
+    /// `ELEMENT_TYPE_CMOD_REQD`.
     pub const CMOD_REQD: u8 = 0x1F;
+    /// `ELEMENT_TYPE_CMOD_OPT`.
     pub const CMOD_OPT: u8 = 0x20;
     /// Runtime-internal: a TypeHandle pointer follows (only in signatures the runtime made).
     pub const INTERNAL: u8 = 0x21;
     /// Runtime-internal custom modifier: a required flag byte and a TypeHandle pointer.
     pub const CMOD_INTERNAL: u8 = 0x22;
+    /// `ELEMENT_TYPE_SENTINEL`.
     pub const SENTINEL: u8 = 0x41;
+    /// `ELEMENT_TYPE_PINNED`.
     pub const PINNED: u8 = 0x45;
 }
 
 /// Calling-convention byte (II.23.2.1-3): low nibble kind, high bits flags.
 pub mod calling_convention {
+    /// Kind `IMAGE_CEE_CS_CALLCONV_DEFAULT`.
     pub const DEFAULT: u8 = 0x0;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_C`.
     pub const C: u8 = 0x1;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_STDCALL`.
     pub const STDCALL: u8 = 0x2;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_THISCALL`.
     pub const THISCALL: u8 = 0x3;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_FASTCALL`.
     pub const FASTCALL: u8 = 0x4;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_VARARG`.
     pub const VARARG: u8 = 0x5;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_FIELD`.
     pub const FIELD: u8 = 0x6;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_LOCAL_SIG`.
     pub const LOCAL_SIG: u8 = 0x7;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_PROPERTY`.
     pub const PROPERTY: u8 = 0x8;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_UNMANAGED`.
     pub const UNMANAGED: u8 = 0x9;
+    /// Kind `IMAGE_CEE_CS_CALLCONV_GENERICINST`.
     pub const GENERICINST: u8 = 0xA;
+    /// Bits holding the kind.
     pub const KIND_MASK: u8 = 0x0F;
+    /// Flag: the method has generic parameters.
     pub const GENERIC: u8 = 0x10;
+    /// Flag: the method takes `this`.
     pub const HASTHIS: u8 = 0x20;
+    /// Flag: `this` is an explicit first parameter.
     pub const EXPLICITTHIS: u8 = 0x40;
 }
 
 /// The primitive element types, which carry nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Primitive {
+    /// `void`.
     Void,
+    /// `bool`.
     Boolean,
+    /// `char` (UTF-16 code unit).
     Char,
+    /// `sbyte`.
     I1,
+    /// `byte`.
     U1,
+    /// `short`.
     I2,
+    /// `ushort`.
     U2,
+    /// `int`.
     I4,
+    /// `uint`.
     U4,
+    /// `long`.
     I8,
+    /// `ulong`.
     U8,
+    /// `float`.
     R4,
+    /// `double`.
     R8,
+    /// `string`.
     String,
+    /// `object`.
     Object,
     /// Native int (`ELEMENT_TYPE_I`).
     I,
     /// Native unsigned int (`ELEMENT_TYPE_U`).
     U,
+    /// `System.TypedReference`.
     TypedByRef,
 }
 
@@ -178,14 +242,18 @@ impl Primitive {
 /// The shape of a general array (II.23.2.13).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArrayShape {
+    /// Number of dimensions.
     pub rank: u32,
+    /// Sizes of the leading dimensions that have one.
     pub sizes: Vec<u32>,
+    /// Lower bounds of the leading dimensions that have one.
     pub lower_bounds: Vec<i32>,
 }
 
 /// A type in a signature.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TypeSig {
+    /// A primitive type.
     Primitive(Primitive),
     /// `valuetype` + TypeDef/TypeRef/TypeSpec token.
     ValueType(Token),
@@ -195,27 +263,38 @@ pub enum TypeSig {
     Var(u32),
     /// A method's generic parameter `!!n`.
     MVar(u32),
+    /// Unmanaged pointer `T*`.
     Ptr(Box<TypeSig>),
+    /// Managed reference `T&`.
     ByRef(Box<TypeSig>),
     /// Single-dimension zero-based array `T[]`.
     SzArray(Box<TypeSig>),
+    /// General array of the element type, with its rank and bounds.
     Array(Box<TypeSig>, ArrayShape),
     /// A generic instantiation: the generic type (a `Class` or `ValueType`) and its arguments.
     GenericInst(Box<TypeSig>, Vec<TypeSig>),
+    /// Function pointer with its method signature.
     FnPtr(Box<MethodSig>),
     /// `modreq`/`modopt` applied to the type that follows it.
     Modified {
+        /// True for `modreq`, false for `modopt`.
         required: bool,
+        /// The modifier type's token.
         modifier: Token,
+        /// The modified type.
         inner: Box<TypeSig>,
     },
+    /// `pinned` local of the inner type.
     Pinned(Box<TypeSig>),
     /// `ELEMENT_TYPE_INTERNAL`: a runtime TypeHandle (only in runtime-made signatures).
     Internal(u64),
     /// `ELEMENT_TYPE_CMOD_INTERNAL`: a runtime custom modifier.
     ModifiedInternal {
+        /// True for `modreq`, false for `modopt`.
         required: bool,
+        /// The modifier's runtime TypeHandle.
         handle: u64,
+        /// The modified type.
         inner: Box<TypeSig>,
     },
 }
@@ -235,13 +314,21 @@ impl TypeSig {
 /// The kind in a calling-convention byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallKind {
+    /// The managed calling convention.
     Default,
+    /// Unmanaged cdecl.
     C,
+    /// Unmanaged stdcall.
     StdCall,
+    /// Unmanaged thiscall.
     ThisCall,
+    /// Unmanaged fastcall.
     FastCall,
+    /// Managed with variable arguments.
     VarArg,
+    /// A property signature.
     Property,
+    /// Unmanaged, the convention given by modifiers.
     Unmanaged,
     /// Any other low nibble (field, local and MethodSpec signatures have decoders of
     /// their own).
@@ -255,7 +342,9 @@ pub struct MethodSig {
     pub calling_convention: u8,
     /// Number of the method's generic parameters (GENERIC flag), else 0.
     pub generic_param_count: u32,
+    /// Return type.
     pub ret: TypeSig,
+    /// Parameter types.
     pub params: Vec<TypeSig>,
     /// Index in `params` where a SENTINEL stood (the variable arguments of a vararg call
     /// site start there).
@@ -263,15 +352,19 @@ pub struct MethodSig {
 }
 
 impl MethodSig {
+    /// True when the method takes `this` (HASTHIS).
     pub fn has_this(&self) -> bool {
         self.calling_convention & calling_convention::HASTHIS != 0
     }
+    /// True when `this` is an explicit first parameter (EXPLICITTHIS).
     pub fn explicit_this(&self) -> bool {
         self.calling_convention & calling_convention::EXPLICITTHIS != 0
     }
+    /// True when the method has generic parameters (GENERIC).
     pub fn is_generic(&self) -> bool {
         self.calling_convention & calling_convention::GENERIC != 0
     }
+    /// The calling-convention kind (low four bits).
     pub fn kind(&self) -> CallKind {
         use calling_convention as cc;
         match self.calling_convention & cc::KIND_MASK {
@@ -294,6 +387,7 @@ pub struct SigOptions {
     /// Size of the pointers after `ELEMENT_TYPE_INTERNAL` (signatures the runtime built in
     /// the target's memory); metadata blobs never hold them.
     pub pointer_size: u8,
+    /// Deepest nesting of types accepted.
     pub max_depth: usize,
 }
 
@@ -315,10 +409,12 @@ pub struct SigReader<'a> {
 }
 
 impl<'a> SigReader<'a> {
+    /// A reader of `data` with default options.
     pub fn new(data: &'a [u8]) -> Self {
         Self::with_options(data, SigOptions::default())
     }
 
+    /// A reader of `data` with the given options.
     pub fn with_options(data: &'a [u8], options: SigOptions) -> Self {
         SigReader {
             data,
@@ -332,6 +428,7 @@ impl<'a> SigReader<'a> {
         self.pos
     }
 
+    /// Bytes not yet read.
     pub fn remaining(&self) -> usize {
         self.data.len().saturating_sub(self.pos)
     }

@@ -15,50 +15,95 @@ use super::heaps::{BlobIndex, GuidIndex, StringIndex};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum TableId {
+    /// The Module table.
     Module = 0x00,
+    /// The TypeRef table.
     TypeRef = 0x01,
+    /// The TypeDef table.
     TypeDef = 0x02,
+    /// The FieldPtr table.
     FieldPtr = 0x03,
+    /// The Field table.
     Field = 0x04,
+    /// The MethodPtr table.
     MethodPtr = 0x05,
+    /// The MethodDef table.
     MethodDef = 0x06,
+    /// The ParamPtr table.
     ParamPtr = 0x07,
+    /// The Param table.
     Param = 0x08,
+    /// The InterfaceImpl table.
     InterfaceImpl = 0x09,
+    /// The MemberRef table.
     MemberRef = 0x0A,
+    /// The Constant table.
     Constant = 0x0B,
+    /// The CustomAttribute table.
     CustomAttribute = 0x0C,
+    /// The FieldMarshal table.
     FieldMarshal = 0x0D,
+    /// The DeclSecurity table.
     DeclSecurity = 0x0E,
+    /// The ClassLayout table.
     ClassLayout = 0x0F,
+    /// The FieldLayout table.
     FieldLayout = 0x10,
+    /// The StandAloneSig table.
     StandAloneSig = 0x11,
+    /// The EventMap table.
     EventMap = 0x12,
+    /// The EventPtr table.
     EventPtr = 0x13,
+    /// The Event table.
     Event = 0x14,
+    /// The PropertyMap table.
     PropertyMap = 0x15,
+    /// The PropertyPtr table.
     PropertyPtr = 0x16,
+    /// The Property table.
     Property = 0x17,
+    /// The MethodSemantics table.
     MethodSemantics = 0x18,
+    /// The MethodImpl table.
     MethodImpl = 0x19,
+    /// The ModuleRef table.
     ModuleRef = 0x1A,
+    /// The TypeSpec table.
     TypeSpec = 0x1B,
+    /// The ImplMap table.
     ImplMap = 0x1C,
+    /// The FieldRva table.
     FieldRva = 0x1D,
+    /// The EncLog table.
     EncLog = 0x1E,
+    /// The EncMap table.
     EncMap = 0x1F,
+    /// The Assembly table.
     Assembly = 0x20,
+    /// The AssemblyProcessor table.
     AssemblyProcessor = 0x21,
+    /// The AssemblyOs table.
     AssemblyOs = 0x22,
+    /// The AssemblyRef table.
     AssemblyRef = 0x23,
+    /// The AssemblyRefProcessor table.
     AssemblyRefProcessor = 0x24,
+    /// The AssemblyRefOs table.
     AssemblyRefOs = 0x25,
+    /// The File table.
     File = 0x26,
+    /// The ExportedType table.
     ExportedType = 0x27,
+    /// The ManifestResource table.
     ManifestResource = 0x28,
+    /// The NestedClass table.
     NestedClass = 0x29,
+    /// The GenericParam table.
     GenericParam = 0x2A,
+    /// The MethodSpec table.
     MethodSpec = 0x2B,
+    /// The GenericParamConstraint table.
     GenericParamConstraint = 0x2C,
 }
 
@@ -133,18 +178,31 @@ impl TableId {
 /// by the low tag bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CodedIndex {
+    /// The `TypeDefOrRef` coded index.
     TypeDefOrRef,
+    /// The `HasConstant` coded index.
     HasConstant,
+    /// The `HasCustomAttribute` coded index.
     HasCustomAttribute,
+    /// The `HasFieldMarshal` coded index.
     HasFieldMarshal,
+    /// The `HasDeclSecurity` coded index.
     HasDeclSecurity,
+    /// The `MemberRefParent` coded index.
     MemberRefParent,
+    /// The `HasSemantics` coded index.
     HasSemantics,
+    /// The `MethodDefOrRef` coded index.
     MethodDefOrRef,
+    /// The `MemberForwarded` coded index.
     MemberForwarded,
+    /// The `Implementation` coded index.
     Implementation,
+    /// The `CustomAttributeType` coded index.
     CustomAttributeType,
+    /// The `ResolutionScope` coded index.
     ResolutionScope,
+    /// The `TypeOrMethodDef` coded index.
     TypeOrMethodDef,
 }
 
@@ -231,18 +289,24 @@ pub enum ColumnKind {
     U16,
     /// A 4-byte constant.
     U32,
+    /// A `#Strings` index.
     String,
+    /// A `#GUID` index.
     Guid,
+    /// A `#Blob` index.
     Blob,
     /// A row index into one table.
     Table(TableId),
+    /// A coded index of this kind.
     Coded(CodedIndex),
 }
 
 /// One column of a table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Column {
+    /// Column name.
     pub name: &'static str,
+    /// What the column holds.
     pub kind: ColumnKind,
 }
 
@@ -448,6 +512,7 @@ pub const MAX_COLUMNS: usize = 9;
 pub struct Token(pub u32);
 
 impl Token {
+    /// The token of row `rid` of `table`.
     pub fn new(table: TableId, rid: u32) -> Token {
         Token((u32::from(table as u8) << 24) | (rid & 0x00FF_FFFF))
     }
@@ -455,12 +520,15 @@ impl Token {
     pub fn table(self) -> Option<TableId> {
         TableId::from_u8((self.0 >> 24) as u8)
     }
+    /// The high byte: the table number.
     pub fn kind(self) -> u8 {
         (self.0 >> 24) as u8
     }
+    /// The row id (low 24 bits).
     pub fn rid(self) -> u32 {
         self.0 & 0x00FF_FFFF
     }
+    /// True for row id 0 (no row).
     pub fn is_nil(self) -> bool {
         self.rid() == 0
     }
@@ -474,7 +542,9 @@ impl std::fmt::Display for Token {
 
 /// HeapSizes bits of the table stream header.
 pub const HEAP_STRINGS_WIDE: u8 = 0x01;
+/// `#GUID` indexes are 4 bytes.
 pub const HEAP_GUID_WIDE: u8 = 0x02;
+/// `#Blob` indexes are 4 bytes.
 pub const HEAP_BLOB_WIDE: u8 = 0x04;
 /// An extra 4-byte value follows the row counts.
 pub const HEAP_EXTRA_DATA: u8 = 0x40;
@@ -482,30 +552,41 @@ pub const HEAP_EXTRA_DATA: u8 = 0x40;
 /// Where one table's rows are and how each column is laid out.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TableLayout {
+    /// Number of rows.
     pub rows: u32,
+    /// Bytes per row.
     pub row_size: u32,
     /// Offset of row 1 within the table stream.
     pub offset: u64,
+    /// Offset of each column in a row.
     pub column_offsets: [u8; MAX_COLUMNS],
+    /// Width of each column (2 or 4).
     pub column_widths: [u8; MAX_COLUMNS],
 }
 
 /// The table stream header (II.24.2.6).
 #[derive(Debug, Clone)]
 pub struct TablesHeader {
+    /// Major version.
     pub major_version: u8,
+    /// Minor version.
     pub minor_version: u8,
+    /// Bits saying which heaps use 4-byte indexes.
     pub heap_sizes: u8,
+    /// Bit mask of the tables present.
     pub valid: u64,
+    /// Bit mask of the sorted tables.
     pub sorted: u64,
     /// Row counts of the 45 tables (0 when absent).
     pub rows: [u32; TABLE_COUNT],
+    /// The extra 4 bytes some writers add, if flagged.
     pub extra_data: Option<u32>,
 }
 
 /// The parsed table stream: header plus the layout of every table.
 #[derive(Debug, Clone)]
 pub struct TableStream<'a> {
+    /// The stream header.
     pub header: TablesHeader,
     /// The name of the stream it came from (`#~` or `#-`).
     pub stream_name: &'a str,
@@ -620,20 +701,28 @@ pub(crate) fn column_width(header: &TablesHeader, kind: ColumnKind) -> u8 {
 /// One column's value, decoded by kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColumnValue {
+    /// A 2-byte constant.
     U16(u16),
+    /// A 4-byte constant.
     U32(u32),
+    /// A `#Strings` index.
     String(StringIndex),
+    /// A `#GUID` index.
     Guid(GuidIndex),
+    /// A `#Blob` index.
     Blob(BlobIndex),
     /// A row of the column's table (0: none, or the end of a list).
     Row(TableId, u32),
+    /// A coded index, as a token.
     Coded(Token),
 }
 
 /// One row's bytes and layout.
 #[derive(Debug, Clone, Copy)]
 pub struct RawRow<'a> {
+    /// The table.
     pub table: TableId,
+    /// 1-based row id.
     pub rid: u32,
     bytes: &'a [u8],
     layout: &'a TableLayout,
@@ -714,6 +803,7 @@ impl<'a> TableStream<'a> {
         self.layouts[table as usize].rows
     }
 
+    /// The layout of `table` (row count and column widths).
     pub fn layout(&self, table: TableId) -> &TableLayout {
         &self.layouts[table as usize]
     }

@@ -14,14 +14,22 @@ pub enum MapPcOffsets {
     /// Old layout: three `i32`s, each the distance from the entry's start to the raw
     /// section's start, to the function's raw record, and to the function's code.
     Old {
+        /// Offset of the raw section's start, relative to the record.
         raw_section_start: i32,
+        /// Offset of the raw profile data, relative to the record.
         raw_profile: i32,
+        /// Offset of the function, relative to the record.
         function: i32,
     },
     /// New layout: two offsets from the entry's start (8 bytes each, 4 on 32-bit
     /// targets), to the raw record and to the code; the raw section's start comes from
     /// the header's `RawSectionOffset`.
-    New { raw_profile: i64, function: i64 },
+    New {
+        /// Offset of the raw profile data, relative to the record.
+        raw_profile: i64,
+        /// Offset of the function, relative to the record.
+        function: i64,
+    },
 }
 
 /// One function.

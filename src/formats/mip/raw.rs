@@ -68,7 +68,12 @@ pub enum RawCounters {
     /// The function coverage byte ([`COVERED`] once the function ran).
     Coverage(u8),
     /// Both [`NEVER_CALLED`] until the function runs.
-    CallCountTimestamp { call_count: u32, timestamp: u32 },
+    CallCountTimestamp {
+        /// The call counter.
+        call_count: u32,
+        /// The timestamp counter.
+        timestamp: u32,
+    },
 }
 
 /// One function's raw record.

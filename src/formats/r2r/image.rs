@@ -13,8 +13,11 @@ use crate::formats::ecma::pe::{cli_header, PeLayout};
 pub const READYTORUN_SIGNATURE: u32 = 0x0052_5452;
 /// ReadyToRun section types this module reads.
 pub mod section {
+    /// The runtime-functions table (code ranges and unwind data).
     pub const RUNTIME_FUNCTIONS: u32 = 102;
+    /// Entry points of non-generic methods, by MethodDef row.
     pub const METHOD_DEF_ENTRY_POINTS: u32 = 103;
+    /// Entry points of generic instantiations, a hashtable by signature.
     pub const INSTANCE_METHOD_ENTRY_POINTS: u32 = 109;
     /// Extra metadata whose AssemblyRefs extend the module index space of signatures
     /// (and, in a composite image, name the component assemblies).
@@ -25,6 +28,7 @@ pub mod section {
     pub const OWNER_COMPOSITE_EXECUTABLE: u32 = 116;
     /// 16-byte MVIDs of the composite image's component assemblies.
     pub const MANIFEST_ASSEMBLY_MVIDS: u32 = 118;
+    /// Pairs of hot and cold runtime functions of split methods.
     pub const HOT_COLD_MAP: u32 = 120;
 }
 /// `READYTORUN_FLAG_*` bits this module reads.
@@ -50,21 +54,32 @@ const RTR_HEADER_EXPORT: &[u8] = b"RTR_HEADER";
 /// systems than Windows XOR the architecture's machine value with an OS constant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TargetOs {
+    /// Windows (no XOR).
     Windows,
+    /// Linux.
     Linux,
+    /// macOS.
     Osx,
+    /// FreeBSD.
     FreeBsd,
+    /// NetBSD.
     NetBsd,
+    /// SunOS / illumos.
     SunOs,
 }
 
 /// The target architecture, from the PE machine field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TargetArch {
+    /// x86-64.
     X64,
+    /// 32-bit x86.
     X86,
+    /// 64-bit ARM.
     Arm64,
+    /// 32-bit ARM (Thumb-2).
     Arm,
+    /// Another machine value (after removing the OS XOR).
     Unknown(u16),
 }
 
@@ -104,8 +119,11 @@ fn split_machine(machine: u16) -> (TargetOs, TargetArch) {
 /// One entry of the READYTORUN_HEADER's section table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct R2rSection {
+    /// Section id (`ReadyToRunSectionType`).
     pub kind: u32,
+    /// Relative virtual address.
     pub rva: u32,
+    /// Size in bytes.
     pub size: u32,
 }
 
@@ -114,7 +132,9 @@ pub struct R2rSection {
 /// [`R2rImage::components`] is its AssemblyRef row in the manifest metadata minus one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct R2rComponent {
+    /// The component's flags.
     pub flags: u32,
+    /// The component's sections.
     pub sections: Vec<R2rSection>,
 }
 
@@ -129,15 +149,20 @@ impl R2rComponent {
 /// of its funclets, or a cold part). `end` is 0 where the architecture stores none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeFunction {
+    /// RVA of the code's first byte.
     pub begin: u32,
+    /// RVA one past the code's last byte.
     pub end: u32,
+    /// RVA of the unwind data.
     pub unwind: u32,
 }
 
 /// The image's PerfMap debug-directory record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PerfMapDebugEntry {
+    /// Identity of the image, to match a map to it.
     pub signature: [u8; 16],
+    /// Map format version.
     pub version: u32,
     /// The r2rmap file name the compiler chose.
     pub file_name: String,
@@ -147,16 +172,24 @@ pub struct PerfMapDebugEntry {
 pub struct R2rImage<'a> {
     bytes: &'a [u8],
     sections: SectionTable<'a>,
+    /// Operating system compiled for.
     pub os: TargetOs,
+    /// Architecture compiled for.
     pub arch: TargetArch,
+    /// ReadyToRun format major version.
     pub major_version: u16,
+    /// ReadyToRun format minor version.
     pub minor_version: u16,
+    /// ReadyToRun header flags.
     pub flags: u32,
+    /// Sections of the ReadyToRun header.
     pub r2r_sections: Vec<R2rSection>,
+    /// The image's runtime functions (code ranges).
     pub runtime_functions: Vec<RuntimeFunction>,
     /// The ECMA-335 metadata blob (a composite image's CLI header, if it has one, holds
     /// the manifest metadata; empty when it has none).
     pub metadata: &'a [u8],
+    /// The perf-map debug directory entry, if any.
     pub perf_map_entry: Option<PerfMapDebugEntry>,
     /// A composite image's component assemblies (empty for other images).
     pub components: Vec<R2rComponent>,

@@ -20,7 +20,12 @@ const MAX_RID: u32 = 0x00FF_FFFF;
 pub enum MethodKey {
     /// A MethodDef (no instantiation) of signature module `module` (0: a plain image's
     /// own; a composite image's components by their index).
-    MethodDef { module: u32, rid: u32 },
+    MethodDef {
+        /// Signature module index.
+        module: u32,
+        /// MethodDef row id.
+        rid: u32,
+    },
     /// An instantiated method, decoded.
     Instance(InstanceMethod),
 }
@@ -28,6 +33,7 @@ pub enum MethodKey {
 /// One compiled method of the image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CompiledMethod {
+    /// Which method.
     pub key: MethodKey,
     /// Index of its first (hot) runtime function.
     pub first: usize,
@@ -44,6 +50,7 @@ pub struct CompiledMethod {
 pub struct MethodDefEntryPoints<'s> {
     /// The module's signature index.
     pub module: u32,
+    /// Bytes of the MethodDefEntryPoints section.
     pub section: &'s [u8],
     /// MethodDef rows of the module, when its metadata is at hand (otherwise every
     /// element the array has is listed).
@@ -53,6 +60,7 @@ pub struct MethodDefEntryPoints<'s> {
 /// What [`compiled_methods`] found besides the methods.
 #[derive(Debug, Clone, Default)]
 pub struct MethodScan {
+    /// The compiled methods found.
     pub methods: Vec<CompiledMethod>,
     /// InstanceMethodEntryPoints entries whose signature did not decode (skipped: the
     /// entry point follows the signature).

@@ -27,23 +27,46 @@ pub use symbols::{r2r_perf_map, r2r_perf_map_from_bytes, R2rMapOptions, R2rMapRe
 /// Why a ReadyToRun image could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum R2rError {
+    /// The PE image could not be parsed (the reason).
     #[error("not a readable PE image: {0}")]
     Pe(String),
+    /// The image has no ReadyToRun header.
     #[error("not a ReadyToRun image (no READYTORUN_HEADER)")]
     NotReadyToRun,
+    /// A section (by its ReadyToRun section id) the reader needs is absent.
     #[error("the ReadyToRun header lists no section {0}")]
     MissingSection(u32),
+    /// A structure lies outside the image file.
     #[error("{what} at RVA {rva:#x} (+{size:#x}) is outside the image file")]
-    OutOfImage { what: String, rva: u32, size: u32 },
+    OutOfImage {
+        /// The structure.
+        what: String,
+        /// Relative virtual address.
+        rva: u32,
+        /// Size in bytes.
+        size: u32,
+    },
+    /// Native Format data (hashtables, arrays) that does not decode.
     #[error("bad Native Format data at section offset {offset:#x}: {what}")]
-    Native { what: &'static str, offset: usize },
+    Native {
+        /// What did not decode.
+        what: &'static str,
+        /// Byte offset where it happened.
+        offset: usize,
+    },
+    /// Other inconsistent data (described).
     #[error("damaged image: {0}")]
     Corrupt(String),
+    /// The image is one component of a composite image, whose code lives in that image.
     #[error(
         "a component assembly of the composite image {composite:?}, which holds its code: \
          make the map of that image (it lists every component's methods)"
     )]
-    ComponentOfComposite { composite: String },
+    ComponentOfComposite {
+        /// File name of the composite image.
+        composite: String,
+    },
+    /// The image's ECMA metadata is unreadable.
     #[error("metadata: {0}")]
     Metadata(#[from] crate::formats::ecma::MetadataError),
 }

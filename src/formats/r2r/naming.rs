@@ -43,7 +43,9 @@ struct Resolved<'m, 'a> {
 
 /// Names methods of the modules of a [`ModuleSet`].
 pub struct Namer<'s, 'm, 'a> {
+    /// The modules tokens refer to.
     pub set: &'s ModuleSet<'m, 'a>,
+    /// Truncates names the way .NET 8's crossgen2 does.
     pub net8_truncation: bool,
 }
 

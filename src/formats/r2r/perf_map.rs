@@ -41,44 +41,85 @@ pub fn enum_name(names: &[&str], v: u32) -> String {
 /// One code entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct R2rPerfMapEntry {
+    /// RVA of the method's code.
     pub rva: u32,
+    /// Size of the code.
     pub length: u32,
+    /// The method's name.
     pub name: String,
 }
 
 /// A parsed (or to-be-written) r2rmap.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct R2rPerfMap {
+    /// Identity of the image the map is for.
     pub signature: [u8; 16],
+    /// Map format version.
     pub version: u32,
+    /// Target OS value of the header.
     pub os: u32,
+    /// Target architecture value of the header.
     pub arch: u32,
+    /// Target ABI value of the header.
     pub abi: u32,
+    /// The methods, in file order.
     pub entries: Vec<R2rPerfMapEntry>,
 }
 
 /// Why a map did not parse; `line` is 1-based.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum R2rPerfMapError {
+    /// A line without the three fields.
     #[error("line {line}: expected `RVA LENGTH NAME`")]
-    Shape { line: usize },
+    Shape {
+        /// 1-based line number.
+        line: usize,
+    },
+    /// A field that is not a hex number.
     #[error("line {line}: bad hex number {text:?}")]
-    Number { line: usize, text: String },
+    Number {
+        /// 1-based line number.
+        line: usize,
+        /// Its text when it came as a string (for messages).
+        text: String,
+    },
+    /// A header record with the wrong pseudo-RVA.
     #[error(
         "line {line}: header record {index} must have RVA {expected:#010x}, found {found:#010x}"
     )]
     HeaderToken {
+        /// 1-based line number.
         line: usize,
+        /// Which header record (0-based).
         index: usize,
+        /// The value expected.
         expected: u32,
+        /// The value found.
         found: u32,
     },
+    /// A header record with a nonzero length.
     #[error("line {line}: header record length must be 0, found {found}")]
-    HeaderLength { line: usize, found: u32 },
+    HeaderLength {
+        /// 1-based line number.
+        line: usize,
+        /// The value found.
+        found: u32,
+    },
+    /// A header record whose value does not parse.
     #[error("line {line}: bad header value {text:?}")]
-    HeaderValue { line: usize, text: String },
+    HeaderValue {
+        /// 1-based line number.
+        line: usize,
+        /// The text that did not parse.
+        text: String,
+    },
+    /// The map ends before its header does.
     #[error("the map ends after {lines} line(s), inside its five-record header")]
-    MissingHeader { lines: usize },
+    MissingHeader {
+        /// Lines the map has.
+        lines: usize,
+    },
+    /// A format version newer than this reader's.
     #[error("format version {0} is newer than the {FORMAT_VERSION} this reader knows")]
     UnknownVersion(u32),
 }

@@ -14,14 +14,23 @@ use crate::formats::ecma::{Metadata, Primitive, TableId, Token};
 
 /// `READYTORUN_METHOD_SIG_*` flags.
 pub mod method_flags {
+    /// The entry is an unboxing stub.
     pub const UNBOXING_STUB: u32 = 0x01;
+    /// The entry is an instantiating stub.
     pub const INSTANTIATING_STUB: u32 = 0x02;
+    /// Method generic arguments follow.
     pub const METHOD_INSTANTIATION: u32 = 0x04;
+    /// A vtable slot number replaces the method token.
     pub const SLOT_INSTEAD_OF_TOKEN: u32 = 0x08;
+    /// The token is a MemberRef, not a MethodDef.
     pub const MEMBER_REF_TOKEN: u32 = 0x10;
+    /// A constrained type follows.
     pub const CONSTRAINED: u32 = 0x20;
+    /// The owning type follows.
     pub const OWNER_TYPE: u32 = 0x40;
+    /// The module context changes for what follows.
     pub const UPDATE_CONTEXT: u32 = 0x80;
+    /// The async variant of the method.
     pub const ASYNC_VARIANT: u32 = 0x100;
 }
 const CANON_ZAPSIG: u8 = 0x3E;
@@ -35,10 +44,13 @@ const MAX_ARRAY_BOUNDS: u32 = 64;
 /// Why a signature could not be named.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SigError {
+    /// The signature ends early (at this byte).
     #[error("signature truncated at byte {0}")]
     Truncated(usize),
+    /// An element (value, byte offset) not valid where it appears.
     #[error("signature element {0:#04x} at byte {1} is not valid here")]
     Bad(u8, usize),
+    /// Something the signature refers to could not be named (why).
     #[error("{0}")]
     Unnamed(String),
 }
@@ -46,6 +58,7 @@ pub enum SigError {
 /// The metadata of the modules a signature may refer to, by module index (`None` when
 /// that assembly's file was not found), and how the indices were laid out.
 pub struct ModuleSet<'m, 'a> {
+    /// Metadata by module index (`None`: not available).
     pub modules: Vec<Option<&'m Metadata<'a>>>,
     /// The image is a composite one: index 0 (the signature's own context) names no
     /// module, and a method whose signature gives no module is System.Private.CoreLib's.
@@ -79,30 +92,44 @@ impl<'m, 'a> ModuleSet<'m, 'a> {
 /// A type of a ReadyToRun signature; tokens are qualified by their module index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum R2rType {
+    /// A primitive type.
     Primitive(Primitive),
     /// `System.__Canon`: the shared instantiation over reference types.
     Canon,
     /// A TypeDef, TypeRef or TypeSpec of module `module` (CLASS or VALUETYPE).
     Named {
+        /// Module index of the token.
         module: u32,
+        /// TypeDef or TypeRef token.
         token: Token,
     },
     /// A generic instantiation of the type `token` of module `module`.
     Generic {
+        /// Module index of the token.
         module: u32,
+        /// Token of the generic type.
         token: Token,
+        /// The type arguments.
         args: Vec<R2rType>,
     },
+    /// Single-dimension zero-based array `T[]`.
     SzArray(Box<R2rType>),
     /// A general array of the given rank.
     Array(Box<R2rType>, u32),
+    /// Unmanaged pointer `T*`.
     Ptr(Box<R2rType>),
+    /// Managed reference `T&`.
     ByRef(Box<R2rType>),
+    /// Function pointer.
     FnPtr {
+        /// Return type.
         ret: Box<R2rType>,
+        /// Parameter types.
         params: Vec<R2rType>,
     },
+    /// A type's generic parameter `!n`.
     Var(u32),
+    /// A method's generic parameter `!!n`.
     MVar(u32),
 }
 
@@ -130,6 +157,7 @@ impl R2rType {
 /// A decoded instance entry point key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceMethod {
+    /// Instance entry flags.
     pub flags: u32,
     /// The module the method's token belongs to, when the signature gives it (an
     /// UpdateContext index, else the owner type's module override); `None`: the context

@@ -40,12 +40,15 @@ pub struct R2rMapOptions {
 /// What [`r2r_perf_map`] made, with counts for the caller's report.
 #[derive(Debug, Clone)]
 pub struct R2rMapReport {
+    /// The map.
     pub map: R2rPerfMap,
     /// Where the signature came from: the image's PerfMap debug record, or computed.
     pub signature_from_image: bool,
+    /// Runtime functions in the image.
     pub runtime_functions: usize,
     /// Runtime functions inside some entry.
     pub covered_functions: usize,
+    /// Methods named in the map.
     pub methods: usize,
     /// Entries named with a fallback (method or type argument not decodable).
     pub fallback_names: usize,
