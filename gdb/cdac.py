@@ -1,0 +1,380 @@
+"""cdac inside gdb: managed .NET frames unwound and named in `bt`, and `cdac` commands.
+
+    (gdb) source /path/to/cdac/gdb/cdac.py
+
+Loads libcdac.so (the C ABI, `cargo build --release -p cdac-capi`; `CDAC_LIB` names another
+copy) with ctypes and feeds it memory through gdb itself, so it works the same on a live
+process gdb is attached to and on a core gdb has open. It adds:
+
+  * a frame unwinder: a frame in managed code (JIT'ed or ReadyToRun) is unwound with the
+    runtime's own unwind info, so `bt` goes through managed frames into the native ones
+    below them;
+  * a frame filter that names managed frames (`[Assembly] Type::Method(...)`, with
+    `file:line` when a portable PDB is found);
+  * commands: `cdac ip2md ADDR`, `cdac clrstack` (the selected thread, managed and native
+    frames), `cdac modules`, `cdac reset` (forget what was read: after the process ran).
+"""
+
+import ctypes
+import os
+import re
+
+import gdb
+from gdb.FrameDecorator import FrameDecorator
+from gdb.unwinder import Unwinder
+
+OK, NOT_FOUND, E_BUFFER_TOO_SMALL = 0, 1, -5
+REG_RIP, REG_RSP, REG_RBP, REG_RBX = 1, 2, 4, 8
+REG_R12, REG_R13, REG_R14, REG_R15 = 16, 32, 64, 128
+REG_RIP_IS_RETURN = 256
+SAVED = ("rbp", "rbx", "r12", "r13", "r14", "r15")
+SAVED_BITS = (REG_RBP, REG_RBX, REG_R12, REG_R13, REG_R14, REG_R15)
+
+
+class FrameId:
+    """A frame's identity for gdb: the caller's stack pointer and the method's start (gdb 13
+    takes any object with `sp` and `pc`; gdb 14 also has gdb.unwinder.FrameId)."""
+
+    def __init__(self, sp, pc):
+        u64 = gdb.lookup_type("unsigned long")
+        self.sp = gdb.Value(sp).cast(u64)
+        self.pc = gdb.Value(pc).cast(u64)
+
+
+class Mapping(ctypes.Structure):
+    _fields_ = [("start", ctypes.c_uint64), ("end", ctypes.c_uint64),
+                ("file_offset", ctypes.c_uint64), ("path", ctypes.c_char_p)]
+
+
+class MethodInfo(ctypes.Structure):
+    _fields_ = [("method_desc", ctypes.c_uint64), ("start", ctypes.c_uint64),
+                ("hot_size", ctypes.c_uint64), ("relative_offset", ctypes.c_uint64),
+                ("kind", ctypes.c_uint32), ("is_funclet", ctypes.c_uint32)]
+
+
+class Regs(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("rip", "rsp") + SAVED] + \
+        [("valid_mask", ctypes.c_uint32)]
+
+
+class Frame(ctypes.Structure):
+    _fields_ = [("ip", ctypes.c_uint64), ("sp", ctypes.c_uint64),
+                ("method_desc", ctypes.c_uint64), ("kind", ctypes.c_uint32),
+                ("il_offset", ctypes.c_int32)]
+
+
+class Module(ctypes.Structure):
+    _fields_ = [("address", ctypes.c_uint64), ("base", ctypes.c_uint64),
+                ("size", ctypes.c_uint64), ("is_dynamic", ctypes.c_uint32),
+                ("is_mapped", ctypes.c_uint32)]
+
+
+READ_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_uint64,
+                           ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t)
+
+
+def _library():
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.environ.get("CDAC_LIB") or os.path.join(here, "..", "target", "release", "libcdac.so")
+    lib = ctypes.CDLL(path)
+    h, hp = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
+    size_p = ctypes.POINTER(ctypes.c_size_t)
+    sigs = {
+        "cdac_open_callbacks": ([READ_FN, ctypes.c_void_p, ctypes.POINTER(Mapping),
+                                 ctypes.c_size_t, hp]),
+        "cdac_close": [h],
+        "cdac_ip2md": [h, ctypes.c_uint64, ctypes.POINTER(MethodInfo)],
+        "cdac_method_name": [h, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t, size_p],
+        "cdac_source_line": [h, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t,
+                             ctypes.POINTER(ctypes.c_uint32)],
+        "cdac_unwind_step": [h, ctypes.POINTER(Regs), ctypes.POINTER(Regs)],
+        "cdac_stack": [h, ctypes.POINTER(Regs), ctypes.POINTER(Frame), ctypes.c_size_t, size_p],
+        "cdac_modules": [h, ctypes.POINTER(Module), ctypes.c_size_t, size_p],
+        "cdac_module_path": [h, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t, size_p],
+    }
+    for name, args in sigs.items():
+        fn = getattr(lib, name)
+        fn.argtypes = args
+        fn.restype = ctypes.c_int32
+    lib.cdac_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    lib.cdac_last_error.restype = ctypes.c_size_t
+    return lib
+
+
+LIB = _library()
+
+
+def last_error():
+    buf = ctypes.create_string_buffer(2048)
+    LIB.cdac_last_error(buf, len(buf))
+    return buf.value.decode("utf-8", "replace")
+
+
+def _read_memory(_ctx, addr, buf, length):
+    try:
+        data = gdb.selected_inferior().read_memory(addr, length).tobytes()
+    except (gdb.MemoryError, gdb.error, OverflowError):
+        return -1
+    ctypes.memmove(buf, data, length)
+    return 0
+
+
+_READ = READ_FN(_read_memory)
+
+
+def _mappings():
+    """The inferior's file mappings, from `info proc mappings` (live and cores alike)."""
+    out = gdb.execute("info proc mappings", to_string=True)
+    maps = []
+    for line in out.splitlines():
+        m = re.match(r"\s*(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+0x[0-9a-f]+\s+(0x[0-9a-f]+)\s+"
+                     r"(?:[rwxps-]{4}\s+)?(/\S.*)$", line)
+        if m:
+            maps.append((int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16),
+                         m.group(4).strip()))
+    return maps
+
+
+class Target:
+    """One opened target per inferior (and per `cdac reset`)."""
+
+    handle = None
+    key = None
+    names = {}
+    keep = None
+
+    @classmethod
+    def get(cls):
+        inf = gdb.selected_inferior()
+        key = (inf.num, inf.pid)
+        if cls.handle is not None and cls.key == key:
+            return cls.handle
+        cls.reset()
+        maps = _mappings()
+        paths = [p.encode() for (_, _, _, p) in maps]
+        arr = (Mapping * len(maps))(*[Mapping(s, e, o, p) for (s, e, o, _), p in zip(maps, paths)])
+        handle = ctypes.c_void_p()
+        status = LIB.cdac_open_callbacks(_READ, None, arr, len(maps), ctypes.byref(handle))
+        if status != OK:
+            raise gdb.GdbError("cdac: " + last_error())
+        cls.handle, cls.key, cls.keep = handle, key, (arr, paths)
+        return handle
+
+    @classmethod
+    def reset(cls):
+        if cls.handle is not None:
+            LIB.cdac_close(cls.handle)
+        cls.handle, cls.key, cls.names, cls.keep = None, None, {}, None
+
+
+def method_at(ip):
+    """(MethodInfo, name, 'file:line' or None) of managed code at `ip`, or None."""
+    try:
+        h = Target.get()
+    except gdb.GdbError:
+        return None
+    info = MethodInfo()
+    if LIB.cdac_ip2md(h, ip, ctypes.byref(info)) != OK:
+        return None
+    name = Target.names.get(info.method_desc)
+    if name is None:
+        needed = ctypes.c_size_t(0)
+        LIB.cdac_method_name(h, ip, None, 0, ctypes.byref(needed))
+        buf = ctypes.create_string_buffer(max(needed.value, 1))
+        if LIB.cdac_method_name(h, ip, buf, len(buf), ctypes.byref(needed)) == OK:
+            name = buf.value.decode("utf-8", "replace")
+        else:
+            name = "<MethodDesc %#x>" % info.method_desc
+        Target.names[info.method_desc] = name
+    file_buf = ctypes.create_string_buffer(1024)
+    line = ctypes.c_uint32(0)
+    where = None
+    if LIB.cdac_source_line(h, ip, file_buf, len(file_buf), ctypes.byref(line)) == OK:
+        where = "%s:%d" % (file_buf.value.decode("utf-8", "replace"), line.value)
+    return info, name, where
+
+
+class ManagedUnwinder(Unwinder):
+    """Unwinds frames in managed code with the runtime's unwind info."""
+
+    def __init__(self):
+        super().__init__("cdac-managed")
+
+    def __call__(self, pending_frame):
+        pc = int(pending_frame.read_register("rip"))
+        caller_frame = pending_frame.level() > 0
+        # A return address belongs to the call before it.
+        if method_at(pc - 1 if caller_frame else pc) is None:
+            return None
+        regs = Regs()
+        regs.rip = pc
+        regs.rsp = int(pending_frame.read_register("rsp"))
+        regs.valid_mask = REG_RIP | REG_RSP | (REG_RIP_IS_RETURN if caller_frame else 0)
+        for name, bit in zip(SAVED, SAVED_BITS):
+            try:
+                setattr(regs, name, int(pending_frame.read_register(name)) & (2**64 - 1))
+                regs.valid_mask |= bit
+            except gdb.error:
+                pass
+        out = Regs()
+        if LIB.cdac_unwind_step(Target.get(), ctypes.byref(regs), ctypes.byref(out)) != OK:
+            return None
+        info = pending_frame.create_unwind_info(FrameId(out.rsp, method_at(pc if not caller_frame else pc - 1)[0].start))
+        u64 = gdb.lookup_type("unsigned long")
+        info.add_saved_register("rip", gdb.Value(out.rip).cast(u64))
+        info.add_saved_register("rsp", gdb.Value(out.rsp).cast(u64))
+        for name, bit in zip(SAVED, SAVED_BITS):
+            if out.valid_mask & bit:
+                info.add_saved_register(name, gdb.Value(getattr(out, name)).cast(u64))
+        return info
+
+
+class ManagedFrame(FrameDecorator):
+    def __init__(self, base, name, where):
+        super().__init__(base)
+        self._name, self._where = name, where
+
+    def function(self):
+        return self._name
+
+    def filename(self):
+        return self._where.rsplit(":", 1)[0] if self._where else None
+
+    def line(self):
+        return int(self._where.rsplit(":", 1)[1]) if self._where else None
+
+
+class UnnamedFrame(FrameDecorator):
+    """A frame gdb has no name for prints as `??`, as without filters."""
+
+    def function(self):
+        name = super().function()
+        return "??" if name is None or isinstance(name, int) else name
+
+
+class ManagedFrameNames:
+    """Names managed frames in `bt`."""
+
+    def __init__(self):
+        self.name = "cdac"
+        self.priority = 100
+        self.enabled = True
+        gdb.frame_filters[self.name] = self
+
+    def filter(self, frames):
+        for f in frames:
+            frame = f.inferior_frame()
+            pc = frame.pc()
+            found = method_at(pc - 1 if frame.level() > 0 else pc)
+            yield ManagedFrame(f, found[1], found[2]) if found else UnnamedFrame(f)
+
+
+def _registers(frame):
+    regs = Regs()
+    regs.rip = int(frame.read_register("rip"))
+    regs.rsp = int(frame.read_register("rsp"))
+    regs.valid_mask = REG_RIP | REG_RSP
+    for name, bit in zip(SAVED, SAVED_BITS):
+        try:
+            setattr(regs, name, int(frame.read_register(name)) & (2**64 - 1))
+            regs.valid_mask |= bit
+        except gdb.error:
+            pass
+    return regs
+
+
+class CdacCommand(gdb.Command):
+    """cdac: .NET runtime data read by cdac (ip2md ADDR, clrstack, modules, reset)."""
+
+    def __init__(self):
+        super().__init__("cdac", gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
+
+
+class Ip2md(gdb.Command):
+    """cdac ip2md ADDR: the managed method that owns a code address."""
+
+    def __init__(self):
+        super().__init__("cdac ip2md", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        ip = int(gdb.parse_and_eval(arg))
+        found = method_at(ip)
+        if found is None:
+            gdb.write("%#x: not managed code\n" % ip)
+            return
+        info, name, where = found
+        kind = {1: "jit", 2: "r2r"}.get(info.kind, "unknown")
+        gdb.write("%#x: %s\n  MethodDesc %#x, start %#x + %#x, size %#x, %s%s\n" % (
+            ip, name, info.method_desc, info.start, info.relative_offset, info.hot_size, kind,
+            ", funclet" if info.is_funclet else ""))
+        if where:
+            gdb.write("  at %s\n" % where)
+
+
+class ClrStack(gdb.Command):
+    """cdac clrstack: the selected thread's stack as cdac walks it (managed and native)."""
+
+    def __init__(self):
+        super().__init__("cdac clrstack", gdb.COMMAND_STACK)
+
+    def invoke(self, arg, from_tty):
+        frame = gdb.newest_frame()
+        regs = _registers(frame)
+        frames = (Frame * 512)()
+        count = ctypes.c_size_t(0)
+        status = LIB.cdac_stack(Target.get(), ctypes.byref(regs), frames, 512, ctypes.byref(count))
+        if status < 0:
+            raise gdb.GdbError("cdac: " + last_error())
+        for i in range(min(count.value, 512)):
+            f = frames[i]
+            if f.kind == 1:
+                found = method_at(f.ip - 1 if i > 0 else f.ip)
+                name = found[1] if found else "<MethodDesc %#x>" % f.method_desc
+                il = " [IL_%04x]" % f.il_offset if f.il_offset >= 0 else ""
+                where = " at %s" % found[2] if found and found[2] else ""
+                gdb.write("#%-3d %#018x %#018x %s%s%s\n" % (i, f.sp, f.ip, name, il, where))
+            else:
+                sym = gdb.execute("info symbol %#x" % (f.ip - 1 if i > 0 else f.ip), to_string=True)
+                sym = sym.strip() if "No symbol" not in sym else "??"
+                gdb.write("#%-3d %#018x %#018x (native) %s\n" % (i, f.sp, f.ip, sym))
+
+
+class Modules(gdb.Command):
+    """cdac modules: the runtime's loaded modules."""
+
+    def __init__(self):
+        super().__init__("cdac modules", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        h = Target.get()
+        count = ctypes.c_size_t(0)
+        LIB.cdac_modules(h, None, 0, ctypes.byref(count))
+        mods = (Module * count.value)()
+        LIB.cdac_modules(h, mods, count.value, ctypes.byref(count))
+        for m in mods:
+            needed = ctypes.c_size_t(0)
+            buf = ctypes.create_string_buffer(4096)
+            LIB.cdac_module_path(h, m.address, buf, len(buf), ctypes.byref(needed))
+            gdb.write("Module %#x base %#x size %#x%s %s\n" % (
+                m.address, m.base, m.size, " dynamic" if m.is_dynamic else "",
+                buf.value.decode("utf-8", "replace")))
+
+
+class Reset(gdb.Command):
+    """cdac reset: forget what cdac read (after the process ran on)."""
+
+    def __init__(self):
+        super().__init__("cdac reset", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        Target.reset()
+
+
+CdacCommand()
+Ip2md()
+ClrStack()
+Modules()
+Reset()
+ManagedFrameNames()
+gdb.unwinder.register_unwinder(None, ManagedUnwinder(), replace=True)
+gdb.events.cont.connect(lambda _event: Target.reset())
