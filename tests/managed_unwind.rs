@@ -9,6 +9,7 @@ use cdac::contracts::debug_info::{
 use cdac::contracts::execution_manager::enumerate::all_code;
 use cdac::contracts::execution_manager::{execution_manager, ExecutionManager, JitType};
 use cdac::runtime::{OpenOptions, Runtime};
+use cdac::stacks::StackWalker;
 use cdac::unwind::managed_x64::step_managed;
 use cdac::unwind::{UnwindError, X64Context};
 use common::{hex, testbed_of, Variant};
@@ -306,80 +307,23 @@ fn after_call(rt: &Runtime, ra: u64) -> bool {
         || (at(7) == 0xff && modrm_call(at(6)) && at(6) >> 6 == 2 && at(6) & 7 == 4)
 }
 
-/// Walks a parked thread from its registers: `step_managed` in managed code, the frame
-/// pointer chain in native code (the runtime and its assembly helpers keep rbp frames).
-/// Returns the managed frames met.
-fn hybrid_walk(
-    rt: &Runtime,
-    em: &dyn ExecutionManager,
-    mut ctx: X64Context,
-) -> Result<Vec<(u64, u64)>, String> {
-    let t = rt.target();
-    let mut managed = Vec::new();
-    for _ in 0..256 {
-        let block = em.code_block(ctx.rip).map_err(|e| e.to_string())?;
-        match block {
-            Some(block) => {
-                managed.push((ctx.rip, block.method_desc));
-                ctx = step_managed(t, em, &block, &ctx, t)
-                    .map_err(|e| format!("after {managed:x?}: {e}"))?;
-                if !after_call(rt, ctx.rip) && em.code_block(ctx.rip).ok().flatten().is_some() {
-                    return Err(format!(
-                        "after {managed:x?}: return address {:#x} follows no call",
-                        ctx.rip
-                    ));
-                }
-            }
-            None => {
-                let Some(rbp) = ctx.rbp() else { break };
-                if rbp <= ctx.rsp() || rbp - ctx.rsp() > 1 << 24 {
-                    break;
-                }
-                let (Ok(saved), Ok(ra)) = (t.read_u64(rbp), t.read_u64(rbp + 8)) else {
-                    break;
-                };
-                if ra == 0 {
-                    break;
-                }
-                ctx = X64Context::new(ra, rbp + 16, Some(saved));
-            }
+/// Walks a parked thread from its registers with the stack walker (managed frames by
+/// `step_managed`, native ones by their CFI) and returns the managed frames met, checking
+/// that every managed caller's return address follows a call.
+fn walk_parked(rt: &Runtime, ctx: X64Context) -> Result<Vec<(u64, u64)>, String> {
+    let walker = StackWalker::new(rt).map_err(|e| e.to_string())?;
+    let stack = walker.walk(ctx, rt.target(), &[]);
+    let managed: Vec<(u64, u64)> = stack
+        .frames
+        .iter()
+        .filter_map(|f| Some((f.ip, f.method_desc()?)))
+        .collect();
+    for (i, f) in stack.frames.iter().enumerate().skip(1) {
+        if f.method_desc().is_some() && !after_call(rt, f.ip) {
+            return Err(format!("frame {i} at {:#x} follows no call", f.ip));
         }
     }
     Ok(managed)
-}
-
-/// Where native code (glibc clobbers rbp) hides the first managed frame: scans the stack
-/// from rsp for the first return address into managed code that follows a call, and
-/// starts the walk there, taking rbp from the slot below it (the native callee's
-/// `push rbp`; the runtime keeps frame pointers). Falls back to the next candidate when
-/// that guess does not walk.
-fn scan_then_walk(
-    rt: &Runtime,
-    em: &dyn ExecutionManager,
-    ctx: X64Context,
-) -> Result<Vec<(u64, u64)>, String> {
-    let t = rt.target();
-    let mut last = String::from("no managed return address on the stack");
-    let mut tried = 0;
-    for i in 1..0x4000u64 {
-        let slot = ctx.rsp() + 8 * i;
-        let Ok(ra) = t.read_u64(slot) else { break };
-        if em.code_block(ra).ok().flatten().is_none() || !after_call(rt, ra) {
-            continue;
-        }
-        let Ok(rbp) = t.read_u64(slot - 8) else {
-            continue;
-        };
-        match hybrid_walk(rt, em, X64Context::new(ra, slot + 8, Some(rbp))) {
-            Ok(frames) => return Ok(frames),
-            Err(e) => last = e,
-        }
-        tried += 1;
-        if tried == 4 {
-            break;
-        }
-    }
-    Err(last)
 }
 
 /// Every parked thread of a testbed (gcore dump): walked from its registers, our managed
@@ -388,7 +332,6 @@ fn scan_then_walk(
 fn parked_threads_through_native_frames(variant: Variant) {
     let tb = testbed_of(variant);
     let rt = Runtime::open_dump(tb.dump("gcore"), &OpenOptions::default()).expect("open dump");
-    let em = execution_manager(rt.target(), rt.descriptor()).expect("em");
     let threads = rt.target().source().threads().expect("threads");
     let mut checked = Vec::new();
     for parked in tb.manifest["threads"].as_array().expect("threads") {
@@ -424,8 +367,7 @@ fn parked_threads_through_native_frames(variant: Variant) {
             .find(|t| t.tid == tid)
             .and_then(|t| t.context)
             .unwrap_or_else(|| panic!("{kind}: thread {tid} has no registers"));
-        let frames =
-            scan_then_walk(&rt, em.as_ref(), ctx).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let frames = walk_parked(&rt, ctx).unwrap_or_else(|e| panic!("{kind}: {e}"));
         // Ours, consecutive repeats (a funclet, then its method; OSR) counted once.
         let mut ours: Vec<u64> = frames
             .iter()
