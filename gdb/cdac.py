@@ -167,8 +167,9 @@ class Target:
         cls.handle, cls.key, cls.names, cls.keep = None, None, {}, None
 
 
-def method_at(ip):
-    """(MethodInfo, name, 'file:line' or None) of managed code at `ip`, or None."""
+def method_at(ip, lines=True):
+    """(MethodInfo, name, 'file:line' or None) of managed code at `ip`, or None. The
+    unwinder needs no source line (`lines=False`): only names are shown."""
     try:
         h = Target.get()
     except gdb.GdbError:
@@ -189,7 +190,7 @@ def method_at(ip):
     file_buf = ctypes.create_string_buffer(1024)
     line = ctypes.c_uint32(0)
     where = None
-    if LIB.cdac_source_line(h, ip, file_buf, len(file_buf), ctypes.byref(line)) == OK:
+    if lines and LIB.cdac_source_line(h, ip, file_buf, len(file_buf), ctypes.byref(line)) == OK:
         where = "%s:%d" % (file_buf.value.decode("utf-8", "replace"), line.value)
     return info, name, where
 
@@ -204,7 +205,8 @@ class ManagedUnwinder(Unwinder):
         pc = int(pending_frame.read_register("rip"))
         caller_frame = pending_frame.level() > 0
         # A return address belongs to the call before it.
-        if method_at(pc - 1 if caller_frame else pc) is None:
+        found = method_at(pc - 1 if caller_frame else pc, lines=False)
+        if found is None:
             return None
         regs = Regs()
         regs.rip = pc
@@ -219,7 +221,7 @@ class ManagedUnwinder(Unwinder):
         out = Regs()
         if LIB.cdac_unwind_step(Target.get(), ctypes.byref(regs), ctypes.byref(out)) != OK:
             return None
-        info = pending_frame.create_unwind_info(FrameId(out.rsp, method_at(pc if not caller_frame else pc - 1)[0].start))
+        info = pending_frame.create_unwind_info(FrameId(out.rsp, found[0].start))
         u64 = gdb.lookup_type("unsigned long")
         info.add_saved_register("rip", gdb.Value(out.rip).cast(u64))
         info.add_saved_register("rsp", gdb.Value(out.rsp).cast(u64))
