@@ -62,9 +62,7 @@ pub fn exception_trace_frames(
     rt: &Runtime,
     stack_trace: u64,
 ) -> Result<Vec<ResolvedTraceFrame>, ContractError> {
-    let major: Option<u32> = rt
-        .version()
-        .and_then(|v| v.product_version.split('.').next()?.parse().ok());
+    let major: Option<u32> = rt.version().and_then(|v| v.major());
     let layout = TraceLayout::for_runtime_major(major.unwrap_or(9));
     let trace = decode_stack_trace(rt.target(), stack_trace, layout)?;
     let em = execution_manager(rt.target(), rt.descriptor())?;

@@ -15,9 +15,7 @@ use cdac::unwind::{UnwindError, X64Context};
 use common::{hex, testbed_of, Variant};
 
 fn format_of(rt: &Runtime) -> DebugInfoFormat {
-    let major = rt
-        .version()
-        .and_then(|v| v.product_version.split('.').next()?.parse().ok());
+    let major = rt.version().and_then(|v| v.major());
     DebugInfoFormat::for_runtime(rt.descriptor(), major)
 }
 

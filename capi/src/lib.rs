@@ -271,9 +271,7 @@ pub struct CdacHandle {
 impl CdacHandle {
     fn new(rt: Runtime) -> CdacHandle {
         let rt: &'static Runtime = Box::leak(Box::new(rt));
-        let major = rt
-            .version()
-            .and_then(|v| v.product_version.split('.').next()?.parse().ok());
+        let major = rt.version().and_then(|v| v.major());
         CdacHandle {
             rt,
             em: None,

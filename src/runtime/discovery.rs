@@ -103,6 +103,11 @@ pub struct RuntimeVersion {
 }
 
 impl RuntimeVersion {
+    /// The major version (10 of "10.0.14"), when the product version starts with one.
+    pub fn major(&self) -> Option<u32> {
+        self.product_version.split('.').next()?.parse().ok()
+    }
+
     /// Parses the text after the marker: `8.0.424.16909 @Commit: 2d7e…`.
     pub fn parse(text: &str) -> Option<RuntimeVersion> {
         let mut words = text.split_whitespace();

@@ -131,9 +131,7 @@ impl<'a> StackWalker<'a> {
     /// A walker over `rt`'s code.
     pub fn new(rt: &'a Runtime) -> Result<StackWalker<'a>, ContractError> {
         let em = execution_manager(rt.target(), rt.descriptor())?;
-        let major = rt
-            .version()
-            .and_then(|v| v.product_version.split('.').next()?.parse().ok());
+        let major = rt.version().and_then(|v| v.major());
         Ok(StackWalker {
             rt,
             em,
