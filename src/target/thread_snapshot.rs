@@ -484,6 +484,19 @@ fn thread_state(pid: i32, tid: i32) -> Option<char> {
     stat_fields(pid, tid)?.first()?.chars().next()
 }
 
+/// Whether a thread is gone or on its way out: no stat, a zombie or dead state, or the
+/// kernel's PF_EXITING flag (an exiting task has already dropped its memory, so ptrace
+/// refuses it with EPERM, which is not a privilege problem).
+fn exiting(pid: i32, tid: i32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Some(fields) = stat_fields(pid, tid) else {
+        return true;
+    };
+    let state = fields.first().and_then(|s| s.chars().next());
+    let flags = fields.get(6).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    matches!(state, Some('Z' | 'X')) || flags & PF_EXITING != 0
+}
+
 /// `TracerPid` of a thread.
 fn tracer_of(pid: i32, tid: i32) -> Option<i32> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
@@ -582,7 +595,7 @@ fn snapshot_one(
                     tracer,
                     tracer_is_us: tracer as u32 == std::process::id(),
                 }),
-                _ if thread_state(pid, tid).is_none() => {
+                _ if exiting(pid, tid) => {
                     Ok(Outcome::Gone("exited before it could be stopped".into()))
                 }
                 _ => Err(SnapshotError::PermissionDenied {
