@@ -493,7 +493,10 @@ fn exiting(pid: i32, tid: i32) -> bool {
         return true;
     };
     let state = fields.first().and_then(|s| s.chars().next());
-    let flags = fields.get(6).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    let flags = fields
+        .get(6)
+        .and_then(|f| f.parse::<u64>().ok())
+        .unwrap_or(0);
     matches!(state, Some('Z' | 'X')) || flags & PF_EXITING != 0
 }
 
