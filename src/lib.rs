@@ -70,6 +70,7 @@
 pub mod contracts;
 pub mod coverage;
 pub mod descriptor;
+pub mod exception_report;
 pub mod formats;
 pub mod limits;
 pub mod names;

@@ -6,38 +6,11 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use common::{scratch, testbed_exe, Variant};
+use common::{crash_dump, Variant};
 
 use serde_json::Value;
-
-/// Runs the testbed with `--crash` under createdump; returns the manifest and the dump.
-fn crash_dump(variant: Variant) -> (Value, std::path::PathBuf) {
-    let dir = scratch(&format!("crash-{}", variant.name()));
-    let manifest = dir.join("manifest.json");
-    let dump = dir.join("crash.core");
-    let _ = std::fs::remove_file(&dump);
-    let status = Command::new(testbed_exe(variant))
-        .arg("--manifest")
-        .arg(&manifest)
-        .args(["--max-seconds", "120", "--crash"])
-        .env("DOTNET_DbgEnableMiniDump", "1")
-        .env("DOTNET_DbgMiniDumpType", "4")
-        .env("DOTNET_DbgMiniDumpName", &dump)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("testbed.log")).expect("log"))
-        .status()
-        .expect("run the testbed");
-    assert!(!status.success(), "the testbed was meant to crash");
-    assert!(
-        dump.exists(),
-        "createdump wrote no dump; see {}",
-        dir.display()
-    );
-    let m = serde_json::from_slice(&std::fs::read(&manifest).expect("manifest")).expect("JSON");
-    (m, dump)
-}
 
 fn analyze(dump: &std::path::Path) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_cdac"))

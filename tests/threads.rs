@@ -7,8 +7,7 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 
 use cdac::contracts::execution_manager::execution_manager;
@@ -16,7 +15,7 @@ use cdac::contracts::thread::{ThreadList, Threads, FRAME_TOP};
 use cdac::names::MethodNamer;
 use cdac::runtime::{OpenOptions, Runtime};
 use cdac::target::{DataLayout, MappedFile, MemorySource, ReadError, Target, TargetKind};
-use common::{hex, testbed_exe, testbed_of, Testbed, Variant};
+use common::{crash_dump, hex, testbed_of, Testbed, Variant};
 
 fn open_live(tb: &Testbed) -> Runtime {
     Runtime::attach(tb.pid, &OpenOptions::default()).expect("attach")
@@ -363,36 +362,6 @@ fn net8_gcore_dump() {
     let tb = testbed_of(Variant::Net8);
     let rt = Runtime::open_dump(tb.dump("gcore"), &OpenOptions::default()).expect("dump");
     check_all(tb, &rt);
-}
-
-/// Runs the testbed with `--crash` under the runtime's own crash dumping; returns the
-/// manifest and the dump.
-fn crash_dump(variant: Variant) -> (serde_json::Value, PathBuf) {
-    let exe = testbed_exe(variant);
-    let dir = common::scratch(&format!("crash-{}", variant.name()));
-    let manifest = dir.join("manifest.json");
-    let dump = dir.join("crash.core");
-    let _ = std::fs::remove_file(&dump);
-    let status = Command::new(&exe)
-        .arg("--manifest")
-        .arg(&manifest)
-        .args(["--crash", "--max-seconds", "300"])
-        .env("DOTNET_DbgEnableMiniDump", "1")
-        .env("DOTNET_DbgMiniDumpType", "4")
-        .env("DOTNET_DbgMiniDumpName", &dump)
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("crash.log")).expect("log"))
-        .status()
-        .expect("run testbed --crash");
-    assert!(!status.success(), "the testbed crashes");
-    assert!(
-        dump.exists(),
-        "no crash dump; see {}",
-        dir.join("crash.log").display()
-    );
-    let m: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&manifest).expect("manifest")).expect("JSON");
-    (m, dump)
 }
 
 fn check_crash(variant: Variant) {

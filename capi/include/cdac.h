@@ -205,6 +205,16 @@ int32_t cdac_modules(cdac_handle *h, cdac_module *out, size_t cap, size_t *count
 int32_t cdac_module_path(cdac_handle *h, uint64_t module, char *buf, size_t len,
                          size_t *needed);
 
+/* The managed exception of the thread whose OS thread id is os_tid (the one being thrown
+ * or handled, else the last one it threw), or, when object is non-zero, the exception
+ * object at that address (os_tid is then ignored), as text: "Type: message", HResult and
+ * object address, its captured stack trace ("at Method + IL_xxxx in file:line") and its
+ * inner exceptions (indented, after "---> "). CDAC_NOT_FOUND when the thread has no
+ * exception or is not a managed thread; CDAC_E_INVALID_ARGUMENT when object is not an
+ * exception. Strings as cdac_method_name. */
+int32_t cdac_exception_text(cdac_handle *h, uint64_t os_tid, uint64_t object, char *buf,
+                            size_t len, size_t *needed);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,7 +26,9 @@ use cdac_core::contracts::execution_manager::{
     execution_manager, CodeBlock, ExecutionManager, JitType,
 };
 use cdac_core::contracts::loader::{self, ModuleInfo};
+use cdac_core::contracts::thread::Threads;
 use cdac_core::contracts::ContractError;
+use cdac_core::exception_report::ExceptionReport;
 use cdac_core::names::MethodNamer;
 use cdac_core::runtime::{OpenOptions, Runtime, RuntimeError};
 use cdac_core::source_lines::SourceLines;
@@ -1050,6 +1052,75 @@ pub unsafe extern "C" fn cdac_module_path(
             return Err(Failure::new(
                 CDAC_E_BUFFER_TOO_SMALL,
                 format!("the path needs {size} bytes, the buffer has {len}"),
+            ));
+        }
+        Ok(CDAC_OK)
+    })
+}
+
+/// The managed exception of a thread (or at an address), described as text.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_exception_text(
+    h: *mut CdacHandle,
+    os_tid: u64,
+    object: u64,
+    buf: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if buf.is_null() && len > 0 {
+            return Err(null("buf"));
+        }
+        let rt = h.rt;
+        let threads = Threads::for_runtime(rt)?;
+        let object = if object != 0 {
+            if !threads.is_exception_object(object) {
+                return Err(Failure::new(
+                    CDAC_E_INVALID_ARGUMENT,
+                    format!("{object:#x} is not an exception object"),
+                ));
+            }
+            object
+        } else {
+            let list = threads.threads()?;
+            let Some(thread) = list.threads.iter().find(|t| t.os_id == os_tid) else {
+                return Err(Failure::new(
+                    CDAC_NOT_FOUND,
+                    format!("thread {os_tid} is not a managed thread of the runtime"),
+                ));
+            };
+            let Some(object) = thread.exception() else {
+                return Err(Failure::new(
+                    CDAC_NOT_FOUND,
+                    format!("thread {os_tid} has no exception"),
+                ));
+            };
+            object
+        };
+        let exception = threads.exception(object, h.namer())?;
+        let mut namer = h
+            .namer
+            .take()
+            .unwrap_or_else(|| MethodNamer::for_runtime(rt));
+        let report = ExceptionReport::new(rt, &exception, &mut namer, &h.lines);
+        h.namer = Some(namer);
+        let text = report.text(0);
+        let size = copy_out(&text, buf, len);
+        if !needed.is_null() {
+            put(needed, size);
+        }
+        if size > len {
+            return Err(Failure::new(
+                CDAC_E_BUFFER_TOO_SMALL,
+                format!("the text needs {size} bytes, the buffer has {len}"),
             ));
         }
         Ok(CDAC_OK)

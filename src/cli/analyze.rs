@@ -8,13 +8,11 @@ use serde_json::{json, Value};
 use super::names::CliResult;
 use super::stacks::{name_frames, render_frame, thread_json};
 use super::{hex, DescriptorArgs, TargetArgs};
-use std::collections::HashMap;
 
-use cdac::contracts::debug_info::IlOffset;
 use cdac::contracts::thread::ExceptionInfo;
-use cdac::formats::pdb::SourceLocation;
+use cdac::exception_report::ExceptionReport;
 use cdac::names::MethodNamer;
-use cdac::source_lines::{exception_trace_frames, SourceLines};
+use cdac::source_lines::SourceLines;
 use cdac::stacks::{thread_stacks, LiveRegisters, ThreadStack};
 use cdac::symbols::ElfSymbols;
 use cdac::target::CrashSignal;
@@ -31,64 +29,15 @@ pub struct AnalyzeArgs {
     json: bool,
 }
 
-/// One frame of an exception's captured stack trace, named and placed in the source.
-struct TraceLine {
-    ip: u64,
-    method_desc: u64,
-    name: String,
-    il_offset: Option<u32>,
-    source: Option<SourceLocation>,
-}
-
-/// The captured stack traces of an exception and its inner exceptions, by object address.
-fn exception_traces(
-    rt: &cdac::runtime::Runtime,
-    e: &ExceptionInfo,
-    namer: &mut MethodNamer<'_>,
-    lines: &SourceLines,
-    out: &mut HashMap<u64, Result<Vec<TraceLine>, String>>,
-) {
-    let resolved = exception_trace_frames(rt, e.stack_trace).map_err(|err| err.to_string());
-    let traced = resolved.map(|frames| {
-        let mds: Vec<u64> = frames.iter().map(|f| f.frame.method_desc).collect();
-        let names = namer.names(&mds);
-        frames
-            .iter()
-            .zip(names)
-            .map(|(f, name)| {
-                let il = f.il_offset.and_then(IlOffset::il);
-                let source = il.and_then(|il| {
-                    let (path, token) = namer.method_def(f.frame.method_desc)?;
-                    lines.locate(&path, token, il).ok().flatten()
-                });
-                TraceLine {
-                    ip: f.frame.ip,
-                    method_desc: f.frame.method_desc,
-                    name,
-                    il_offset: il,
-                    source,
-                }
-            })
-            .collect()
-    });
-    out.insert(e.address, traced);
-    if let Some(inner) = &e.inner {
-        exception_traces(rt, inner, namer, lines, out);
-    }
-}
-
-fn trace_json(traces: &HashMap<u64, Result<Vec<TraceLine>, String>>, e: &ExceptionInfo) -> Value {
-    let mut v = super::stacks::exception_json(e);
-    add_traces(traces, e, &mut v);
+/// The JSON of an exception with its resolved stack trace and its inner exceptions'
+fn report_json(report: &ExceptionReport) -> Value {
+    let mut v = super::stacks::exception_json(&report.exception);
+    add_traces(report, &report.exception, &mut v);
     v
 }
 
-fn add_traces(
-    traces: &HashMap<u64, Result<Vec<TraceLine>, String>>,
-    e: &ExceptionInfo,
-    v: &mut Value,
-) {
-    v["stack_trace"] = match traces.get(&e.address) {
+fn add_traces(report: &ExceptionReport, e: &ExceptionInfo, v: &mut Value) {
+    v["stack_trace"] = match report.trace(e.address) {
         Some(Ok(frames)) => json!(frames
             .iter()
             .map(|f| json!({
@@ -107,45 +56,7 @@ fn add_traces(
         None => Value::Null,
     };
     if let Some(inner) = &e.inner {
-        add_traces(traces, inner, &mut v["inner"]);
-    }
-}
-
-fn exception_lines(
-    e: &ExceptionInfo,
-    depth: usize,
-    traces: &HashMap<u64, Result<Vec<TraceLine>, String>>,
-    out: &mut String,
-) {
-    let pad = "  ".repeat(depth + 1);
-    let lead = if depth == 0 { "" } else { "---> " };
-    out.push_str(&format!(
-        "{pad}{lead}{}: {}\n{pad}     HResult {:#010x}, object {}\n",
-        e.type_name.as_deref().unwrap_or("<unnamed type>"),
-        e.message.as_deref().unwrap_or("<no message>"),
-        e.hresult as u32,
-        hex(e.address)
-    ));
-    match traces.get(&e.address) {
-        Some(Ok(frames)) => {
-            for f in frames {
-                let il = f
-                    .il_offset
-                    .map(|n| format!(" + IL_{n:04x}"))
-                    .unwrap_or_default();
-                let at = f
-                    .source
-                    .as_ref()
-                    .map(|s| format!(" in {}:{}", s.file, s.line))
-                    .unwrap_or_default();
-                out.push_str(&format!("{pad}     at {}{il}{at}\n", f.name));
-            }
-        }
-        Some(Err(err)) => out.push_str(&format!("{pad}     (stack trace unreadable: {err})\n")),
-        None => {}
-    }
-    if let Some(inner) = &e.inner {
-        exception_lines(inner, depth + 1, traces, out);
+        add_traces(report, inner, &mut v["inner"]);
     }
 }
 
@@ -187,10 +98,10 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
         .filter_map(|t| Some((t, t.managed.as_ref()?.exception.as_ref()?)))
         .collect();
     let source_lines = SourceLines::new();
-    let mut traces = HashMap::new();
-    for (_, e) in &with_exceptions {
-        exception_traces(&rt, e, &mut namer, &source_lines, &mut traces);
-    }
+    let reports: Vec<ExceptionReport> = with_exceptions
+        .iter()
+        .map(|(_, e)| ExceptionReport::new(&rt, e, &mut namer, &source_lines))
+        .collect();
     let version = rt
         .version()
         .map(|v| v.product_version.clone())
@@ -221,10 +132,10 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
                 "sender_pid": c.sender_pid,
             })),
             "threads": stacks.threads.len(),
-            "exceptions": with_exceptions.iter().map(|(t, e)| json!({
+            "exceptions": with_exceptions.iter().zip(&reports).map(|((t, _), r)| json!({
                 "thread": t.os_id,
                 "managed_id": t.managed.as_ref().map(|m| m.managed_id),
-                "exception": trace_json(&traces, e),
+                "exception": report_json(r),
             })).collect::<Vec<Value>>(),
             "crashing_thread": crash_index.map(|i| thread_json(&stacks.threads[i], &named[i])),
         });
@@ -240,7 +151,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
     if with_exceptions.is_empty() {
         text.push_str("Exceptions in flight: none\n");
     }
-    for (t, e) in &with_exceptions {
+    for ((t, _), report) in with_exceptions.iter().zip(&reports) {
         let mark = if crash.as_ref().is_some_and(|c| c.tid == t.os_id) {
             " (crashing thread)"
         } else {
@@ -254,7 +165,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
                 .map(|m| format!(" (managed id {})", m.managed_id))
                 .unwrap_or_default()
         ));
-        exception_lines(e, 0, &traces, &mut text);
+        text.push_str(&report.text(2));
     }
     if let Some(i) = crashing.and_then(|c| stacks.threads.iter().position(|t| std::ptr::eq(t, c))) {
         text.push_str(&format!("\nCrashing thread {}:\n", stacks.threads[i].os_id));

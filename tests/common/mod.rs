@@ -463,3 +463,94 @@ pub fn clrmd(dump: &Path, args: &[&str]) -> serde_json::Value {
     );
     serde_json::from_slice(&out.stdout).expect("clrmd-probe JSON")
 }
+
+/// Runs the testbed of `variant` with `--crash` under the runtime's own crash dumping
+/// (createdump, full: an InvalidOperationException thrown from a catch block, with the
+/// caught ArgumentException as its inner exception); returns its manifest and the dump.
+/// Made once per test process and variant.
+pub fn crash_dump(variant: Variant) -> (serde_json::Value, PathBuf) {
+    static MADE: Mutex<Vec<(&'static str, serde_json::Value, PathBuf)>> = Mutex::new(Vec::new());
+    let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, m, dump)) = made.iter().find(|(v, _, _)| *v == variant.name()) {
+        return (m.clone(), dump.clone());
+    }
+    let dir = scratch(&format!("crash-{}", variant.name()));
+    let manifest = dir.join("manifest.json");
+    let dump = dir.join("crash.core");
+    let _ = std::fs::remove_file(&dump);
+    let log = dir.join("testbed.log");
+    let status = Command::new(testbed_exe(variant))
+        .arg("--manifest")
+        .arg(&manifest)
+        .args(["--crash", "--max-seconds", "300"])
+        .env("DOTNET_DbgEnableMiniDump", "1")
+        .env("DOTNET_DbgMiniDumpType", "4")
+        .env("DOTNET_DbgMiniDumpName", &dump)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .status()
+        .expect("run the testbed with --crash");
+    assert!(!status.success(), "the testbed was meant to crash");
+    assert!(
+        dump.exists(),
+        "createdump wrote no dump; see {}",
+        log.display()
+    );
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest).expect("manifest")).expect("JSON");
+    made.push((variant.name(), m.clone(), dump.clone()));
+    (m, dump)
+}
+
+// ---------------------------------------------------------------- CPU workload
+
+/// A private testbed running `--cpu-workload` (testbed/README.md): threads `cpu-split`
+/// (HeavyPart 3/4, LightPart 1/4) and `cpu-solo` (SoloWork) burning CPU in tier-1 code;
+/// `tb.manifest["cpu_workload"]` lists them and the `expected` shares.
+pub struct CpuWorkload {
+    pub tb: Testbed,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl CpuWorkload {
+    /// Units (of equal work) each thread completed since the previous call (or since the
+    /// manifest), and the seconds that took: `(split, solo, seconds)`.
+    pub fn rate(&mut self) -> (u64, u64, f64) {
+        use std::io::Write;
+        writeln!(self.stdin, "rate").expect("write to the workload");
+        self.stdin.flush().expect("flush");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("rate line");
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert!(
+            f.len() == 4 && f[0] == "rate",
+            "unexpected rate line {line:?}"
+        );
+        (
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+        )
+    }
+
+    /// `(method, share of the workload's samples)` of the hot methods ("Ns.Type::Method").
+    pub fn expected(&self) -> Vec<(String, f64)> {
+        self.tb.manifest["cpu_workload"]["expected"]
+            .as_array()
+            .expect("cpu_workload.expected")
+            .iter()
+            .map(|e| {
+                let m = e["method"].as_str().expect("method").to_string();
+                (m, e["share_of_workload"].as_f64().expect("share"))
+            })
+            .collect()
+    }
+}
+
+/// Starts a private testbed of `variant` in CPU-workload mode; it returns once the loops run
+/// tier-1 code (the manifest is written then).
+pub fn start_cpu_workload(variant: Variant) -> CpuWorkload {
+    let (tb, stdin, stdout) = start_testbed_piped(variant, &["--cpu-workload"]);
+    CpuWorkload { tb, stdin, stdout }
+}
