@@ -12,7 +12,11 @@ process gdb is attached to and on a core gdb has open. It adds:
   * a frame filter that names managed frames (`[Assembly] Type::Method(...)`, with
     `file:line` when a portable PDB is found);
   * commands: `cdac ip2md ADDR`, `cdac clrstack` (the selected thread, managed and native
-    frames), `cdac modules`, `cdac reset` (forget what was read: after the process ran).
+    frames), `cdac pe [ADDR]` (the exception on the selected thread, or the exception object
+    at ADDR), `cdac modules`, `cdac reset` (forget what was read: after the process ran).
+
+What was read is kept until the inferior runs again (each resume forgets it), so a live
+process must stay stopped between uses, as it does in gdb's all-stop mode.
 """
 
 import ctypes
@@ -92,8 +96,15 @@ def _library():
         "cdac_modules": [h, ctypes.POINTER(Module), ctypes.c_size_t, size_p],
         "cdac_module_path": [h, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t, size_p],
     }
-    for name, args in sigs.items():
-        fn = getattr(lib, name)
+    # Newer calls are bound when the library has them (an older libcdac.so lacks them).
+    optional = {
+        "cdac_exception_text": [h, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_char_p,
+                                ctypes.c_size_t, size_p],
+    }
+    for name, args in list(sigs.items()) + list(optional.items()):
+        fn = getattr(lib, name, None)
+        if fn is None and name in optional:
+            continue
         fn.argtypes = args
         fn.restype = ctypes.c_int32
     lib.cdac_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
@@ -136,10 +147,14 @@ def _mappings():
 
 
 class Target:
-    """One opened target per inferior (and per `cdac reset`)."""
+    """One opened target per inferior, kept until the inferior runs again (or `cdac
+    reset`). A target without a runtime (libcoreclr.so not loaded yet) is remembered as
+    such, so that native-only stacks do not pay for a fresh attempt at every frame; a newly
+    loaded library clears that."""
 
     handle = None
     key = None
+    failure = None
     names = {}
     keep = None
 
@@ -147,24 +162,41 @@ class Target:
     def get(cls):
         inf = gdb.selected_inferior()
         key = (inf.num, inf.pid)
-        if cls.handle is not None and cls.key == key:
-            return cls.handle
+        if cls.key == key:
+            if cls.handle is not None:
+                return cls.handle
+            if cls.failure is not None:
+                raise gdb.GdbError(cls.failure)
         cls.reset()
+        if inf.pid == 0:
+            raise gdb.GdbError("cdac: no process or core")
         maps = _mappings()
         paths = [p.encode() for (_, _, _, p) in maps]
         arr = (Mapping * len(maps))(*[Mapping(s, e, o, p) for (s, e, o, _), p in zip(maps, paths)])
         handle = ctypes.c_void_p()
         status = LIB.cdac_open_callbacks(_READ, None, arr, len(maps), ctypes.byref(handle))
         if status != OK:
-            raise gdb.GdbError("cdac: " + last_error())
-        cls.handle, cls.key, cls.keep = handle, key, (arr, paths)
+            cls.key, cls.failure = key, "cdac: " + last_error()
+            raise gdb.GdbError(cls.failure)
+        cls.handle, cls.key, cls.keep = handle, key, (arr, paths, maps)
         return handle
+
+    @classmethod
+    def mappings(cls):
+        """The file mappings the target was opened with."""
+        cls.get()
+        return cls.keep[2]
 
     @classmethod
     def reset(cls):
         if cls.handle is not None:
             LIB.cdac_close(cls.handle)
-        cls.handle, cls.key, cls.names, cls.keep = None, None, {}, None
+        cls.handle, cls.key, cls.failure, cls.names, cls.keep = None, None, None, {}, None
+
+    @classmethod
+    def forget_failure(cls):
+        if cls.handle is None:
+            cls.reset()
 
 
 def method_at(ip, lines=True):
@@ -285,8 +317,36 @@ def _registers(frame):
     return regs
 
 
+def _native_name(pc, shown):
+    """`module!function+0xoff` for native code at pc (offset from the shown address), or
+    `module+0xoff` from the module's start when gdb knows no function there."""
+    maps = Target.mappings()
+    module = next((p for (s, e, _, p) in maps if s <= pc < e), None)
+    name = None
+    try:
+        block = gdb.block_for_pc(pc)
+        while block is not None and block.function is None:
+            block = block.superblock
+        if block is not None:
+            name, start = block.function.print_name, block.start
+    except RuntimeError:
+        pass
+    if name is None:
+        sym = gdb.execute("info symbol %#x" % pc, to_string=True)
+        m = re.match(r"(\S+)(?: \+ (\d+))? in section", sym)
+        if m:
+            name, start = m.group(1), pc - int(m.group(2) or 0)
+    short = os.path.basename(module) if module else None
+    if name is not None:
+        return "%s%s+%#x" % (short + "!" if short else "", name, shown - start)
+    if short is not None:
+        base = min(s - o for (s, _, o, p) in maps if p == module)
+        return "%s+%#x" % (short, shown - base)
+    return "??"
+
+
 class CdacCommand(gdb.Command):
-    """cdac: .NET runtime data read by cdac (ip2md ADDR, clrstack, modules, reset)."""
+    """cdac: .NET runtime data read by cdac (ip2md ADDR, clrstack, pe [ADDR], modules, reset)."""
 
     def __init__(self):
         super().__init__("cdac", gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
@@ -336,9 +396,41 @@ class ClrStack(gdb.Command):
                 where = " at %s" % found[2] if found and found[2] else ""
                 gdb.write("#%-3d %#018x %#018x %s%s%s\n" % (i, f.sp, f.ip, name, il, where))
             else:
-                sym = gdb.execute("info symbol %#x" % (f.ip - 1 if i > 0 else f.ip), to_string=True)
-                sym = sym.strip() if "No symbol" not in sym else "??"
-                gdb.write("#%-3d %#018x %#018x (native) %s\n" % (i, f.sp, f.ip, sym))
+                gdb.write("#%-3d %#018x %#018x (native) %s\n" % (
+                    i, f.sp, f.ip, _native_name(f.ip - 1 if i > 0 else f.ip, f.ip)))
+
+
+class PrintException(gdb.Command):
+    """cdac pe [ADDR]: the managed exception on the selected thread (the one it is
+    dispatching or last threw), or the exception object at ADDR: type, message, HResult,
+    the frames of its captured stack trace with file:line, and its inner exceptions."""
+
+    def __init__(self):
+        super().__init__("cdac pe", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        if not hasattr(LIB, "cdac_exception_text"):
+            raise gdb.GdbError("cdac pe: this libcdac.so has no cdac_exception_text")
+        h = Target.get()
+        obj = int(gdb.parse_and_eval(arg)) & (2**64 - 1) if arg.strip() else 0
+        thread = gdb.selected_thread()
+        if obj == 0 and thread is None:
+            raise gdb.GdbError("cdac pe: no thread selected")
+        tid = thread.ptid[1] if thread is not None else 0
+        needed = ctypes.c_size_t(0)
+        buf = ctypes.create_string_buffer(4096)
+        status = LIB.cdac_exception_text(h, tid, obj, buf, len(buf), ctypes.byref(needed))
+        if status == E_BUFFER_TOO_SMALL:
+            buf = ctypes.create_string_buffer(needed.value)
+            status = LIB.cdac_exception_text(h, tid, obj, buf, len(buf), ctypes.byref(needed))
+        if status == NOT_FOUND:
+            gdb.write("no managed exception on thread %d (LWP %d)\n" % (thread.num, tid)
+                      if obj == 0 else "%#x: not an exception object\n" % obj)
+            return
+        if status != OK:
+            raise gdb.GdbError("cdac: " + last_error())
+        text = buf.value.decode("utf-8", "replace")
+        gdb.write(text if text.endswith("\n") else text + "\n")
 
 
 class Modules(gdb.Command):
@@ -375,8 +467,11 @@ class Reset(gdb.Command):
 CdacCommand()
 Ip2md()
 ClrStack()
+PrintException()
 Modules()
 Reset()
 ManagedFrameNames()
 gdb.unwinder.register_unwinder(None, ManagedUnwinder(), replace=True)
 gdb.events.cont.connect(lambda _event: Target.reset())
+gdb.events.exited.connect(lambda _event: Target.reset())
+gdb.events.new_objfile.connect(lambda _event: Target.forget_failure())

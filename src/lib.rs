@@ -74,6 +74,7 @@ pub mod exception_report;
 pub mod formats;
 pub mod limits;
 pub mod names;
+pub mod profile;
 pub mod runtime;
 pub mod source_lines;
 pub mod stacks;

@@ -1,26 +1,41 @@
-//! The gdb extension (`gdb/cdac.py`, libcdac.so through ctypes, memory through gdb) on a
-//! gcore dump of the .NET 10 testbed, in the real gdb: `bt` of every parked thread walks
-//! through its managed frames, named in order, down to `start_thread`; without the
-//! extension gdb shows `??` there; `cdac ip2md` and `cdac clrstack` answer as the library
-//! does.
+//! The gdb extension (`gdb/cdac.py`, libcdac.so through ctypes, memory through gdb) in the
+//! real gdb, on the testbeds of .NET 10 (a gcore dump and the live process gdb attaches
+//! to), .NET 9 and .NET 8 (a `createdump --full` dump and a gcore dump each), and on the
+//! dump the .NET 10 runtime writes of itself when it dies of an unhandled exception.
+//!
+//! One gdb process per target runs everything in one batch: `thread apply all bt` without
+//! the extension (gdb shows `??` at the first managed frame and gets no further), then with
+//! it (every parked thread's methods named in order, between the native frames cdac's own
+//! walk finds, down to `clone3`), `cdac clrstack` of every thread, `cdac ip2md` of the
+//! managed return addresses. What they print is checked against the CLI, `cdac stacks
+//! --json` and `cdac ip2md --json` on the same target (live: just before gdb attaches; the
+//! parked threads do not move). `cdac pe` is checked against `cdac analyze --json`.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Instant;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 
-use cdac_core::contracts::execution_manager::execution_manager;
-use cdac_core::names::MethodNamer;
-use cdac_core::runtime::{OpenOptions, Runtime};
-use common::{perf_map, repo, testbed_of, Variant};
+use common::{hex, repo, scratch, testbed_exe, testbed_of, tracing_lock, Testbed, Variant};
+use serde_json::Value;
+
+/// The profile directory of this test (`target/debug` or `target/release`).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("profile dir")
+        .to_path_buf()
+}
 
 /// libcdac.so next to this test (`deps/`) or in the profile directory, the newer.
 fn lib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let deps = exe.parent().expect("deps");
-    [deps, deps.parent().expect("profile")]
+    let profile = profile_dir();
+    [profile.join("deps"), profile.clone()]
         .into_iter()
         .map(|d| d.join("libcdac.so"))
         .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
@@ -29,21 +44,88 @@ fn lib() -> PathBuf {
         .expect("libcdac.so")
 }
 
-/// gdb in batch mode on `exe` and `core`, with or without the extension; its stdout.
-fn gdb(exe: &Path, core: &Path, extension: bool, commands: &[&str]) -> String {
+/// The `cdac` CLI of this test's profile, built (or found up to date) once per process:
+/// this crate's tests do not build the main crate's binary themselves.
+fn cli() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let profile = profile_dir();
+        let target_dir = profile.parent().expect("target dir");
+        let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        c.args(["build", "--quiet", "--bin", "cdac", "-p", "cdac"])
+            .arg("--manifest-path")
+            .arg(repo().join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(target_dir);
+        if profile.file_name().is_some_and(|n| n == "release") {
+            c.arg("--release");
+        }
+        let status = c.status().expect("run cargo build --bin cdac");
+        assert!(status.success(), "building the cdac CLI failed");
+        profile.join("cdac")
+    })
+    .clone()
+}
+
+/// `cdac ARGS... --json`, parsed.
+fn cli_json(args: &[&str], target: &[OsString]) -> Value {
+    let out = Command::new(cli())
+        .args(args)
+        .args(target)
+        .arg("--json")
+        .output()
+        .expect("run cdac");
+    assert!(
+        out.status.success(),
+        "cdac {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("cdac JSON")
+}
+
+/// Prints, for the selected thread, `@@frames LWP pc:sp ...`: the frames gdb unwinds (with
+/// whatever unwinders are registered; inlined frames and the tail-call frames gdb infers
+/// from debug info left out: they are not on the stack).
+const FRAMES_PY: &str = r#"
+import gdb
+
+def cdac_test_frames():
+    thread = gdb.selected_thread()
+    frame = gdb.newest_frame()
+    out = []
+    while frame is not None and len(out) < 300:
+        if frame.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
+            out.append("%x:%x" % (frame.pc(), int(frame.read_register("rsp")) & (2**64 - 1)))
+        try:
+            frame = frame.older()
+        except gdb.error:
+            break
+    print("@@frames %d %s" % (thread.ptid[1], " ".join(out)))
+"#;
+
+/// gdb in batch mode on `target` (`EXE CORE`, or `-p PID`) running `commands`, each a
+/// separate `-ex` (a failing one does not stop the others); its stdout.
+fn gdb(target: &[OsString], commands: &[String]) -> String {
+    let helper = scratch("gdb-extension").join("frames.py");
+    std::fs::write(&helper, FRAMES_PY).expect("frames.py");
     let mut c = Command::new("gdb");
-    c.args(["-batch", "-nx", "-ex", "set pagination off"]);
-    if extension {
-        c.arg("-ex")
-            .arg(format!("source {}", repo().join("gdb/cdac.py").display()));
-    }
+    c.args([
+        "-batch",
+        "-nx",
+        "-ex",
+        "set pagination off",
+        "-ex",
+        "set width 0",
+    ])
+    .arg("-ex")
+    .arg(format!("source {}", helper.display()));
     for cmd in commands {
-        c.args(["-ex", cmd]);
+        c.arg("-ex").arg(cmd);
     }
     let out = c
-        .arg(exe)
-        .arg(core)
+        .args(target)
         .env("CDAC_LIB", lib())
+        .stdin(Stdio::null())
         .output()
         .expect("run gdb (Debian package gdb)");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -55,57 +137,242 @@ fn gdb(exe: &Path, core: &Path, extension: bool, commands: &[&str]) -> String {
     text
 }
 
-/// The `bt` lines of each thread in `thread apply all bt` output, by LWP.
-fn backtraces(text: &str) -> Vec<(i64, Vec<String>)> {
-    let mut out: Vec<(i64, Vec<String>)> = Vec::new();
+/// The part of gdb's output after `echo @@section NAME` and before the next one.
+fn section<'a>(text: &'a str, name: &str) -> &'a str {
+    let mark = format!("@@section {name}\n");
+    let start = text
+        .find(&mark)
+        .unwrap_or_else(|| panic!("no section {name}: {text}"))
+        + mark.len();
+    let rest = &text[start..];
+    &rest[..rest.find("@@section ").unwrap_or(rest.len())]
+}
+
+fn echo(name: &str) -> String {
+    format!("echo @@section {name}\\n")
+}
+
+/// The LWP of a `Thread N (...(LWP 123)...)` header line of `thread apply all`.
+fn lwp_of(line: &str) -> Option<i64> {
+    if !line.starts_with("Thread ") {
+        return None;
+    }
+    let digits: String = line
+        .split("(LWP ")
+        .nth(1)?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// The `#` lines of each thread of a `thread apply all` output, by LWP.
+fn per_thread(text: &str) -> HashMap<i64, Vec<String>> {
+    let mut out: HashMap<i64, Vec<String>> = HashMap::new();
+    let mut current = None;
     for line in text.lines() {
-        if line.starts_with("Thread ") {
-            if let Some(lwp) = line
-                .split("(LWP ")
-                .nth(1)
-                .and_then(|r| r.split(')').next())
-                .and_then(|n| n.parse().ok())
-            {
-                out.push((lwp, Vec::new()));
-            }
+        if let Some(lwp) = lwp_of(line) {
+            current = Some(lwp);
+            out.entry(lwp).or_default();
         } else if line.starts_with('#') {
-            if let Some((_, frames)) = out.last_mut() {
-                frames.push(line.to_string());
+            if let Some(lwp) = current {
+                out.entry(lwp).or_default().push(line.to_string());
             }
         }
     }
     out
 }
 
-#[test]
-fn bt_names_managed_frames_between_the_native_ones() {
-    let tb = testbed_of(Variant::Net10);
-    let core = tb.dump("gcore");
-    let exe = Path::new(tb.manifest["app_dir"].as_str().expect("app_dir")).join("Cdac.Testbed");
-    let t0 = Instant::now();
-    let without = gdb(&exe, &core, false, &["thread apply all bt"]);
-    let plain = t0.elapsed();
-    let t0 = Instant::now();
-    let with = gdb(&exe, &core, true, &["thread apply all bt"]);
-    let extended = t0.elapsed();
-    let (before, after) = (backtraces(&without), backtraces(&with));
-    assert!(after.len() >= 14, "{} threads", after.len());
+/// `@@frames` lines: each thread's (pc, sp) as gdb unwinds it.
+fn gdb_frames(text: &str) -> HashMap<i64, Vec<(u64, u64)>> {
+    text.lines()
+        .filter_map(|l| {
+            let mut parts = l.strip_prefix("@@frames ")?.split(' ');
+            let lwp = parts.next()?.parse().ok()?;
+            let frames = parts
+                .filter_map(|f| {
+                    let (pc, sp) = f.split_once(':')?;
+                    Some((
+                        u64::from_str_radix(pc, 16).ok()?,
+                        u64::from_str_radix(sp, 16).ok()?,
+                    ))
+                })
+                .collect();
+            Some((lwp, frames))
+        })
+        .collect()
+}
+
+/// `Ns.Type::Method` of a name such as `void [Asm] Ns.Type::Method(int32)`.
+fn short_name(name: &str) -> String {
+    let head = name.split('(').next().unwrap_or(name);
+    head.rsplit(' ').next().unwrap_or(head).to_string()
+}
+
+/// The address gdb prints on a `bt` line (`#3  0x00007f... in ...`).
+fn bt_address(line: &str) -> Option<u64> {
+    let word = line.split_whitespace().nth(1)?;
+    u64::from_str_radix(word.strip_prefix("0x")?, 16).ok()
+}
+
+/// The testbed's executable (gdb needs it to open a core).
+fn app(tb: &Testbed) -> PathBuf {
+    Path::new(tb.manifest["app_dir"].as_str().expect("app_dir")).join("Cdac.Testbed")
+}
+
+/// Where the extension runs: a dump of the testbed (its kind), or the live process.
+#[derive(Clone, Copy)]
+enum On {
+    Dump(&'static str),
+    Live,
+}
+
+/// A line of `cdac clrstack`: `#N SP IP NAME [IL_xxxx] at FILE:LINE` or `#N SP IP (native) …`.
+struct ClrFrame {
+    sp: u64,
+    ip: u64,
+    line: String,
+}
+
+fn clrstack_frames(lines: &[String]) -> Vec<ClrFrame> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            words.next()?;
+            let sp = u64::from_str_radix(words.next()?.strip_prefix("0x")?, 16).ok()?;
+            let ip = u64::from_str_radix(words.next()?.strip_prefix("0x")?, 16).ok()?;
+            Some(ClrFrame {
+                sp,
+                ip,
+                line: l.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The `cdac ip2md` answers: the first line (`ADDR: NAME` or `ADDR: not managed code`) and
+/// the detail line, by address.
+fn ip2md_answers(text: &str) -> HashMap<u64, (String, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = HashMap::new();
+    for (i, l) in lines.iter().enumerate() {
+        let Some((addr, rest)) = l.split_once(": ") else {
+            continue;
+        };
+        let Some(addr) = addr
+            .strip_prefix("0x")
+            .and_then(|a| u64::from_str_radix(a, 16).ok())
+        else {
+            continue;
+        };
+        let detail = lines.get(i + 1).map(|d| d.trim().to_string());
+        out.insert(addr, (rest.to_string(), detail.unwrap_or_default()));
+    }
+    out
+}
+
+/// Everything on one target: see the top of the file.
+fn check(variant: Variant, on: On) {
+    let tb = testbed_of(variant);
+    let what = format!(
+        "{} {}",
+        variant.name(),
+        match on {
+            On::Dump(kind) => kind,
+            On::Live => "live",
+        }
+    );
+    let parked = tb.manifest["threads"].as_array().expect("threads");
+    let (cli_target, gdb_target): (Vec<OsString>, Vec<OsString>) = match on {
+        On::Dump(kind) => {
+            let core = tb.dump(kind);
+            (
+                vec!["--dump".into(), core.clone().into()],
+                vec![app(tb).into(), core.into()],
+            )
+        }
+        On::Live => (
+            vec!["--pid".into(), tb.pid.to_string().into()],
+            vec!["-p".into(), tb.pid.to_string().into()],
+        ),
+    };
+    // Live, the CLI and gdb take turns tracing the testbed.
+    let _guard = matches!(on, On::Live).then(tracing_lock);
+    let stacks = cli_json(&["stacks"], &cli_target);
+    let cli_threads: HashMap<i64, &Vec<Value>> = stacks["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .filter_map(|t| Some((t["os_id"].as_i64()?, t["frames"].as_array()?)))
+        .collect();
+    // Addresses to look up: the parked threads' managed frames, and a native one.
+    let mut addrs: Vec<u64> = Vec::new();
+    let mut native = None;
+    for p in parked {
+        let tid = p["os_tid"].as_i64().expect("os_tid");
+        for f in cli_threads.get(&tid).map(|v| v.as_slice()).unwrap_or(&[]) {
+            let ip = hex(&f["ip"]);
+            if f["kind"] == "managed" {
+                if !addrs.contains(&ip) {
+                    addrs.push(ip);
+                }
+            } else if f["module"] == "libcoreclr.so" {
+                native.get_or_insert(ip);
+            }
+        }
+    }
+    addrs.extend(native);
+    assert!(addrs.len() > 20, "{what}: {} addresses", addrs.len());
+    let mut ip2md_args = vec!["ip2md".to_string()];
+    ip2md_args.extend(addrs.iter().map(|a| format!("{a:#x}")));
+    let ip2md_args: Vec<&str> = ip2md_args.iter().map(String::as_str).collect();
+    let cli_ip2md = cli_json(&ip2md_args, &cli_target);
+
+    let ext = repo().join("gdb/cdac.py");
+    let mut commands = vec![
+        echo("plain"),
+        "python import time; cdac_t0 = time.time()".to_string(),
+        "thread apply all bt".to_string(),
+        "python print('@@time %.3f' % (time.time() - cdac_t0))".to_string(),
+        echo("cdac"),
+        "python cdac_t0 = time.time()".to_string(),
+        format!("source {}", ext.display()),
+        "thread apply all bt".to_string(),
+        "python print('@@time %.3f' % (time.time() - cdac_t0))".to_string(),
+        echo("frames"),
+        "thread apply all -q python cdac_test_frames()".to_string(),
+        echo("clrstack"),
+        "thread apply all cdac clrstack".to_string(),
+        echo("ip2md"),
+    ];
+    commands.extend(addrs.iter().map(|a| format!("cdac ip2md {a:#x}")));
+    commands.push(echo("end"));
+    let out = gdb(&gdb_target, &commands);
+    drop(_guard);
+
+    let times: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("@@time "))
+        .collect();
+    let before = per_thread(section(&out, "plain"));
+    let after = per_thread(section(&out, "cdac"));
+    let frames = gdb_frames(section(&out, "frames"));
+    let clrstacks = per_thread(section(&out, "clrstack"));
+    assert!(after.len() >= 14, "{what}: {} threads", after.len());
     let mut checked = 0;
-    for p in tb.manifest["threads"].as_array().expect("threads") {
+    for p in parked {
         let tid = p["os_tid"].as_i64().expect("os_tid");
         let kind = p["kind"].as_str().unwrap_or("?");
-        let frames = &after
-            .iter()
-            .find(|(t, _)| *t == tid)
-            .expect("thread in bt")
-            .1;
+        let bt = after
+            .get(&tid)
+            .unwrap_or_else(|| panic!("{what}: thread {tid} not in bt"));
+        let context = format!("{what}, {kind} thread {tid}:\n{}", bt.join("\n"));
         // Our methods, in the order bt lists them: the physical frames the testbed recorded.
-        let ours: Vec<String> = frames
+        let mut got: Vec<String> = bt
             .iter()
             .filter_map(|f| {
-                let name = f.split(" in ").nth(1)?;
-                let head = name.split('(').next()?;
-                let short = head.rsplit(' ').next()?.to_string();
+                let short = short_name(f.split(" in ").nth(1)?);
                 short.starts_with("Cdac.Testbed.Parked.").then_some(short)
             })
             .collect();
@@ -115,103 +382,246 @@ fn bt_names_managed_frames_between_the_native_ones() {
             .iter()
             .map(|v| v.as_str().unwrap_or("").to_string())
             .collect();
-        let mut got = ours;
         if kind == "spin" {
             got.dedup();
             want.dedup();
         }
-        assert_eq!(got, want, "{kind} thread {tid}:\n{}", frames.join("\n"));
-        // Native frames below the managed ones: the thread's start.
+        assert_eq!(got, want, "{context}");
+        // Down to the thread's start.
+        assert!(bt.last().is_some_and(|f| f.contains("clone3")), "{context}");
+        assert!(bt.iter().any(|f| f.contains("start_thread")), "{context}");
+        // Without the extension gdb has no name for the first managed frame and stops
+        // there (or wanders off): none of ours is named.
+        let plain = before.get(&tid).expect("thread in plain bt");
+        let first_managed = bt
+            .iter()
+            .find(|f| f.contains("::") && f.contains(" ["))
+            .and_then(|f| bt_address(f))
+            .unwrap_or_else(|| panic!("no managed frame: {context}"));
         assert!(
-            frames.last().is_some_and(|f| f.contains("clone3")),
-            "{kind}: {}",
-            frames.join("\n")
-        );
-        assert!(frames.iter().any(|f| f.contains("start_thread")), "{kind}");
-        // Without the extension gdb cannot get there.
-        let plain_frames = &before.iter().find(|(t, _)| *t == tid).expect("thread").1;
-        assert!(
-            !plain_frames
+            plain
                 .iter()
-                .any(|f| f.contains("Cdac.Testbed.Parked.")),
-            "{kind}: gdb named managed frames by itself"
+                .any(|f| bt_address(f) == Some(first_managed) && f.ends_with(" in ?? ()")),
+            "{what}: plain gdb should show ?? at {first_managed:#x}:\n{}",
+            plain.join("\n")
         );
+        assert!(
+            !plain.iter().any(|f| f.contains("Cdac.Testbed.Parked.")),
+            "{what}: gdb named managed frames by itself"
+        );
+        // The spinning thread moves between the CLI's look and gdb's (live).
+        if matches!(on, On::Live) && kind == "spin" {
+            checked += 1;
+            continue;
+        }
+        // gdb's frames (pc, sp) are those of cdac's walk: the managed ones and the native
+        // ones around them.
+        let cli_frames = cli_threads
+            .get(&tid)
+            .unwrap_or_else(|| panic!("{what}: thread {tid} not in cdac stacks"));
+        let cli_pairs: Vec<(u64, u64)> = cli_frames
+            .iter()
+            .map(|f| (hex(&f["ip"]), hex(&f["sp"])))
+            .collect();
+        assert_eq!(
+            frames.get(&tid),
+            Some(&cli_pairs),
+            "{context}\ncdac stacks: {cli_pairs:x?}"
+        );
+        // `cdac clrstack` is `cdac stacks`: the same frames, names, IL offsets and lines.
+        let clr = clrstack_frames(clrstacks.get(&tid).expect("clrstack of the thread"));
+        assert_eq!(clr.len(), cli_frames.len(), "{what} {kind}: clrstack");
+        for (g, c) in clr.iter().zip(cli_frames.iter()) {
+            assert_eq!((g.ip, g.sp), (hex(&c["ip"]), hex(&c["sp"])), "{}", g.line);
+            if c["kind"] == "managed" {
+                let name = c["name"].as_str().expect("name");
+                assert!(g.line.contains(name), "{what}: {} vs {name}", g.line);
+                if let Some(il) = c["il_offset"].as_u64() {
+                    assert!(g.line.contains(&format!(" [IL_{il:04x}]")), "{}", g.line);
+                }
+                match c["source"]["file"].as_str() {
+                    Some(file) => assert!(
+                        g.line
+                            .ends_with(&format!(" at {file}:{}", c["source"]["line"])),
+                        "{what}: {} vs {}",
+                        g.line,
+                        c["source"]
+                    ),
+                    None => assert!(!g.line.contains(" at /"), "{}", g.line),
+                }
+            } else {
+                assert!(g.line.contains("(native)"), "{}", g.line);
+            }
+        }
         checked += 1;
     }
-    assert!(checked >= 8);
+    assert_eq!(checked, parked.len());
+    // `cdac ip2md` answers as `cdac ip2md`.
+    let answers = ip2md_answers(section(&out, "ip2md"));
+    for c in cli_ip2md.as_array().expect("ip2md array") {
+        let addr = hex(&c["address"]);
+        let (head, detail) = answers
+            .get(&addr)
+            .unwrap_or_else(|| panic!("{what}: no answer for {addr:#x}"));
+        if c.get("error").is_some() {
+            assert_eq!(head, "not managed code", "{what}: {addr:#x}");
+            continue;
+        }
+        assert_eq!(head, c["name"].as_str().expect("name"), "{what}");
+        let want = format!(
+            "MethodDesc {:#x}, start {:#x} + {:#x}, size {:#x}, {}{}",
+            hex(&c["method_desc"]),
+            hex(&c["start"]),
+            c["relative_offset"].as_u64().expect("offset"),
+            c["hot_size"].as_u64().expect("size"),
+            c["jit_type"].as_str().expect("jit_type"),
+            if c["is_funclet"] == true {
+                ", funclet"
+            } else {
+                ""
+            }
+        );
+        assert_eq!(detail, &want, "{what}: {addr:#x}");
+    }
     eprintln!(
-        "thread apply all bt on the gcore dump: {:.0} ms without the extension, {:.0} ms with it \
-         ({} threads, {checked} parked threads checked)",
-        plain.as_secs_f64() * 1e3,
-        extended.as_secs_f64() * 1e3,
-        after.len()
+        "{what}: thread apply all bt {} s without the extension, {} s with it ({} threads, {checked} \
+         parked threads and {} addresses checked)",
+        times.first().unwrap_or(&"?"),
+        times.get(1).unwrap_or(&"?"),
+        after.len(),
+        addrs.len()
     );
 }
 
 #[test]
-fn ip2md_and_clrstack_commands_answer_as_the_library() {
-    let tb = testbed_of(Variant::Net10);
-    let core = tb.dump("gcore");
-    let exe = Path::new(tb.manifest["app_dir"].as_str().expect("app_dir")).join("Cdac.Testbed");
-    let rt = Runtime::open_dump(&core, &OpenOptions::default()).expect("open");
-    let em = execution_manager(rt.target(), rt.descriptor()).expect("em");
-    let mut namer = MethodNamer::for_runtime(&rt);
-    let (start, size, _) = perf_map(&tb.perf_map_for(Some("gcore")))
-        .into_iter()
-        .find(|(_, _, n)| n.contains("Sleeper::SleepMiddle("))
-        .expect("SleepMiddle");
-    let ip = start + size / 2;
-    let block = em.code_block(ip).expect("lookup").expect("managed");
-    let name = namer.name(block.method_desc);
-    let sleeper = tb.manifest["threads"]
+fn net10_gcore() {
+    check(Variant::Net10, On::Dump("gcore"));
+}
+
+#[test]
+fn net10_live() {
+    check(Variant::Net10, On::Live);
+}
+
+#[test]
+fn net9_full_dump() {
+    check(Variant::Net9, On::Dump("full"));
+}
+
+#[test]
+fn net9_gcore() {
+    check(Variant::Net9, On::Dump("gcore"));
+}
+
+#[test]
+fn net8_full_dump() {
+    check(Variant::Net8, On::Dump("full"));
+}
+
+#[test]
+fn net8_gcore() {
+    check(Variant::Net8, On::Dump("gcore"));
+}
+
+/// `pe` text of one exception (and its inner ones) checked against `cdac analyze`'s JSON:
+/// type and message, HResult, each captured frame with its file:line, in order.
+fn assert_exception_text(text: &str, e: &Value) {
+    let mut at = 0;
+    let mut next = Some(e);
+    while let Some(e) = next.filter(|e| !e.is_null()) {
+        let mut expect = vec![
+            format!(
+                "{}: {}",
+                e["type"].as_str().expect("type"),
+                e["message"].as_str().expect("message")
+            ),
+            format!("HResult {}", e["hresult"].as_str().expect("hresult")),
+        ];
+        for f in e["stack_trace"].as_array().expect("stack_trace") {
+            expect.push(format!("at {}", f["name"].as_str().expect("name")));
+            if let Some(file) = f["source"]["file"].as_str() {
+                expect.push(format!(" in {file}:{}", f["source"]["line"]));
+            }
+        }
+        for piece in expect {
+            let found = text[at..]
+                .find(&piece)
+                .unwrap_or_else(|| panic!("{piece:?} (in order) in:\n{text}"));
+            at += found + piece.len();
+        }
+        next = e.get("inner");
+    }
+}
+
+#[test]
+fn pe_prints_the_crash_exception_as_analyze_does() {
+    let (m, dump) = common::crash_dump(Variant::Net10);
+    let exe = testbed_exe(Variant::Net10);
+    let crash = &m["crash"];
+    let tid = crash["os_tid"].as_i64().expect("os_tid");
+    let analyzed = cli_json(
+        &["analyze"],
+        &["--dump".into(), dump.clone().into_os_string()],
+    );
+    let x = analyzed["exceptions"]
         .as_array()
-        .expect("threads")
+        .expect("exceptions")
         .iter()
-        .find(|t| t["kind"] == "sleep")
-        .expect("sleep thread")["os_tid"]
-        .as_i64()
-        .expect("tid");
+        .find(|x| x["thread"] == tid)
+        .expect("the crashing thread's exception");
+    let e = &x["exception"];
+    let object = hex(&e["address"]);
+    let inner = hex(&e["inner"]["address"]);
     let out = gdb(
-        &exe,
-        &core,
-        true,
+        &[exe.into_os_string(), dump.clone().into_os_string()],
         &[
-            &format!("cdac ip2md {ip:#x}"),
-            &format!("thread find LWP {sleeper}"),
-            "cdac modules",
+            format!("source {}", repo().join("gdb/cdac.py").display()),
+            format!(
+                "python gdb.execute('thread %d' % [t.num for t in gdb.selected_inferior().threads() \
+                 if t.ptid[1] == {tid}][0])"
+            ),
+            echo("thread"),
+            "cdac pe".to_string(),
+            echo("object"),
+            format!("cdac pe {object:#x}"),
+            echo("inner"),
+            format!("cdac pe {inner:#x}"),
+            echo("none"),
+            "thread 1".to_string(),
+            "thread apply all -q cdac pe".to_string(),
+            echo("end"),
         ],
     );
-    assert!(out.contains(&name), "{out}");
-    assert!(
-        out.contains(&format!("MethodDesc {:#x}", block.method_desc)),
+    let thread = section(&out, "thread");
+    assert_eq!(
+        thread
+            .lines()
+            .next()
+            .and_then(|l| l.split(": ").next())
+            .map(str::trim),
+        crash["exception_type"].as_str(),
         "{out}"
     );
-    assert!(out.contains("Cdac.Testbed.dll"), "{out}");
-    // clrstack of the sleeping thread: gdb's thread number from `thread find`.
-    let number = out
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("Thread ")?
-                .split(' ')
-                .next()?
-                .parse::<u32>()
-                .ok()
-        })
-        .expect("thread number");
-    let stack = gdb(
-        &exe,
-        &core,
-        true,
-        &[&format!("thread {number}"), "cdac clrstack"],
+    assert_exception_text(thread, e);
+    assert!(
+        thread.contains(&format!(
+            "---> {}",
+            crash["inner"]["exception_type"].as_str().unwrap()
+        )),
+        "{thread}"
     );
-    let order: Vec<usize> = ["SleepInner", "SleepMiddle", "SleepStart"]
-        .iter()
-        .map(|m| {
-            stack
-                .find(&format!("Sleeper::{m}("))
-                .unwrap_or_else(|| panic!("{m}: {stack}"))
-        })
-        .collect();
-    assert!(order.windows(2).all(|w| w[0] < w[1]), "{stack}");
-    assert!(stack.contains("ParkedThreads.cs:"), "{stack}");
+    // By address: the same exception, and the inner one on its own.
+    assert_exception_text(section(&out, "object"), e);
+    let inner_text = section(&out, "inner");
+    assert_exception_text(inner_text, &e["inner"]);
+    assert!(
+        !inner_text.contains(crash["message"].as_str().unwrap()),
+        "{inner_text}"
+    );
+    // Threads with no exception say so.
+    assert!(
+        section(&out, "none").contains("no managed exception on thread"),
+        "{out}"
+    );
+    let _ = std::fs::remove_file(&dump);
 }

@@ -26,6 +26,7 @@ mod info;
 mod mip;
 mod names;
 mod r2r;
+mod record;
 mod stacks;
 mod threads;
 
@@ -77,6 +78,12 @@ enum Command {
     /// The crash summary of a dump: signal and crashing thread, the managed exceptions in
     /// flight, the crashing thread's stack.
     Analyze(analyze::AnalyzeArgs),
+    /// Profile a live process: samples taken by the kernel (nothing injected, the process
+    /// never stopped), unwound and named from outside; writes a flame graph (SVG),
+    /// speedscope JSON or collapsed stacks.
+    Record(record::RecordArgs),
+    /// A live view of a process's hottest methods (self and total), refreshed each second.
+    Top(record::TopArgs),
 }
 
 /// Which target to read, shared by every command.
@@ -212,6 +219,8 @@ pub fn main() -> i32 {
         Command::Threads(args) => threads::run_threads(args),
         Command::Stacks(args) => stacks::run_stacks(args),
         Command::Analyze(args) => analyze::run_analyze(args),
+        Command::Record(args) => record::run_record(args),
+        Command::Top(args) => record::run_top(args),
     };
     match result {
         Ok(()) => 0,

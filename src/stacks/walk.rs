@@ -125,6 +125,7 @@ pub struct StackWalker<'a> {
     native: NativeUnwinder,
     debug_format: DebugInfoFormat,
     max_frames: usize,
+    il_offsets: bool,
 }
 
 impl<'a> StackWalker<'a> {
@@ -138,12 +139,20 @@ impl<'a> StackWalker<'a> {
             native: NativeUnwinder::new(rt.target()),
             debug_format: DebugInfoFormat::for_runtime(rt.descriptor(), major),
             max_frames: DEFAULT_MAX_FRAMES,
+            il_offsets: true,
         })
     }
 
     /// Sets the most frames a walk returns.
     pub fn with_max_frames(mut self, max_frames: usize) -> StackWalker<'a> {
         self.max_frames = max_frames.max(1);
+        self
+    }
+
+    /// Whether managed frames get their IL offset (decoding a method's debug info per
+    /// frame); a profiler that only names methods turns it off.
+    pub fn with_il_offsets(mut self, on: bool) -> StackWalker<'a> {
+        self.il_offsets = on;
         self
     }
 
@@ -267,16 +276,21 @@ impl<'a> StackWalker<'a> {
         };
         let funclet = self.em.is_funclet(b).unwrap_or(false);
         // `b` was found at `ip - 1` for a return address: the IL offset is the call's.
-        let il = il_offset(
-            self.rt.target(),
-            self.em.as_ref(),
-            b,
-            &self.debug_format,
-            false,
-        )
-        .ok()
-        .flatten()
-        .map(|m| m.il_offset);
+        let il = self
+            .il_offsets
+            .then(|| {
+                il_offset(
+                    self.rt.target(),
+                    self.em.as_ref(),
+                    b,
+                    &self.debug_format,
+                    false,
+                )
+                .ok()
+                .flatten()
+            })
+            .flatten()
+            .map(|m| m.il_offset);
         StackFrame {
             ip,
             sp,

@@ -13,6 +13,8 @@ pub mod core_dump;
 pub mod elf_image;
 mod error;
 pub mod live;
+pub mod perf_sampler;
+mod perf_sys;
 mod sys;
 pub mod thread_snapshot;
 

@@ -42,9 +42,10 @@ namespace Cdac.Testbed
         public bool Busy { get; private set; }
         public int Rounds { get; private set; }
         public bool Crash { get; private set; }
+        public bool CpuWorkload { get; private set; }
 
         public const string Usage =
-            "usage: Cdac.Testbed --manifest PATH [--max-seconds N] [--exit-with-parent] [--busy | --rounds N | --crash]";
+            "usage: Cdac.Testbed --manifest PATH [--max-seconds N] [--exit-with-parent] [--busy | --rounds N | --crash | --cpu-workload]";
 
         public static Options Parse(string[] args)
         {
@@ -60,12 +61,17 @@ namespace Cdac.Testbed
                     case "--busy": o.Busy = true; break;
                     case "--rounds": o.Rounds = int.Parse(Value(), CultureInfo.InvariantCulture); break;
                     case "--crash": o.Crash = true; break;
+                    case "--cpu-workload": o.CpuWorkload = true; break;
                     default: throw new ArgumentException($"unknown argument {args[i]}");
                 }
             }
             if (o.Manifest.Length == 0)
             {
                 throw new ArgumentException("--manifest is required");
+            }
+            if ((o.Busy ? 1 : 0) + (o.Rounds > 0 ? 1 : 0) + (o.Crash ? 1 : 0) + (o.CpuWorkload ? 1 : 0) > 1)
+            {
+                throw new ArgumentException("--busy, --rounds, --crash and --cpu-workload exclude each other");
             }
             return o;
         }
@@ -176,6 +182,18 @@ namespace Cdac.Testbed
             Phase("tiering");
 
             (string? perfMap, string? perfInfo, string? jitDump) = PerfPaths(pid);
+            JsonObject? cpuWorkload = null;
+            if (options.CpuWorkload)
+            {
+                // Two busy threads; the manifest is written once their loops run tier-1 code.
+                List<CpuThread> cpuThreads = CpuWork.Start();
+                KeepAlive.Add(cpuThreads);
+                JsonObject tiering = CpuWork.WaitForTier1(perfMap, timeoutSeconds: 30, settle: 1.0, fallbackSeconds: 5.0);
+                string rateFile = CpuWork.RateFileFor(options.Manifest);
+                CpuWork.StartRateFile(rateFile);
+                cpuWorkload = CpuWork.Describe(cpuThreads, tiering, rateFile);
+                Phase("cpu_warmup");
+            }
             if (perfMap != null && !File.Exists(perfMap))
             {
                 Log.Write($"warning: perf map enabled but {perfMap} does not exist");
@@ -210,7 +228,8 @@ namespace Cdac.Testbed
                 ["jitdump"] = jitDump,
                 ["dotnet_env"] = DotnetEnv(),
                 ["busy"] = options.Busy,
-                ["mode"] = options.Crash ? "crash" : options.Rounds > 0 ? "rounds" : options.Busy ? "busy" : "idle",
+                ["mode"] = options.Crash ? "crash" : options.Rounds > 0 ? "rounds" : options.Busy ? "busy"
+                    : options.CpuWorkload ? "cpu" : "idle",
                 ["lcg_count"] = lambdas.Count,
                 // Times finally (+1) and fault (+100) handlers ran in Cdac.Testbed.Handlers so far.
                 ["handlers_counter"] = (int)handlers.Type.GetField("Counter")!.GetValue(null)!,
@@ -227,6 +246,9 @@ namespace Cdac.Testbed
                 ["threads"] = Facts.Array(parked.Select(p => (JsonNode?)p.Describe())),
                 ["pipe_fds"] = new JsonArray(pipeFds[0], pipeFds[1]),
                 ["crash"] = options.Crash ? Crash.Describe() : null,
+                // --cpu-workload: the busy threads, their hot methods and intended shares, and how
+                // to read the throughput (testbed/README.md); null in the other modes.
+                ["cpu_workload"] = cpuWorkload,
                 // Reflection's view of types, methods, fields, assemblies and generic and dynamic
                 // methods, with the native pointers behind them (tests/net8_type_layouts.rs).
                 ["type_system"] = TypeSystemFacts.GroundTruth(layout, new[] { handlers.Type, bigType, worker.Type },
@@ -242,6 +264,11 @@ namespace Cdac.Testbed
             if (options.Crash)
             {
                 Crash.CrashStart();
+            }
+            if (options.CpuWorkload)
+            {
+                // "rate" / "total" lines until the end of stdin (at once for /dev/null), then idle.
+                CpuWork.ServeStdin(Console.In, Console.Out);
             }
             if (options.Rounds > 0)
             {
