@@ -346,6 +346,17 @@ impl PerfSampler {
     }
 }
 
+/// Parses ring-buffer bytes as the kernel writes them for a sampler of this module (whole
+/// records: samples with this module's registers and stack copy, lost and throttle
+/// records): the samples, and the counts. For tests and fuzzing; never panics.
+pub fn parse_ring_bytes(bytes: &[u8]) -> (Vec<Sample>, SamplerStats) {
+    let mask = REGS.iter().fold(0u64, |m, r| m | 1 << r);
+    let mut stats = SamplerStats::default();
+    let mut samples = Vec::new();
+    parse_records(bytes, mask, &mut stats, &mut |s| samples.push(s));
+    (samples, stats)
+}
+
 /// Little-endian reader over one record's bytes.
 struct Cursor<'a> {
     bytes: &'a [u8],

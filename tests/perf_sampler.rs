@@ -1,0 +1,122 @@
+//! The perf-event sampler on this test process: a thread started after sampling began is
+//! followed, its samples carry its registers (the instruction pointer in this executable's
+//! code, the stack pointer in its stack) and a copy of the top of its stack that starts at
+//! the stack pointer; a process that does not exist is a typed error.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cdac::target::perf_sampler::{PerfSampler, SamplerError, SamplerOptions};
+
+/// The start and end of the mapping of /proc/self/maps that holds `addr`, and its path.
+fn mapping_of(addr: u64) -> Option<(u64, u64, String)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|l| {
+        let mut parts = l.split_whitespace();
+        let (a, b) = parts.next()?.split_once('-')?;
+        let (a, b) = (
+            u64::from_str_radix(a, 16).ok()?,
+            u64::from_str_radix(b, 16).ok()?,
+        );
+        let path = parts.nth(4).unwrap_or("").to_string();
+        (a <= addr && addr < b).then_some((a, b, path))
+    })
+}
+
+#[inline(never)]
+fn burn(stop: &AtomicBool, work: &AtomicU64) {
+    let mut x = 1u64;
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..10_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+        }
+        work.fetch_add(x & 1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_new_thread_is_followed_and_its_samples_carry_registers_and_stack() {
+    let pid = std::process::id() as i32;
+    let options = SamplerOptions::for_rate(997, 8 * 1024);
+    let mut sampler = PerfSampler::open(pid, &options).expect("perf events on ourselves");
+    let before = sampler.threads();
+    let stop = Arc::new(AtomicBool::new(false));
+    let work = Arc::new(AtomicU64::new(0));
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let worker = {
+        let (stop, work) = (Arc::clone(&stop), Arc::clone(&work));
+        std::thread::spawn(move || {
+            // The thread id, from /proc/thread-self (a link to task/TID).
+            let tid: i32 = std::fs::read_link("/proc/thread-self")
+                .ok()
+                .and_then(|p| p.file_name()?.to_str()?.parse().ok())
+                .expect("own tid");
+            tid_tx.send(tid).expect("send tid");
+            burn(&stop, &work);
+        })
+    };
+    let tid = tid_rx.recv().expect("worker tid");
+    assert!(sampler.follow_new_threads().expect("follow") >= 1);
+    assert!(sampler.threads() > before);
+    let mut samples = Vec::new();
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+        sampler.drain(|s| {
+            if s.tid == tid {
+                samples.push(s)
+            }
+        });
+        if samples.len() >= 100 {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    worker.join().expect("worker");
+    assert!(
+        samples.len() >= 20,
+        "{} samples of the worker",
+        samples.len()
+    );
+    let exe = std::env::current_exe().expect("exe");
+    let mut in_exe = 0;
+    for s in &samples {
+        assert_eq!(s.stack.base, s.regs.sp);
+        assert!(!s.stack.bytes.is_empty() && s.stack.bytes.len() <= 8 * 1024);
+        // The kernel copies from sp up as far as memory is readable, so the copy may run
+        // past the stack's mapping into the next one; sp itself is in a mapping.
+        assert!(
+            mapping_of(s.regs.sp).is_some(),
+            "sp {:#x} unmapped",
+            s.regs.sp
+        );
+        if !s.in_kernel {
+            if let Some((_, _, path)) = mapping_of(s.regs.ip) {
+                if std::path::Path::new(&path) == exe {
+                    in_exe += 1;
+                }
+            }
+        }
+    }
+    // The worker spends its time in `burn`, code of this executable.
+    assert!(
+        in_exe * 10 >= samples.len() * 8,
+        "{in_exe} of {} samples in this executable",
+        samples.len()
+    );
+    let stats = sampler.stats();
+    assert!(stats.samples >= samples.len() as u64);
+    assert_eq!(stats.malformed, 0);
+}
+
+#[test]
+fn a_missing_process_is_a_typed_error() {
+    // Pids are below 2^22 on Linux.
+    match PerfSampler::open(1 << 23, &SamplerOptions::default()) {
+        Err(SamplerError::NoProcess { pid }) => assert_eq!(pid, 1 << 23),
+        other => panic!("{other:?}"),
+    }
+}
