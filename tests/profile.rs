@@ -6,7 +6,8 @@
 //!   `cdac stacks` shows for that thread (down to the thread's start);
 //! - `cdac top --json` ranks the same methods;
 //! - the ptrace sampler (the fallback where perf events are not permitted) agrees;
-//! - a process that exits mid-recording ends the recording cleanly, with what was taken;
+//! - a process that exits mid-recording (left a zombie) ends the recording cleanly, with
+//!   what was taken;
 //! - dotnet-trace (EventPipe's sampler, inside the process) names the same hot methods in
 //!   the same order.
 
@@ -280,27 +281,41 @@ fn top_ranks_the_hot_methods() {
         .map(|l| serde_json::from_str(l).expect("a JSON line per refresh"))
         .collect();
     assert!(views.len() >= 3, "{text}");
-    // Each refresh covers its own interval: every one after the first ranks the workload's
-    // three methods first by self samples, SoloWork (1/2) over HeavyPart (3/8) over
+    // Each refresh covers its own interval: in every one after the first, HeavyPart has
+    // more samples than LightPart (the same thread, 3:1); over all of them, the workload's
+    // three methods lead by self samples, SoloWork (1/2) over HeavyPart (3/8) over
     // LightPart (1/8).
+    let mut sums: HashMap<String, u64> = HashMap::new();
     for v in &views[1..] {
-        let top: Vec<String> = v["rows"]
-            .as_array()
-            .expect("rows")
-            .iter()
-            .take(3)
-            .map(|r| short_name(r["name"].as_str().expect("name")))
-            .collect();
-        assert_eq!(
-            top,
-            [
-                "Cdac.Testbed.CpuWork::SoloWork",
-                "Cdac.Testbed.CpuWork::HeavyPart",
-                "Cdac.Testbed.CpuWork::LightPart"
-            ],
+        let rows = v["rows"].as_array().expect("rows");
+        let self_of = |m: &str| {
+            rows.iter()
+                .find(|r| short_name(r["name"].as_str().unwrap_or("")) == m)
+                .and_then(|r| r["self"].as_u64())
+                .unwrap_or(0)
+        };
+        assert!(
+            self_of("Cdac.Testbed.CpuWork::HeavyPart") > self_of("Cdac.Testbed.CpuWork::LightPart"),
             "{v}"
         );
+        for r in rows {
+            *sums
+                .entry(short_name(r["name"].as_str().expect("name")))
+                .or_insert(0) += r["self"].as_u64().expect("self");
+        }
     }
+    let mut ranked: Vec<(String, u64)> = sums.into_iter().collect();
+    ranked.sort_by_key(|r| std::cmp::Reverse(r.1));
+    let top: Vec<&str> = ranked.iter().take(3).map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        top,
+        [
+            "Cdac.Testbed.CpuWork::SoloWork",
+            "Cdac.Testbed.CpuWork::HeavyPart",
+            "Cdac.Testbed.CpuWork::LightPart"
+        ],
+        "{ranked:?}"
+    );
 }
 
 #[test]
@@ -343,8 +358,15 @@ fn a_process_exiting_mid_recording_ends_it_cleanly() {
         .expect("start cdac record");
     std::thread::sleep(Duration::from_secs(3));
     let killed_at = Instant::now();
-    drop(w);
+    // Killed and not reaped until the recording has ended: a zombie, whose /proc entry
+    // stays while its threads are gone.
+    let status = Command::new("kill")
+        .args(["-KILL", &w.tb.pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
     let out = child.wait_with_output().expect("cdac record ends");
+    drop(w);
     assert!(
         killed_at.elapsed() < Duration::from_secs(20),
         "cdac record ended {:?} after the process",

@@ -121,7 +121,7 @@ pub struct TopArgs {
 
 /// The sampler chosen, running.
 enum Source {
-    Perf(PerfSampler),
+    Perf(Box<PerfSampler>),
     Ptrace { period: Duration, next: Instant },
 }
 
@@ -155,13 +155,26 @@ fn open_source(args: &SamplingArgs) -> Result<(Source, Option<String>), SamplerE
     }
     let options = SamplerOptions::for_rate(args.rate.max(1), args.stack_bytes);
     match PerfSampler::open(args.pid, &options) {
-        Ok(s) => Ok((Source::Perf(s), None)),
-        Err(e @ SamplerError::NotPermitted { .. }) if args.sampler == SamplerKind::Auto => {
+        Ok(s) => Ok((Source::Perf(Box::new(s)), None)),
+        Err(e) if args.sampler == SamplerKind::Auto && perf_unavailable(&e) => {
             Ok(ptrace(Some(format!(
                 "{e}\ncdac: falling back to the ptrace sampler: each thread is stopped briefly for every sample"
             ))))
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Whether `e` says perf events cannot be had here (refused, or not in this kernel or
+/// sandbox), as opposed to a problem with the process.
+fn perf_unavailable(e: &SamplerError) -> bool {
+    match e {
+        SamplerError::NotPermitted { .. } => true,
+        SamplerError::Io { source, .. } => matches!(
+            source.raw_os_error(),
+            Some(libc::ENOSYS) | Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV)
+        ),
+        SamplerError::NoProcess { .. } => false,
     }
 }
 
@@ -191,7 +204,7 @@ fn sample(
     let mut last_follow = started;
     let mut last_tick = started;
     let mut process_exited = false;
-    let alive = |pid: i32| std::path::Path::new(&format!("/proc/{pid}/task")).exists();
+    let alive = |pid: i32| !cdac::target::perf_sampler::process_exited(pid);
     loop {
         let now = Instant::now();
         let elapsed = now.duration_since(started);
@@ -243,7 +256,11 @@ fn sample(
             }
         }
         if now.duration_since(last_tick) >= tick_every {
-            last_tick = now;
+            // Ticks keep their cadence: a slow walk does not push the next one later.
+            last_tick += tick_every;
+            if now.duration_since(last_tick) >= tick_every {
+                last_tick = now;
+            }
             tick(profiler, elapsed, sampler_name)?;
         }
     }
@@ -350,6 +367,16 @@ fn thread_state(pid: i32, tid: i32) -> (bool, bool) {
     (running, policy == Some(SCHED_IDLE))
 }
 
+/// A number of seconds given on the command line, checked.
+fn seconds(option: &str, value: Option<f64>) -> Result<Option<Duration>, String> {
+    value
+        .map(|v| {
+            Duration::try_from_secs_f64(v)
+                .map_err(|_| format!("{option} {v}: not a number of seconds"))
+        })
+        .transpose()
+}
+
 fn open_runtime(args: &SamplingArgs) -> Result<Runtime, Box<dyn std::error::Error>> {
     let options = OpenOptions {
         descriptor: args.descriptor.descriptor.clone(),
@@ -403,7 +430,7 @@ pub fn run_record(args: &RecordArgs) -> CliResult {
         PathBuf::from(format!("cdac-{}.{ext}", s.pid))
     });
     let progress = std::io::stderr().is_terminal();
-    let duration = args.duration.map(Duration::from_secs_f64);
+    let duration = seconds("--duration", args.duration)?;
     let end = sample(
         s,
         &mut profiler,
@@ -547,8 +574,10 @@ pub fn run_top(args: &TopArgs) -> CliResult {
     let end = sample(
         s,
         &mut profiler,
-        args.duration.map(Duration::from_secs_f64),
-        Duration::from_secs_f64(args.interval.max(0.1)),
+        seconds("--duration", args.duration)?,
+        seconds("--interval", Some(args.interval))?
+            .unwrap_or_default()
+            .max(Duration::from_millis(100)),
         |p, elapsed, sampler| {
             let text = top_view(p, s.pid, elapsed, sampler, rows, json);
             if interactive {

@@ -27,6 +27,9 @@ use crate::unwind::{x64_reg, StackMemory, X64Context};
 /// How often cached target memory is dropped at the latest, so that code the runtime
 /// compiled since is found (a lookup that misses drops it sooner).
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// Most cached names of each kind: past it, the cache starts afresh (names are found
+/// again as needed), so a long recording's memory stays bounded.
+const MAX_CACHED_NAMES: usize = 1 << 16;
 /// The soonest a miss may drop the cache again.
 const REFRESH_ON_MISS_AFTER: Duration = Duration::from_millis(200);
 
@@ -229,10 +232,19 @@ impl<'a> Profiler<'a> {
             return id;
         }
         let pid = self.live.as_ref().map(LiveProcess::pid);
-        let comm = pid
+        // A thread names itself: keep it to one line without the collapsed separator.
+        let comm: String = pid
             .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/task/{tid}/comm")).ok())
-            .map(|s| s.trim().to_string())
+            .map(|s| {
+                s.trim()
+                    .chars()
+                    .map(|c| if c == ';' || c.is_control() { '_' } else { c })
+                    .collect()
+            })
             .unwrap_or_else(|| "thread".into());
+        if self.thread_labels.len() >= MAX_CACHED_NAMES {
+            self.thread_labels.clear();
+        }
         let id = self.profile.intern(&format!("{comm} ({tid})"));
         self.thread_labels.insert(tid, id);
         id
@@ -249,6 +261,9 @@ impl<'a> Profiler<'a> {
                     let id = match self.method_names.get(&method_desc) {
                         Some(&id) => id,
                         None => {
+                            if self.method_names.len() >= MAX_CACHED_NAMES {
+                                self.method_names.clear();
+                            }
                             let name = self.namer.name(method_desc).replace(';', ":");
                             let id = self.profile.intern(&name);
                             self.method_names.insert(method_desc, id);
@@ -297,6 +312,11 @@ impl<'a> Profiler<'a> {
             None => "[unknown code]".to_string(),
         };
         let id = self.profile.intern(&name.replace(';', ":"));
+        if self.native_names.len() >= MAX_CACHED_NAMES {
+            // Keyed by address: a long --native recording would otherwise keep one entry
+            // per distinct return address.
+            self.native_names.clear();
+        }
         self.native_names.insert(at, id);
         id
     }

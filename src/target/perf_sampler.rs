@@ -25,6 +25,10 @@ const RECORD_LOST: u32 = 2;
 const RECORD_THROTTLE: u32 = 5;
 const RECORD_SAMPLE: u32 = 9;
 
+// The record header's `misc` says where the sample was taken (PERF_RECORD_MISC_*).
+const CPUMODE_MASK: u16 = 7;
+const CPUMODE_KERNEL: u16 = 1;
+
 // x86-64 perf register numbers (asm/perf_regs.h) of the registers the unwinders use. The
 // kernel writes the asked registers in increasing number order.
 const REG_BX: u32 = 1;
@@ -167,6 +171,8 @@ pub struct PerfSampler {
     config: EventConfig,
     ring_pages: usize,
     rings: HashMap<i32, RingMap>,
+    /// Rings of threads that exited, read once more by the next drain, then dropped.
+    retiring: Vec<RingMap>,
     refused: HashSet<i32>,
     bytes: Vec<u8>,
     stats: SamplerStats,
@@ -191,8 +197,24 @@ pub fn perf_event_paranoid() -> Option<i32> {
         .ok()
 }
 
-/// The ids of the threads of `pid` now.
+/// Whether process `pid` has exited: gone from /proc, or a zombie (its threads are gone;
+/// only its exit status waits for the parent).
+pub fn process_exited(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_none_or(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}
+
+/// The ids of the threads of `pid` now ([`SamplerError::NoProcess`] once it has exited,
+/// zombie included).
 pub fn thread_ids(pid: i32) -> Result<Vec<i32>, SamplerError> {
+    if process_exited(pid) {
+        return Err(SamplerError::NoProcess { pid });
+    }
     let dir = format!("/proc/{pid}/task");
     let entries = std::fs::read_dir(&dir).map_err(|e| match e.kind() {
         io::ErrorKind::NotFound => SamplerError::NoProcess { pid },
@@ -215,7 +237,7 @@ impl PerfSampler {
     pub fn open(pid: i32, options: &SamplerOptions) -> Result<PerfSampler, SamplerError> {
         let mask = REGS.iter().fold(0u64, |m, r| m | 1 << r);
         let stack = options.stack_bytes.min(MAX_STACK_BYTES) & !7;
-        let ring_pages = options.ring_pages.max(1).next_power_of_two();
+        let ring_pages = options.ring_pages.clamp(1, 4096).next_power_of_two();
         let mut sampler = PerfSampler {
             pid,
             config: EventConfig {
@@ -231,6 +253,7 @@ impl PerfSampler {
             },
             ring_pages,
             rings: HashMap::new(),
+            retiring: Vec::new(),
             refused: HashSet::new(),
             bytes: Vec::new(),
             stats: SamplerStats::default(),
@@ -262,13 +285,29 @@ impl PerfSampler {
         self.stats
     }
 
-    /// Starts sampling threads that appeared since the last call, and stops (after
-    /// draining nothing: call [`PerfSampler::drain`] first) those that exited. Returns how
-    /// many threads were added. [`SamplerError::NoProcess`] once the process is gone.
+    /// Whether thread `tid` is being sampled.
+    pub fn is_following(&self, tid: i32) -> bool {
+        self.rings.contains_key(&tid)
+    }
+
+    /// Starts sampling threads that appeared since the last call, and stops those that
+    /// exited (their last samples are still handed out by the next [`PerfSampler::drain`]).
+    /// Returns how many threads were added. [`SamplerError::NoProcess`] once the process is
+    /// gone.
     pub fn follow_new_threads(&mut self) -> Result<usize, SamplerError> {
         let tids = thread_ids(self.pid)?;
         let live: HashSet<i32> = tids.iter().copied().collect();
-        self.rings.retain(|tid, _| live.contains(tid));
+        let gone: Vec<i32> = self
+            .rings
+            .keys()
+            .copied()
+            .filter(|tid| !live.contains(tid))
+            .collect();
+        for tid in gone {
+            if let Some(ring) = self.rings.remove(&tid) {
+                self.retiring.push(ring);
+            }
+        }
         self.refused.retain(|tid| live.contains(tid));
         let mut added = 0;
         for tid in tids {
@@ -282,16 +321,18 @@ impl PerfSampler {
                     added += 1;
                 }
                 // The thread exited between the listing and the open.
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) => {
+                Err(OpenFailure::Event(e)) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(OpenFailure::Event(e))
+                    if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) =>
+                {
                     return Err(SamplerError::NotPermitted {
                         paranoid: perf_event_paranoid(),
                         source: e,
                     })
                 }
-                Err(e) => {
-                    // One thread that cannot be sampled (e.g. out of buffer memory) does
-                    // not stop the others; it is retried only if it comes back as new.
+                Err(OpenFailure::Event(e) | OpenFailure::Buffer(e)) => {
+                    // One thread that cannot be sampled (e.g. out of locked memory for its
+                    // buffer) does not stop the others; it is not retried.
                     self.refused.insert(tid);
                     if self.rings.is_empty() {
                         return Err(SamplerError::Io {
@@ -305,7 +346,7 @@ impl PerfSampler {
         Ok(added)
     }
 
-    fn open_thread(&mut self, tid: i32) -> io::Result<RingMap> {
+    fn open_thread(&mut self, tid: i32) -> Result<RingMap, OpenFailure> {
         let fd = match perf_sys::open_cpu_clock(tid, &self.config) {
             Err(e)
                 if !self.config.exclude_kernel
@@ -313,24 +354,36 @@ impl PerfSampler {
             {
                 // perf_event_paranoid >= 2 without CAP_PERFMON: user-mode samples only.
                 self.config.exclude_kernel = true;
-                perf_sys::open_cpu_clock(tid, &self.config)?
+                perf_sys::open_cpu_clock(tid, &self.config).map_err(OpenFailure::Event)?
             }
-            other => other?,
+            other => other.map_err(OpenFailure::Event)?,
         };
-        let mut pages = self.ring_pages;
+        // The smallest buffer worth having holds two samples.
+        let record = self.config.stack_user as usize + 512;
+        let min_pages = (2 * record)
+            .div_ceil(perf_sys::page_size())
+            .next_power_of_two();
+        let mut pages = self.ring_pages.max(min_pages);
         loop {
-            match RingMap::map(fd.try_clone()?, pages) {
+            match RingMap::map(fd.try_clone().map_err(OpenFailure::Buffer)?, pages) {
                 Ok(ring) => return Ok(ring),
                 // The locked-memory budget (perf_event_mlock_kb) is per user: smaller
                 // buffers, drained as often, still work.
-                Err(e) if e.raw_os_error() == Some(libc::EPERM) && pages > 4 => pages /= 2,
-                Err(e) => return Err(e),
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) && pages > min_pages => pages /= 2,
+                Err(e) => return Err(OpenFailure::Buffer(e)),
             }
         }
     }
 
     /// Parses every sample written since the last call and hands each to `f`.
     pub fn drain(&mut self, mut f: impl FnMut(Sample)) {
+        for mut ring in std::mem::take(&mut self.retiring) {
+            self.bytes.clear();
+            ring.drain_into(&mut self.bytes);
+            let bytes = std::mem::take(&mut self.bytes);
+            parse_records(&bytes, self.config.regs_user, &mut self.stats, &mut f);
+            self.bytes = bytes;
+        }
         let mut tids: Vec<i32> = self.rings.keys().copied().collect();
         tids.sort_unstable();
         for tid in tids {
@@ -355,6 +408,14 @@ pub fn parse_ring_bytes(bytes: &[u8]) -> (Vec<Sample>, SamplerStats) {
     let mut samples = Vec::new();
     parse_records(bytes, mask, &mut stats, &mut |s| samples.push(s));
     (samples, stats)
+}
+
+/// Why a thread could not be sampled.
+enum OpenFailure {
+    /// `perf_event_open` refused.
+    Event(io::Error),
+    /// The event opened, but its ring buffer could not be mapped.
+    Buffer(io::Error),
 }
 
 /// Little-endian reader over one record's bytes.
@@ -395,6 +456,7 @@ fn parse_records(
     let mut at = 0usize;
     while at + 8 <= bytes.len() {
         let kind = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let misc = u16::from_le_bytes([bytes[at + 4], bytes[at + 5]]);
         let size = usize::from(u16::from_le_bytes([bytes[at + 6], bytes[at + 7]]));
         if size < 8 || at + size > bytes.len() {
             stats.malformed += 1;
@@ -402,20 +464,22 @@ fn parse_records(
         }
         let body = &bytes[at + 8..at + size];
         match kind {
-            RECORD_SAMPLE => match parse_sample(body, regs_mask) {
-                Some(Some(sample)) => {
-                    stats.samples += 1;
-                    f(sample);
+            RECORD_SAMPLE => {
+                match parse_sample(body, regs_mask, misc & CPUMODE_MASK == CPUMODE_KERNEL) {
+                    Some(Some(sample)) => {
+                        stats.samples += 1;
+                        f(sample);
+                    }
+                    Some(None) => {
+                        stats.samples += 1;
+                        stats.without_registers += 1;
+                    }
+                    None => stats.malformed += 1,
                 }
-                Some(None) => {
-                    stats.samples += 1;
-                    stats.without_registers += 1;
-                }
-                None => stats.malformed += 1,
-            },
+            }
             RECORD_LOST => {
                 let mut c = Cursor { bytes: body, at: 8 };
-                stats.lost += c.u64().unwrap_or(0);
+                stats.lost = stats.lost.saturating_add(c.u64().unwrap_or(0));
             }
             RECORD_THROTTLE => stats.throttled += 1,
             _ => {}
@@ -426,9 +490,9 @@ fn parse_records(
 
 /// One PERF_RECORD_SAMPLE body: `None` when malformed, `Some(None)` when it has no user
 /// registers.
-fn parse_sample(body: &[u8], regs_mask: u64) -> Option<Option<Sample>> {
+fn parse_sample(body: &[u8], regs_mask: u64, in_kernel: bool) -> Option<Option<Sample>> {
     let mut c = Cursor { bytes: body, at: 0 };
-    let ip = c.u64()?;
+    let _ip = c.u64()?;
     let _pid = c.u32()?;
     let tid = c.u32()?;
     let time_ns = c.u64()?;
@@ -460,8 +524,7 @@ fn parse_sample(body: &[u8], regs_mask: u64) -> Option<Option<Sample>> {
     Some(Some(Sample {
         tid: i32::try_from(tid).ok()?,
         time_ns,
-        // Kernel addresses have the top bit set on x86-64.
-        in_kernel: ip >> 63 == 1,
+        in_kernel,
         regs,
         stack: StackCopy {
             base: regs.sp,

@@ -107,6 +107,17 @@ impl RingMap {
         } else {
             (data_offset, data_size)
         };
+        if data_offset
+            .checked_add(data_size)
+            .is_none_or(|end| end > len as u64)
+        {
+            // SAFETY: the mapping made above, unmapped once; nothing refers to it.
+            unsafe { libc::munmap(base.cast(), len) };
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the kernel's ring buffer layout ({data_offset:#x} + {data_size:#x}) exceeds the {len:#x}-byte mapping"),
+            ));
+        }
         Ok(RingMap {
             base,
             len,
