@@ -67,3 +67,13 @@ fn r2r_lookups_method_never_starts_after_the_address() {
     }
     assert!(corrupt >= 1, "the damage is reported");
 }
+
+/// `perf_records`: two PERF_RECORD_LOST records whose counts add past `u64::MAX` overflowed
+/// the lost-sample count (a panic with overflow checks). The count now saturates.
+#[test]
+fn perf_records_lost_counts_saturate() {
+    let data = fixture("perf_records-lost-overflow.bin");
+    let (samples, stats) = cdac::target::perf_sampler::parse_ring_bytes(&data);
+    assert!(samples.len() as u64 <= stats.samples);
+    assert_eq!(stats.lost, u64::MAX, "{stats:?}");
+}
