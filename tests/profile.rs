@@ -469,3 +469,50 @@ fn dotnet_trace_names_the_same_hot_methods() {
         split(&b)
     );
 }
+
+#[test]
+fn ctrl_c_ends_the_recording_and_writes_it() {
+    let _one = WORKLOAD.lock().unwrap_or_else(|e| e.into_inner());
+    let w = start_cpu_workload(Variant::Net10);
+    let dir = scratch("profile-interrupt");
+    let out_file = dir.join("profile.json");
+    let child = cdac()
+        .args(["record", "--json", "-d", "60", "--pid"])
+        .arg(w.tb.pid.to_string())
+        .arg("-o")
+        .arg(&out_file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start cdac record");
+    std::thread::sleep(Duration::from_secs(3));
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("cdac record ends");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(summary["ended_by"], "interrupted", "{summary}");
+    assert!(
+        summary["seconds"].as_f64().expect("seconds") < 30.0,
+        "{summary}"
+    );
+    // speedscope's format, by the .json extension: the samples it holds are the summary's.
+    let profile: Value =
+        serde_json::from_slice(&std::fs::read(&out_file).expect("profile")).expect("JSON");
+    let weights: u64 = profile["profiles"]
+        .as_array()
+        .expect("profiles")
+        .iter()
+        .flat_map(|p| p["weights"].as_array().expect("weights").iter())
+        .map(|w| w.as_u64().expect("weight"))
+        .sum();
+    assert_eq!(weights, summary["samples"].as_u64().expect("samples"));
+    assert!(weights > 50, "{summary}");
+}

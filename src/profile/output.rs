@@ -57,6 +57,10 @@ pub fn speedscope_json(profile: &Profile, name: &str) -> serde_json::Value {
         entry.0.push(ids);
         entry.1.push(n);
     }
+    if by_thread.is_empty() {
+        // speedscope opens no file without a profile: an empty profile says "no samples".
+        by_thread.insert("", (Vec::new(), Vec::new()));
+    }
     let profiles: Vec<serde_json::Value> = by_thread
         .into_iter()
         .map(|(thread, (samples, weights))| {
@@ -166,6 +170,9 @@ mod tests {
             .collect();
         assert_eq!(first, vec!["Main", "Heavy"]);
         assert_eq!(prof["weights"], json!([3, 1]));
+        let empty = speedscope_json(&Profile::new(), "empty");
+        assert_eq!(empty["profiles"].as_array().map(Vec::len), Some(1));
+        assert_eq!(empty["profiles"][0]["endValue"], 0);
     }
 
     #[test]
