@@ -446,6 +446,29 @@ fn copy_out(text: &str, buf: *mut c_char, len: usize) -> usize {
     bytes.len() + 1
 }
 
+/// A string out-parameter: `text` copied into `buf` (truncated when short), the size it
+/// needs (NUL included) into `needed` when not NULL, and [`CDAC_E_BUFFER_TOO_SMALL`] naming
+/// `what` when the buffer was short.
+fn return_text(
+    text: &str,
+    what: &str,
+    buf: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> Result<i32, Failure> {
+    let size = copy_out(text, buf, len);
+    if !needed.is_null() {
+        put(needed, size);
+    }
+    if size > len {
+        return Err(Failure::new(
+            CDAC_E_BUFFER_TOO_SMALL,
+            format!("{what} needs {size} bytes, the buffer has {len}"),
+        ));
+    }
+    Ok(CDAC_OK)
+}
+
 /// Writes a value through an out pointer checked non-NULL.
 fn put<T>(out: *mut T, value: T) {
     // SAFETY: every caller checks `out` non-NULL first; the header requires it to point to
@@ -659,17 +682,7 @@ pub unsafe extern "C" fn cdac_method_name(
         }
         let b = h.block(ip)?;
         let name = h.namer().name(b.method_desc);
-        let size = copy_out(&name, buf, len);
-        if !needed.is_null() {
-            put(needed, size);
-        }
-        if size > len {
-            return Err(Failure::new(
-                CDAC_E_BUFFER_TOO_SMALL,
-                format!("the name needs {size} bytes, the buffer has {len}"),
-            ));
-        }
-        Ok(CDAC_OK)
+        return_text(&name, "the name", buf, len, needed)
     })
 }
 
@@ -723,15 +736,8 @@ pub unsafe extern "C" fn cdac_source_line(
         let Some(loc) = found else {
             return Err(Failure::new(CDAC_NOT_FOUND, "no sequence point"));
         };
-        let size = copy_out(&loc.file, file, len);
         put(line, loc.line);
-        if size > len {
-            return Err(Failure::new(
-                CDAC_E_BUFFER_TOO_SMALL,
-                format!("the file name needs {size} bytes, the buffer has {len}"),
-            ));
-        }
-        Ok(CDAC_OK)
+        return_text(&loc.file, "the file name", file, len, std::ptr::null_mut())
     })
 }
 
@@ -1044,17 +1050,7 @@ pub unsafe extern "C" fn cdac_module_path(
         let Some(path) = m.path.as_ref().map(|p| p.to_string_lossy().into_owned()) else {
             return Err(Failure::new(CDAC_NOT_FOUND, "the module has no path"));
         };
-        let size = copy_out(&path, buf, len);
-        if !needed.is_null() {
-            put(needed, size);
-        }
-        if size > len {
-            return Err(Failure::new(
-                CDAC_E_BUFFER_TOO_SMALL,
-                format!("the path needs {size} bytes, the buffer has {len}"),
-            ));
-        }
-        Ok(CDAC_OK)
+        return_text(&path, "the path", buf, len, needed)
     })
 }
 
@@ -1113,16 +1109,6 @@ pub unsafe extern "C" fn cdac_exception_text(
         let report = ExceptionReport::new(rt, &exception, &mut namer, &h.lines);
         h.namer = Some(namer);
         let text = report.text(0);
-        let size = copy_out(&text, buf, len);
-        if !needed.is_null() {
-            put(needed, size);
-        }
-        if size > len {
-            return Err(Failure::new(
-                CDAC_E_BUFFER_TOO_SMALL,
-                format!("the text needs {size} bytes, the buffer has {len}"),
-            ));
-        }
-        Ok(CDAC_OK)
+        return_text(&text, "the text", buf, len, needed)
     })
 }

@@ -13,75 +13,16 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 use common::{hex, repo, scratch, testbed_exe, testbed_of, tracing_lock, Testbed, Variant};
 use serde_json::Value;
-
-/// The profile directory of this test (`target/debug` or `target/release`).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("profile dir")
-        .to_path_buf()
-}
-
-/// libcdac.so next to this test (`deps/`) or in the profile directory, the newer.
-fn lib() -> PathBuf {
-    let profile = profile_dir();
-    [profile.join("deps"), profile.clone()]
-        .into_iter()
-        .map(|d| d.join("libcdac.so"))
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .expect("libcdac.so")
-}
-
-/// The `cdac` CLI of this test's profile, built (or found up to date) once per process:
-/// this crate's tests do not build the main crate's binary themselves.
-fn cli() -> PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let profile = profile_dir();
-        let target_dir = profile.parent().expect("target dir");
-        let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        c.args(["build", "--quiet", "--bin", "cdac", "-p", "cdac"])
-            .arg("--manifest-path")
-            .arg(repo().join("Cargo.toml"))
-            .arg("--target-dir")
-            .arg(target_dir);
-        if profile.file_name().is_some_and(|n| n == "release") {
-            c.arg("--release");
-        }
-        let status = c.status().expect("run cargo build --bin cdac");
-        assert!(status.success(), "building the cdac CLI failed");
-        profile.join("cdac")
-    })
-    .clone()
-}
-
-/// `cdac ARGS... --json`, parsed.
-fn cli_json(args: &[&str], target: &[OsString]) -> Value {
-    let out = Command::new(cli())
-        .args(args)
-        .args(target)
-        .arg("--json")
-        .output()
-        .expect("run cdac");
-    assert!(
-        out.status.success(),
-        "cdac {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("cdac JSON")
-}
+use support::{cli_json, lib};
 
 /// Prints, for the selected thread, `@@frames LWP pc:sp ...`: the frames gdb unwinds (with
 /// whatever unwinders are registered; inlined frames and the tail-call frames gdb infers

@@ -15,76 +15,17 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use common::{crash_dump, hex, repo, testbed_of, tracing_lock, Testbed, Variant};
 use serde_json::Value;
-
-/// The profile directory of this test (`target/debug` or `target/release`).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("profile dir")
-        .to_path_buf()
-}
-
-/// libcdac.so of this profile: in `deps/` or the profile directory, the newer.
-fn lib() -> PathBuf {
-    let profile = profile_dir();
-    [profile.join("deps"), profile.clone()]
-        .into_iter()
-        .map(|d| d.join("libcdac.so"))
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max()
-        .map(|(_, p)| p)
-        .expect("libcdac.so")
-}
-
-/// The `cdac` CLI of this profile (this crate's tests do not build the main crate's
-/// binary): built, or found up to date, once per test process.
-fn cli() -> PathBuf {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let profile = profile_dir();
-        let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        c.args(["build", "--quiet", "-p", "cdac", "--bin", "cdac"])
-            .arg("--manifest-path")
-            .arg(repo().join("Cargo.toml"))
-            .arg("--target-dir")
-            .arg(profile.parent().expect("target dir"));
-        if profile.file_name().is_some_and(|n| n == "release") {
-            c.arg("--release");
-        }
-        assert!(
-            c.status().expect("run cargo build").success(),
-            "building the cdac CLI failed"
-        );
-        profile.join("cdac")
-    })
-    .clone()
-}
-
-/// `cdac ARGS... TARGET... --json`, parsed.
-fn cli_json(args: &[&str], target: &[OsString]) -> Value {
-    let out = Command::new(cli())
-        .args(args)
-        .args(target)
-        .arg("--json")
-        .output()
-        .expect("run cdac");
-    assert!(
-        out.status.success(),
-        "cdac {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("cdac JSON")
-}
+use support::{cli_json, lib};
 
 /// Whether lldb is installed; when it is not, the caller skips with a message.
 fn have_lldb() -> bool {

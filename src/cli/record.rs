@@ -21,7 +21,7 @@ use cdac::runtime::{OpenOptions, Runtime};
 use cdac::target::perf_sampler::{
     thread_ids, PerfSampler, Sample, SamplerError, SamplerOptions, UserRegisters,
 };
-use cdac::target::thread_snapshot::{snapshot_thread, SnapshotOptions};
+use cdac::target::thread_snapshot::{snapshot_thread, stat_fields, SnapshotOptions};
 use cdac::unwind::x64_reg;
 
 /// How often new threads are looked for.
@@ -204,7 +204,7 @@ fn sample(
     let mut last_follow = started;
     let mut last_tick = started;
     let mut process_exited = false;
-    let alive = |pid: i32| !cdac::target::perf_sampler::process_exited(pid);
+    let alive = |pid: i32| !cdac::target::live::process_gone(pid);
     loop {
         let now = Instant::now();
         let elapsed = now.duration_since(started);
@@ -352,19 +352,12 @@ fn own_cpu_time() -> Option<Duration> {
 /// Whether thread `tid` of `pid` is running or runnable (state R in /proc), and whether
 /// its scheduling policy is SCHED_IDLE.
 fn thread_state(pid: i32, tid: i32) -> (bool, bool) {
-    const SCHED_IDLE: u32 = 5;
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else {
-        return (false, false);
-    };
-    // Fields after the command name (which may hold spaces) start at field 3, the state;
-    // the policy is field 41.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let running = fields.first() == Some(&"R");
-    let policy = fields.get(38).and_then(|p| p.parse::<u32>().ok());
-    (running, policy == Some(SCHED_IDLE))
+    const SCHED_IDLE: &str = "5";
+    // Index 0 is proc(5)'s field 3, the state; the policy is field 41.
+    let fields = stat_fields(pid, tid).unwrap_or_default();
+    let running = fields.first().is_some_and(|s| s == "R");
+    let idle_policy = fields.get(38).is_some_and(|p| p == SCHED_IDLE);
+    (running, idle_policy)
 }
 
 /// A number of seconds given on the command line, checked.

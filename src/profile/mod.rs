@@ -322,22 +322,15 @@ impl<'a> Profiler<'a> {
     }
 
     fn module_name(&mut self, ip: u64) -> FrameId {
-        let module = self.symbols.lookup(ip).map(|s| s.module_base);
-        let key = module.unwrap_or(0);
+        let found = self.symbols.lookup(ip);
+        let key = found.as_ref().map_or(0, |s| s.module_base);
         if let Some(&id) = self.module_names.get(&key) {
             return id;
         }
-        let name = match self.symbols.lookup(ip) {
-            Some(s) => format!(
-                "[native: {}]",
-                s.module
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default()
-            ),
-            None => "[native: unknown code]".to_string(),
-        };
-        let id = self.profile.intern(&name);
+        let module = found
+            .and_then(|s| Some(s.module.file_name()?.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "unknown code".into());
+        let id = self.profile.intern(&format!("[native: {module}]"));
         self.module_names.insert(key, id);
         id
     }

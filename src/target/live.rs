@@ -317,7 +317,7 @@ fn executable_layout(pid: i32) -> Option<DataLayout> {
 }
 
 /// True when the process no longer exists or is a zombie (its memory is gone).
-pub(crate) fn process_gone(pid: i32) -> bool {
+pub fn process_gone(pid: i32) -> bool {
     if !sys::process_exists(pid) {
         return true;
     }

@@ -10,8 +10,9 @@ use std::io;
 
 use thiserror::Error;
 
+use super::live::process_gone;
 use super::perf_sys::{self, EventConfig, RingMap};
-use super::thread_snapshot::StackCopy;
+use super::thread_snapshot::{list_threads, SnapshotError, StackCopy};
 
 // PERF_SAMPLE_* bits asked for; the record layout below follows their order.
 const SAMPLE_IP: u64 = 1 << 0;
@@ -197,38 +198,19 @@ pub fn perf_event_paranoid() -> Option<i32> {
         .ok()
 }
 
-/// Whether process `pid` has exited: gone from /proc, or a zombie (its threads are gone;
-/// only its exit status waits for the parent).
-pub fn process_exited(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_none_or(|state| state == "Z" || state == "X"),
-        Err(_) => true,
-    }
-}
-
 /// The ids of the threads of `pid` now ([`SamplerError::NoProcess`] once it has exited,
 /// zombie included).
 pub fn thread_ids(pid: i32) -> Result<Vec<i32>, SamplerError> {
-    if process_exited(pid) {
+    if process_gone(pid) {
         return Err(SamplerError::NoProcess { pid });
     }
-    let dir = format!("/proc/{pid}/task");
-    let entries = std::fs::read_dir(&dir).map_err(|e| match e.kind() {
-        io::ErrorKind::NotFound => SamplerError::NoProcess { pid },
-        _ => SamplerError::Io {
-            context: format!("listing {dir}"),
-            source: e,
+    list_threads(pid).map_err(|e| match e {
+        SnapshotError::NoSuchProcess { .. } => SamplerError::NoProcess { pid },
+        other => SamplerError::Io {
+            context: format!("listing the threads of process {pid}"),
+            source: io::Error::other(other.to_string()),
         },
-    })?;
-    let mut tids: Vec<i32> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
-    Ok(tids)
+    })
 }
 
 impl PerfSampler {

@@ -409,7 +409,8 @@ fn ptrace_hint(pid: i32) -> String {
 }
 
 /// The thread ids of `pid`, sorted.
-fn list_threads(pid: i32) -> Result<Vec<i32>, SnapshotError> {
+/// The ids of the threads of `pid`, sorted.
+pub fn list_threads(pid: i32) -> Result<Vec<i32>, SnapshotError> {
     let entries = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| {
         if process_gone(pid) {
             SnapshotError::NoSuchProcess { pid }
@@ -474,7 +475,7 @@ fn thread_name(pid: i32, tid: i32) -> Option<String> {
 }
 
 /// Fields of `/proc/PID/task/TID/stat` from the state on (field 3 of proc(5) is index 0).
-fn stat_fields(pid: i32, tid: i32) -> Option<Vec<String>> {
+pub fn stat_fields(pid: i32, tid: i32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     let rest = &stat[stat.rfind(')')? + 1..];
     Some(rest.split_whitespace().map(str::to_string).collect())
