@@ -182,3 +182,121 @@ fn analyze_names_the_crash_on_net9() {
 fn analyze_names_the_crash_on_net8() {
     analyze_crash_of(Variant::Net8);
 }
+
+/// The thread the runtime's own crash report (`DOTNET_EnableCrashReport=1`, beside the dump)
+/// says crashed: its `native_thread_id` (hex) where `crashed` is "true".
+fn crash_report_thread(dump: &std::path::Path) -> u64 {
+    let path = format!("{}.crashreport.json", dump.display());
+    let report: Value = serde_json::from_slice(&std::fs::read(&path).expect("crash report"))
+        .expect("crash report JSON");
+    let crashed: Vec<u64> = report["payload"]["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .filter(|t| t["crashed"] == "true")
+        .map(|t| common::hex(&t["native_thread_id"]))
+        .collect();
+    assert_eq!(crashed.len(), 1, "{path}: {crashed:?}");
+    crashed[0]
+}
+
+/// An unhandled exception on a background thread: the signal and the crashing thread are
+/// that thread's (createdump writes the threads in creation order and gives the signal only
+/// to it), as the runtime's own crash report says, with the exception and the stack up to
+/// the thread's start method.
+fn analyze_background_crash_of(variant: Variant) {
+    let (m, dump) = common::crash_dump_on_thread(variant);
+    let crash = &m["crash"];
+    let what = variant.name();
+    assert_eq!(crash["thread"], "background", "{what}");
+    let tid = crash["os_tid"].as_u64().expect("os_tid");
+    assert_ne!(tid, m["pid"].as_u64().expect("pid"), "{what}");
+    assert_eq!(
+        crash_report_thread(&dump),
+        tid,
+        "{what}: the runtime's crash report"
+    );
+    let a = analyze(&dump);
+    assert_eq!(a["signal"]["name"], "SIGABRT", "{what}: {}", a["signal"]);
+    assert_eq!(a["signal"]["thread"].as_u64(), Some(tid), "{what}");
+    let thread = &a["crashing_thread"];
+    assert_eq!(thread["os_id"].as_u64(), Some(tid), "{what}");
+    let e = &thread["managed"]["exception"];
+    assert_eq!(e["type"], crash["exception_type"], "{what}: {e}");
+    assert_eq!(e["message"], crash["message"], "{what}");
+    let names: Vec<String> = thread["frames"]
+        .as_array()
+        .expect("frames")
+        .iter()
+        .filter(|f| f["kind"] == "managed")
+        .map(|f| short_name(f["name"].as_str().unwrap_or("")))
+        .collect();
+    let chain: Vec<String> = crash["expected_chain"]
+        .as_array()
+        .expect("chain")
+        .iter()
+        .map(|v| v.as_str().unwrap_or("").to_string())
+        .collect();
+    let ours: Vec<String> = names
+        .iter()
+        .filter(|n| chain.contains(n))
+        .cloned()
+        .collect();
+    // The chain, innermost first, ends the thread's managed frames (a funclet repeats its
+    // method's name; keep each name's outermost frame).
+    let mut outermost: Vec<String> = Vec::new();
+    for n in ours.iter().rev() {
+        if !outermost.contains(n) {
+            outermost.push(n.clone());
+        }
+    }
+    outermost.reverse();
+    assert_eq!(outermost, chain, "{what}: {names:?}");
+    // The text names the same thread and marks its exception as the crashing thread's.
+    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+        .args(["analyze", "--dump"])
+        .arg(&dump)
+        .output()
+        .expect("run cdac");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!("Signal: SIGABRT (6) on thread {tid}")),
+        "{what}: {text}"
+    );
+    assert!(
+        text.contains(&format!("Crashing thread {tid}")),
+        "{what}: {text}"
+    );
+}
+
+#[test]
+fn analyze_names_a_background_crash_on_net10() {
+    analyze_background_crash_of(Variant::Net10);
+}
+
+#[test]
+fn analyze_names_a_background_crash_on_net9() {
+    analyze_background_crash_of(Variant::Net9);
+}
+
+#[test]
+fn analyze_names_a_background_crash_on_net8() {
+    analyze_background_crash_of(Variant::Net8);
+}
+
+/// A gcore of a running process records gdb's own attach stop, not a crash: no signal is
+/// claimed, and no thread is called the crashing one.
+#[test]
+fn analyze_claims_no_signal_for_a_gcore_of_a_running_process() {
+    let tb = common::testbed_of(Variant::Net10);
+    let a = analyze(&tb.dump("gcore"));
+    assert!(a["signal"].is_null(), "{}", a["signal"]);
+    assert!(a["crashing_thread"].is_null(), "{}", a["crashing_thread"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+        .args(["analyze", "--dump"])
+        .arg(tb.dump("gcore"))
+        .output()
+        .expect("run cdac");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Signal: none recorded"), "{text}");
+}

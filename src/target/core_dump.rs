@@ -424,8 +424,8 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, St
     let mut segments = Vec::new();
     let mut files = Vec::new();
     let mut threads = Vec::new();
-    // The first thread's pr_cursig and si_code, and the first NT_SIGINFO.
-    let mut first_thread_signal = None;
+    // Every thread's pr_cursig and si_code, in note order, and the first NT_SIGINFO.
+    let mut thread_signals: Vec<ThreadSignal> = Vec::new();
     let mut siginfo = None;
     for ph in headers {
         let p_type = ph.p_type(endian);
@@ -474,8 +474,12 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, St
                     }
                 } else if n_type == elf::NT_PRSTATUS {
                     if let Some(t) = parse_prstatus(note.desc(), layout, machine) {
-                        if threads.is_empty() {
-                            first_thread_signal = prstatus_signal(note.desc(), layout);
+                        if let Some((cursig, code)) = prstatus_signal(note.desc(), layout) {
+                            thread_signals.push(ThreadSignal {
+                                tid: t.tid,
+                                cursig,
+                                code,
+                            });
                         }
                         threads.push(t);
                     } else {
@@ -492,7 +496,7 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, St
     }
     segments.sort_by_key(|s| s.vaddr);
     files.sort_by_key(|f| f.start);
-    let crash = crash_signal(threads.first().map(|t| t.tid), first_thread_signal, siginfo);
+    let crash = crash_signal(&thread_signals, siginfo);
     let file_len = data.len() as u64;
     let needed = headers
         .iter()
@@ -670,16 +674,36 @@ fn parse_siginfo(desc: &[u8], layout: DataLayout) -> Option<SigInfo> {
     })
 }
 
-/// The crash signal: `NT_SIGINFO` when present, else the first thread's `pr_cursig`; the
-/// thread is the core's first `NT_PRSTATUS` (the kernel, gdb and createdump write the
-/// thread that received the signal first). A gcore of a running process has no crash
-/// signal: its `NT_SIGINFO` is gdb's own attach stop.
-fn crash_signal(
-    first_tid: Option<i32>,
-    prstatus: Option<(i32, i32)>,
-    siginfo: Option<SigInfo>,
-) -> Option<CrashSignal> {
-    let tid = first_tid?;
+/// One thread's `pr_cursig` and `pr_info.si_code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ThreadSignal {
+    tid: i32,
+    cursig: i32,
+    code: i32,
+}
+
+/// The thread a signal was delivered to. Writers differ: the kernel gives every thread the
+/// dump's signal and writes the thread that took it first; createdump writes the threads in
+/// their own order and gives the signal only to the crashing thread; gdb's gcore of a
+/// running process gives none. So: the only thread (or the first of several, not all) with
+/// a signal; when every thread has one, the first.
+fn signalled_thread(threads: &[ThreadSignal]) -> Option<ThreadSignal> {
+    let first = *threads.first()?;
+    let with: Vec<&ThreadSignal> = threads.iter().filter(|t| t.cursig > 0).collect();
+    if with.is_empty() || with.len() == threads.len() {
+        Some(first)
+    } else {
+        Some(*with[0])
+    }
+}
+
+/// The crash signal: `NT_SIGINFO` when present, else the `pr_cursig` of the thread that has
+/// one ([`signalled_thread`]), which is also the thread the signal is reported on. A gcore
+/// of a running process has no crash signal: its `NT_SIGINFO` is gdb's own attach stop.
+fn crash_signal(threads: &[ThreadSignal], siginfo: Option<SigInfo>) -> Option<CrashSignal> {
+    let thread = signalled_thread(threads)?;
+    let tid = thread.tid;
+    let prstatus = (thread.cursig, thread.code);
     // Signals whose si_code > 0 come from the CPU and carry the faulting address.
     const FAULTS: [i32; 5] = [
         libc::SIGILL,
@@ -690,8 +714,7 @@ fn crash_signal(
     ];
     // gdb's gcore of a running process records the SIGSTOP of its own attach (si_code
     // SI_KERNEL) with a pr_cursig of 0: no crash.
-    let attach_stop =
-        |si: &SigInfo| si.signo == libc::SIGSTOP && prstatus.is_some_and(|p| p.0 == 0);
+    let attach_stop = |si: &SigInfo| si.signo == libc::SIGSTOP && prstatus.0 == 0;
     match siginfo {
         Some(si) if si.signo > 0 && !attach_stop(&si) => Some(CrashSignal {
             tid,
@@ -703,7 +726,7 @@ fn crash_signal(
             from_siginfo: true,
         }),
         _ => {
-            let (cursig, code) = prstatus?;
+            let (cursig, code) = prstatus;
             (cursig > 0).then_some(CrashSignal {
                 tid,
                 signo: cursig,
@@ -910,8 +933,17 @@ mod tests {
         assert!(parse_prstatus(&[0u8; 20], DataLayout::LE64, elf::EM_X86_64.0).is_none());
     }
 
-    /// A core cut inside its ELF header or its program header table is reported as truncated
-    /// (the ELF reader alone says "Invalid ELF program header size or alignment").
+    fn threads(signals: &[(i32, i32)]) -> Vec<ThreadSignal> {
+        signals
+            .iter()
+            .map(|&(tid, cursig)| ThreadSignal {
+                tid,
+                cursig,
+                code: 0,
+            })
+            .collect()
+    }
+
     #[test]
     fn crash_signal_from_siginfo_or_cursig() {
         // siginfo_t of a SIGSEGV at 0x1234 (SEGV_MAPERR), 64-bit: union at 16.
@@ -920,7 +952,12 @@ mod tests {
         si[8..12].copy_from_slice(&1i32.to_le_bytes());
         si[16..24].copy_from_slice(&0x1234u64.to_le_bytes());
         let parsed = parse_siginfo(&si, DataLayout::LE64).unwrap();
-        let c = crash_signal(Some(7), Some((11, 1)), Some(parsed)).unwrap();
+        let one = [ThreadSignal {
+            tid: 7,
+            cursig: 11,
+            code: 1,
+        }];
+        let c = crash_signal(&one, Some(parsed)).unwrap();
         assert_eq!(
             (c.tid, c.signo, c.code, c.fault_addr, c.sender_pid),
             (7, 11, 1, Some(0x1234), None)
@@ -932,33 +969,62 @@ mod tests {
         si[8..12].copy_from_slice(&(-6i32).to_be_bytes());
         si[12..16].copy_from_slice(&99i32.to_be_bytes());
         let parsed = parse_siginfo(&si, DataLayout::BE32).unwrap();
-        let c = crash_signal(Some(99), None, Some(parsed)).unwrap();
+        let c = crash_signal(&threads(&[(99, 0)]), Some(parsed)).unwrap();
         assert_eq!(
             (c.signo, c.code, c.fault_addr, c.sender_pid, c.name()),
             (6, -6, None, Some(99), Some("SIGABRT"))
         );
-        // No NT_SIGINFO: pr_cursig of the first thread.
+        // No NT_SIGINFO: pr_cursig of the thread that has it.
         let mut pr = vec![0u8; 336];
         pr[4..8].copy_from_slice(&(-6i32).to_le_bytes());
         pr[12..14].copy_from_slice(&6i16.to_le_bytes());
-        let c = crash_signal(Some(5), prstatus_signal(&pr, DataLayout::LE64), None).unwrap();
+        let (cursig, code) = prstatus_signal(&pr, DataLayout::LE64).unwrap();
+        let c = crash_signal(
+            &[ThreadSignal {
+                tid: 5,
+                cursig,
+                code,
+            }],
+            None,
+        )
+        .unwrap();
         assert_eq!((c.tid, c.signo, c.code, c.from_siginfo), (5, 6, -6, false));
         // gcore of a running process: its attach's SIGSTOP, pr_cursig 0.
         let mut si = vec![0u8; 128];
         si[0..4].copy_from_slice(&19i32.to_le_bytes());
         si[8..12].copy_from_slice(&0x80i32.to_le_bytes());
         let stop = parse_siginfo(&si, DataLayout::LE64).unwrap();
-        assert!(crash_signal(Some(5), Some((0, 0)), Some(stop)).is_none());
-        assert!(crash_signal(Some(5), Some((19, 0)), Some(stop)).is_some());
+        assert!(crash_signal(&threads(&[(5, 0), (6, 0)]), Some(stop)).is_none());
+        assert!(crash_signal(&threads(&[(5, 19)]), Some(stop)).is_some());
         // No signal at all, or no thread.
-        assert!(crash_signal(Some(5), Some((0, 0)), None).is_none());
-        assert!(crash_signal(None, Some((6, 0)), Some(parsed)).is_none());
+        assert!(crash_signal(&threads(&[(5, 0)]), None).is_none());
+        assert!(crash_signal(&[], Some(parsed)).is_none());
         assert!(parse_siginfo(&[0u8; 10], DataLayout::LE64).is_none());
         assert_eq!(super::super::signal_name(31), Some("SIGSYS"));
         assert_eq!(super::super::signal_name(0), None);
         assert_eq!(super::super::signal_name(34), None);
     }
 
+    /// The thread a signal belongs to, as each dump writer records it.
+    #[test]
+    fn the_signal_belongs_to_the_thread_that_took_it() {
+        // createdump: threads in their own order, the signal only on the crashing one.
+        let t = signalled_thread(&threads(&[(100, 0), (101, 0), (150, 6), (102, 0)]));
+        assert_eq!(t.map(|t| t.tid), Some(150));
+        let mut abort = vec![0u8; 128];
+        abort[0..4].copy_from_slice(&6i32.to_le_bytes());
+        let si = parse_siginfo(&abort, DataLayout::LE64).unwrap();
+        let c = crash_signal(&threads(&[(100, 0), (150, 6), (102, 0)]), Some(si)).unwrap();
+        assert_eq!((c.tid, c.signo), (150, 6));
+        // The kernel: every thread has the signal; the one that took it is first.
+        let t = signalled_thread(&threads(&[(201, 11), (200, 11), (202, 11)]));
+        assert_eq!(t.map(|t| t.tid), Some(201));
+        // gcore of a running process: none has one; no crash is claimed.
+        assert!(crash_signal(&threads(&[(300, 0), (301, 0)]), None).is_none());
+    }
+
+    /// A core cut inside its ELF header or its program header table is reported as truncated
+    /// (the ELF reader alone says "Invalid ELF program header size or alignment").
     #[test]
     fn truncated_headers_are_named() {
         let mut core = vec![0u8; 64 + 3 * 56];

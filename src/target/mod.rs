@@ -162,7 +162,8 @@ pub trait MemorySource: Send + Sync {
 /// The signal a core dump was written for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CrashSignal {
-    /// The thread that received the signal (the core's first `NT_PRSTATUS`).
+    /// The thread that received the signal: the one whose `NT_PRSTATUS` carries it (the
+    /// first when every thread does, as in kernel cores).
     pub tid: i32,
     /// Signal number (`si_signo`, or `pr_cursig` when the core has no `NT_SIGINFO`).
     pub signo: i32,

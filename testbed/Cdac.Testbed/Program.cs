@@ -42,10 +42,12 @@ namespace Cdac.Testbed
         public bool Busy { get; private set; }
         public int Rounds { get; private set; }
         public bool Crash { get; private set; }
+        /// <summary>--crash-on-thread: the crash happens on a named background thread, not main.</summary>
+        public bool CrashOnThread { get; private set; }
         public bool CpuWorkload { get; private set; }
 
         public const string Usage =
-            "usage: Cdac.Testbed --manifest PATH [--max-seconds N] [--exit-with-parent] [--busy | --rounds N | --crash | --cpu-workload]";
+            "usage: Cdac.Testbed --manifest PATH [--max-seconds N] [--exit-with-parent] [--busy | --rounds N | --crash | --crash-on-thread | --cpu-workload]";
 
         public static Options Parse(string[] args)
         {
@@ -61,6 +63,7 @@ namespace Cdac.Testbed
                     case "--busy": o.Busy = true; break;
                     case "--rounds": o.Rounds = int.Parse(Value(), CultureInfo.InvariantCulture); break;
                     case "--crash": o.Crash = true; break;
+                    case "--crash-on-thread": o.Crash = true; o.CrashOnThread = true; break;
                     case "--cpu-workload": o.CpuWorkload = true; break;
                     default: throw new ArgumentException($"unknown argument {args[i]}");
                 }
@@ -71,7 +74,7 @@ namespace Cdac.Testbed
             }
             if ((o.Busy ? 1 : 0) + (o.Rounds > 0 ? 1 : 0) + (o.Crash ? 1 : 0) + (o.CpuWorkload ? 1 : 0) > 1)
             {
-                throw new ArgumentException("--busy, --rounds, --crash and --cpu-workload exclude each other");
+                throw new ArgumentException("--busy, --rounds, --crash, --crash-on-thread and --cpu-workload exclude each other");
             }
             return o;
         }
@@ -209,6 +212,9 @@ namespace Cdac.Testbed
                 ("Generics.Pair", typeof(Pair), true),
             };
             extraTypes.AddRange(plugin.Types());
+            // --crash-on-thread: the thread that will throw is started (and has said who it is)
+            // before the manifest, which names it.
+            CrashThread? crashThread = options.CrashOnThread ? CrashThread.Start() : null;
             var manifest = new JsonObject
             {
                 ["pid"] = pid,
@@ -245,7 +251,7 @@ namespace Cdac.Testbed
                 ["collectible_alc"] = plugin.Describe(),
                 ["threads"] = Facts.Array(parked.Select(p => (JsonNode?)p.Describe())),
                 ["pipe_fds"] = new JsonArray(pipeFds[0], pipeFds[1]),
-                ["crash"] = options.Crash ? Crash.Describe() : null,
+                ["crash"] = options.Crash ? Crash.Describe(crashThread) : null,
                 // --cpu-workload: the busy threads, their hot methods and intended shares, and how
                 // to read the throughput (testbed/README.md); null in the other modes.
                 ["cpu_workload"] = cpuWorkload,
@@ -261,7 +267,13 @@ namespace Cdac.Testbed
             WriteManifest(options.Manifest, manifest);
             Log.Write($"manifest written to {options.Manifest} after {Now() - startTime:F2}s");
 
-            if (options.Crash)
+            if (crashThread != null)
+            {
+                // The background thread throws; main goes on sleeping below until the runtime
+                // takes the process down.
+                crashThread.Go();
+            }
+            else if (options.Crash)
             {
                 Crash.CrashStart();
             }

@@ -469,12 +469,31 @@ pub fn clrmd(dump: &Path, args: &[&str]) -> serde_json::Value {
 /// caught ArgumentException as its inner exception); returns its manifest and the dump.
 /// Made once per test process and variant.
 pub fn crash_dump(variant: Variant) -> (serde_json::Value, PathBuf) {
-    static MADE: Mutex<Vec<(&'static str, serde_json::Value, PathBuf)>> = Mutex::new(Vec::new());
+    made_crash_dump(variant, "--crash")
+}
+
+/// As [`crash_dump`], with the exception thrown on a named background thread
+/// (`--crash-on-thread`) while the main thread sleeps; the runtime's own crash report
+/// (`DOTNET_EnableCrashReport=1`) is beside the dump, as `<dump>.crashreport.json`.
+pub fn crash_dump_on_thread(variant: Variant) -> (serde_json::Value, PathBuf) {
+    made_crash_dump(variant, "--crash-on-thread")
+}
+
+fn made_crash_dump(variant: Variant, mode: &'static str) -> (serde_json::Value, PathBuf) {
+    type Made = Vec<(&'static str, &'static str, serde_json::Value, PathBuf)>;
+    static MADE: Mutex<Made> = Mutex::new(Vec::new());
     let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, m, dump)) = made.iter().find(|(v, _, _)| *v == variant.name()) {
+    if let Some((_, _, m, dump)) = made
+        .iter()
+        .find(|(v, how, _, _)| *v == variant.name() && *how == mode)
+    {
         return (m.clone(), dump.clone());
     }
-    let dir = scratch(&format!("crash-{}", variant.name()));
+    let dir = scratch(&format!(
+        "crash{}-{}",
+        mode.trim_start_matches("--crash"),
+        variant.name()
+    ));
     let manifest = dir.join("manifest.json");
     let dump = dir.join("crash.core");
     let _ = std::fs::remove_file(&dump);
@@ -482,10 +501,11 @@ pub fn crash_dump(variant: Variant) -> (serde_json::Value, PathBuf) {
     let status = Command::new(testbed_exe(variant))
         .arg("--manifest")
         .arg(&manifest)
-        .args(["--crash", "--max-seconds", "300"])
+        .args([mode, "--max-seconds", "300"])
         .env("DOTNET_DbgEnableMiniDump", "1")
         .env("DOTNET_DbgMiniDumpType", "4")
         .env("DOTNET_DbgMiniDumpName", &dump)
+        .env("DOTNET_EnableCrashReport", "1")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log"))
         .status()
@@ -498,7 +518,7 @@ pub fn crash_dump(variant: Variant) -> (serde_json::Value, PathBuf) {
     );
     let m: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&manifest).expect("manifest")).expect("JSON");
-    made.push((variant.name(), m.clone(), dump.clone()));
+    made.push((variant.name(), mode, m.clone(), dump.clone()));
     (m, dump)
 }
 
