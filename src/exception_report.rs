@@ -26,7 +26,15 @@ pub struct TraceLine {
     pub il_offset: Option<u32>,
     /// Where that IL offset is in the source, when a PDB says.
     pub source: Option<SourceLocation>,
+    /// The trace continues with frames captured elsewhere after this one (a rethrow
+    /// through `ExceptionDispatchInfo`, an `await`): .NET prints `--- End of stack trace
+    /// from previous location ---` after it.
+    pub previous_location_ends: bool,
 }
+
+/// The line .NET prints between the frames of a trace captured before a rethrow and the
+/// frames after it.
+pub const PREVIOUS_LOCATION_SEPARATOR: &str = "--- End of stack trace from previous location ---";
 
 /// An exception with the resolved stack traces of it and its inner exceptions.
 #[derive(Debug, Clone)]
@@ -107,6 +115,9 @@ impl ExceptionReport {
                         .map(|s| format!(" in {}:{}", s.file, s.line))
                         .unwrap_or_default();
                     let _ = writeln!(out, "{pad}     at {}{il}{at}", f.name);
+                    if f.previous_location_ends {
+                        let _ = writeln!(out, "{pad}     {PREVIOUS_LOCATION_SEPARATOR}");
+                    }
                 }
             }
             Some(Err(err)) => {
@@ -142,6 +153,7 @@ fn resolve_trace(
                 name,
                 il_offset: il,
                 source,
+                previous_location_ends: f.frame.is_last_foreign_frame(),
             }
         })
         .collect())

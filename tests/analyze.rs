@@ -23,7 +23,9 @@ fn analyze(dump: &std::path::Path) -> Value {
         "cdac analyze: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    common::json_schema::assert_matches_schema("analyze", &v);
+    v
 }
 
 /// `Ns.Type::Method` of a frame name such as `void [Asm] Ns.Type::Method(int32)`.
@@ -221,6 +223,9 @@ fn analyze_background_crash_of(variant: Variant) {
     assert_eq!(a["signal"]["thread"].as_u64(), Some(tid), "{what}");
     let thread = &a["crashing_thread"];
     assert_eq!(thread["os_id"].as_u64(), Some(tid), "{what}");
+    // Its whole managed name (the kernel keeps 15 bytes; a dump none).
+    assert_eq!(thread["name"], crash["thread_name"], "{what}");
+    assert_eq!(thread["name_source"], "managed", "{what}");
     let e = &thread["managed"]["exception"];
     assert_eq!(e["type"], crash["exception_type"], "{what}: {e}");
     assert_eq!(e["message"], crash["message"], "{what}");
@@ -264,9 +269,78 @@ fn analyze_background_crash_of(variant: Variant) {
         "{what}: {text}"
     );
     assert!(
-        text.contains(&format!("Crashing thread {tid}")),
+        text.contains(&format!(
+            "Crashing thread {tid} \"{}\"",
+            crash["thread_name"].as_str().expect("name")
+        )),
         "{what}: {text}"
     );
+    same_traces_as_the_runtime(&a, &dump, &text, what);
+}
+
+/// Our frames of the testbed (`Cdac.Testbed.Type::Method`) and the runtime's separators
+/// (`SEP`) in a trace as `cdac analyze` prints it, and as the runtime printed the unhandled
+/// exception on stderr (`Cdac.Testbed.Type.Method`): the inner exception was rethrown
+/// through ExceptionDispatchInfo, so both show where its trace continues "from previous
+/// location". Frames of the framework are left out (the runtime hides some of them).
+fn same_traces_as_the_runtime(a: &Value, dump: &std::path::Path, text: &str, what: &str) {
+    const SEP: &str = "--- End of stack trace from previous location ---";
+    let log = std::fs::read_to_string(dump.with_file_name("testbed.log")).expect("testbed log");
+    // The runtime's inner exception trace: after " ---> ", up to "--- End of inner".
+    let runtime_inner: Vec<String> = log
+        .lines()
+        .skip_while(|l| !l.contains(" ---> System.ArgumentException"))
+        .skip(1)
+        .take_while(|l| !l.contains("--- End of inner exception stack trace ---"))
+        .filter_map(|l| {
+            let l = l.trim();
+            if l == SEP {
+                return Some("SEP".to_string());
+            }
+            let m = l.strip_prefix("at Cdac.Testbed.")?.split('(').next()?;
+            let (ty, method) = m.rsplit_once('.')?;
+            Some(format!("Cdac.Testbed.{ty}::{method}"))
+        })
+        .collect();
+    assert!(runtime_inner.contains(&"SEP".to_string()), "{what}: {log}");
+    let x = a["exceptions"]
+        .as_array()
+        .expect("exceptions")
+        .iter()
+        .find(|x| x["thread"] == a["signal"]["thread"])
+        .expect("the crashing thread's exception");
+    let mut ours = Vec::new();
+    for f in x["exception"]["inner"]["stack_trace"]
+        .as_array()
+        .expect("trace")
+    {
+        let name = short_name(f["name"].as_str().unwrap_or(""));
+        if name.starts_with("Cdac.Testbed.") {
+            ours.push(name);
+        }
+        if f["previous_location_ends"] == true {
+            ours.push("SEP".to_string());
+        }
+    }
+    assert_eq!(ours, runtime_inner, "{what}: JSON");
+    // The text prints the separator after the same frame.
+    let inner_text: Vec<String> = text
+        .lines()
+        .skip_while(|l| !l.contains("---> System.ArgumentException"))
+        .skip(1)
+        .take_while(|l| {
+            l.trim_start().starts_with("at ") || l.trim() == SEP || l.contains("HResult")
+        })
+        .filter_map(|l| {
+            let l = l.trim();
+            if l == SEP {
+                return Some("SEP".to_string());
+            }
+            let name = short_name(l.strip_prefix("at ")?);
+            name.starts_with("Cdac.Testbed.").then_some(name)
+        })
+        .collect();
+    assert_eq!(inner_text, runtime_inner, "{what}: text");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Every `cdac` command on the real .NET 10 testbed, live and on its `createdump --full`
 //! and `gcore` dumps, through the command line: each runs, and says something checkable
 //! about a method the testbed parked a thread in (`CatchBlocker::CatchOwner`, which has a
-//! catch clause) against the runtime's own perf map.
+//! catch clause) against the runtime's own perf map; every `--json` output matches the
+//! schema `cdac schema COMMAND` prints.
 
 mod common;
 
@@ -42,9 +43,12 @@ fn every_command(kind: Option<&'static str>) {
         v.extend(target.iter().map(|s| s.to_string()));
         v
     };
+    // Every --json output is held against the schema `cdac schema` gives for it.
     let run_json = |args: &[&str]| {
         let v = with(args);
-        json(&v.iter().map(String::as_str).collect::<Vec<_>>())
+        let value = json(&v.iter().map(String::as_str).collect::<Vec<_>>());
+        common::json_schema::assert_matches_schema(args[0], &value);
+        value
     };
     let run = |args: &[&str]| {
         let v = with(args);

@@ -313,7 +313,7 @@ fn cli_ip2md_json() {
         "start",
         "relative_offset",
         "jit_type",
-        "hot_size",
+        "size",
         "cold_start",
         "cold_size",
         "gc_info",
@@ -326,7 +326,7 @@ fn cli_ip2md_json() {
         assert!(a.get(key).is_some(), "missing {key} in {a}");
     }
     assert_eq!(hex(&a["start"]), *start);
-    assert_eq!(a["hot_size"].as_u64(), Some(*size));
+    assert_eq!(a["size"].as_u64(), Some(*size));
     assert_eq!(a["relative_offset"].as_u64(), Some(size - 1));
     assert_eq!(a["jit_type"], "jit");
     assert_eq!(a["gc_info_version"], 2);

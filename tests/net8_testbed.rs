@@ -119,7 +119,7 @@ fn cli_info_json_has_the_documented_keys() {
         let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
             .arg("info")
             .args(&args)
-            .arg("--json")
+            .args(["--json", "--threads"])
             .output()
             .expect("run cdac");
         assert!(

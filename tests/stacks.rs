@@ -19,12 +19,19 @@ fn cdac_stacks(args: &[&str]) -> Value {
         .args(["--json", "--native"])
         .output()
         .expect("run cdac");
+    // --nonblocking reads no registers of a running thread (the spinning one): that thread
+    // is not answered, which the exit code says (1) and the thread's note explains.
+    let partial_ok = args.contains(&"--nonblocking")
+        && out.status.code() == Some(1)
+        && String::from_utf8_lossy(&out.stderr).contains("without a stack");
     assert!(
-        out.status.success(),
+        out.status.success() || partial_ok,
         "cdac stacks {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    common::json_schema::assert_matches_schema("stacks", &v);
+    v
 }
 
 /// `Ns.Type::Method` of a frame name such as `void [Asm] Ns.Type::Method(int32)`.
@@ -421,7 +428,11 @@ fn source_lines_of(variant: Variant) {
         let Some(t) = threads.iter().find(|t| t["os_id"].as_i64() == Some(tid)) else {
             continue;
         };
-        for f in t["frames"].as_array().expect("frames") {
+        // A running thread read without stopping it has no stack (`frames` is null).
+        let Some(frames) = t["frames"].as_array() else {
+            continue;
+        };
+        for f in frames {
             let name = short_name(f["name"].as_str().unwrap_or(""));
             let method = name.rsplit("::").next().unwrap_or("").to_string();
             let want = if method.ends_with("Middle") {

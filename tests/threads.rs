@@ -233,17 +233,22 @@ fn cli_threads_json() {
             .iter()
             .find(|r| r["os_id"] == t["os_tid"])
             .expect("listed");
-        assert_eq!(row["managed_id"], t["managed_id"]);
+        let managed = &row["managed"];
+        assert_eq!(managed["managed_id"], t["managed_id"]);
+        // The whole managed name, even past the kernel's 15 bytes.
+        assert_eq!(row["name"], t["name"], "{row}");
+        assert_eq!(row["name_source"], "managed");
         if t["kind"] == "pinvoke_read" {
-            assert_eq!(row["frames"][0]["kind"], "InlinedCallFrame");
+            assert_eq!(managed["explicit_frames"][0]["kind"], "InlinedCallFrame");
         }
         if t["kind"] == "catch" {
-            assert_eq!(row["exception"]["type"], "System.InvalidOperationException");
+            let e = &managed["exception"];
+            assert_eq!(e["type"], "System.InvalidOperationException");
             assert_eq!(
-                row["exception"]["message"],
+                e["message"],
                 "cdac-catch: caught, then parked in the catch block"
             );
-            assert_eq!(row["exception"]["hresult"], "0x80131509");
+            assert_eq!(e["hresult"], "0x80131509");
         }
     }
 }
@@ -311,8 +316,36 @@ fn check_frame_kinds(tb: &Testbed, rt: &Runtime) {
     }
 }
 
+/// Every parked thread's managed `Thread.Name`, read from its managed object, is the name
+/// the testbed gave it, whole (one is longer than the kernel's 15 bytes); the main thread
+/// has none.
+fn check_names(tb: &Testbed, rt: &Runtime) {
+    let contract = Threads::for_runtime(rt).expect("Thread contract");
+    let list = list(rt);
+    let mut long = 0;
+    for t in tb.manifest["threads"].as_array().expect("threads") {
+        let os_tid = t["os_tid"].as_u64().expect("os_tid");
+        let found = list
+            .threads
+            .iter()
+            .find(|x| x.os_id == os_tid)
+            .expect("listed");
+        let name = contract.thread_name(found).expect("readable name");
+        assert_eq!(name.as_deref(), t["name"].as_str(), "{}", tb.variant.name());
+        long += usize::from(name.is_some_and(|n| n.len() > 15));
+    }
+    assert!(long >= 1, "{}: no name past 15 bytes", tb.variant.name());
+    let main = list
+        .threads
+        .iter()
+        .find(|x| x.managed_id == 1)
+        .expect("main");
+    assert_eq!(contract.thread_name(main).expect("readable"), None);
+}
+
 fn check_all(tb: &Testbed, rt: &Runtime) {
     check_ids(tb, rt);
+    check_names(tb, rt);
     check_frame_kinds(tb, rt);
     check_pinvoke(tb, rt);
     check_caught(tb, rt);

@@ -414,7 +414,7 @@ fn check(variant: Variant, on: On) {
             hex(&c["method_desc"]),
             hex(&c["start"]),
             c["relative_offset"].as_u64().expect("offset"),
-            c["hot_size"].as_u64().expect("size"),
+            c["size"].as_u64().expect("size"),
             c["jit_type"].as_str().expect("jit_type"),
             if c["is_funclet"] == true {
                 ", funclet"

@@ -451,7 +451,7 @@ fn check_target(tb: &Testbed, source: Source, extra: &[String]) -> Session {
             hex(&want["method_desc"]),
             hex(&want["start"]),
             want["relative_offset"].as_u64().expect("offset"),
-            want["hot_size"].as_u64().expect("size"),
+            want["size"].as_u64().expect("size"),
             if want["is_funclet"] == true {
                 ", funclet"
             } else {

@@ -3,11 +3,12 @@
 //! crashing thread's stack, managed and native.
 
 use clap::Args;
-use serde_json::{json, Value};
+use schemars::JsonSchema;
+use serde::Serialize;
 
-use super::names::CliResult;
-use super::stacks::{name_frames, render_frame, thread_json};
-use super::{hex, DescriptorArgs, TargetArgs};
+use super::model::{self, Addr, FrameKind};
+use super::stacks::{name_frames, render_frame, source_model, thread_model};
+use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 
 use cdac::contracts::thread::ExceptionInfo;
 use cdac::exception_report::ExceptionReport;
@@ -29,35 +30,98 @@ pub struct AnalyzeArgs {
     json: bool,
 }
 
-/// The JSON of an exception with its resolved stack trace and its inner exceptions'
-fn report_json(report: &ExceptionReport) -> Value {
-    let mut v = super::stacks::exception_json(&report.exception);
-    add_traces(report, &report.exception, &mut v);
-    v
+/// The runtime a report is about.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RuntimeSummary {
+    /// The runtime module's path.
+    pub path: String,
+    /// Its product version (`10.0.14`), `unknown` when unreadable.
+    pub version: String,
+    /// Where the data descriptor came from.
+    pub descriptor: String,
 }
 
-fn add_traces(report: &ExceptionReport, e: &ExceptionInfo, v: &mut Value) {
-    v["stack_trace"] = match report.trace(e.address) {
-        Some(Ok(frames)) => json!(frames
-            .iter()
-            .map(|f| json!({
-                "ip": hex(f.ip),
-                "method_desc": hex(f.method_desc),
-                "name": f.name,
-                "il_offset": f.il_offset,
-                "source": f.source.as_ref().map(|s| json!({
-                    "file": s.file,
-                    "line": s.line,
-                    "column": s.column,
-                })),
-            }))
-            .collect::<Vec<Value>>()),
-        Some(Err(err)) => json!({ "error": err }),
-        None => Value::Null,
-    };
-    if let Some(inner) = &e.inner {
-        add_traces(report, inner, &mut v["inner"]);
+/// The signal a dump records.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Signal {
+    /// The thread it was delivered to.
+    pub thread: i64,
+    /// Its number.
+    pub signo: i32,
+    /// Its name (`SIGABRT`).
+    pub name: Option<String>,
+    /// `si_code`.
+    pub code: i32,
+    /// The faulting address of a fault raised by the CPU.
+    pub fault_address: Option<Addr>,
+    /// The process that sent it (`kill`, `abort`).
+    pub sender_pid: Option<i32>,
+}
+
+/// An exception in flight on a thread.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ThreadException {
+    /// The thread's OS id.
+    pub thread: i64,
+    /// Its managed id.
+    pub managed_id: Option<u32>,
+    /// The exception, its stack trace resolved.
+    pub exception: model::Exception,
+}
+
+/// What `cdac analyze --json` prints.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AnalyzeReport {
+    /// The runtime.
+    pub runtime: RuntimeSummary,
+    /// The signal the dump records; `null` for a dump of a running process.
+    pub signal: Option<Signal>,
+    /// How many threads the target has.
+    pub threads: usize,
+    /// Every managed exception in flight, by thread.
+    pub exceptions: Vec<ThreadException>,
+    /// The thread the signal was delivered to, with its stack.
+    pub crashing_thread: Option<model::Thread>,
+}
+
+/// The JSON of an exception with the resolved stack traces of it and its inner ones.
+fn report_model(report: &ExceptionReport, e: &ExceptionInfo) -> model::Exception {
+    let mut m = super::threads::exception(e);
+    m.inner = e
+        .inner
+        .as_deref()
+        .map(|i| Box::new(report_model(report, i)));
+    match report.trace(e.address) {
+        Some(Ok(frames)) => {
+            m.stack_trace = Some(
+                frames
+                    .iter()
+                    .enumerate()
+                    .map(|(index, f)| model::Frame {
+                        index,
+                        ip: Addr(f.ip),
+                        sp: None,
+                        kind: FrameKind::Managed,
+                        name: f.name.clone(),
+                        module: None,
+                        found_by: None,
+                        method_desc: Some(Addr(f.method_desc)),
+                        method_start: None,
+                        offset: None,
+                        jit_type: None,
+                        il_offset: f.il_offset,
+                        source: f.source.as_ref().map(source_model),
+                        funclet: None,
+                        parent_frame: None,
+                        previous_location_ends: f.previous_location_ends,
+                    })
+                    .collect(),
+            )
+        }
+        Some(Err(err)) => m.stack_trace_error = Some(err.clone()),
+        None => {}
     }
+    m
 }
 
 fn signal_text(c: &CrashSignal) -> String {
@@ -84,11 +148,10 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
     for w in &stacks.warnings {
         status!("cdac: warning: {w}");
     }
-    // The crashing thread: the signal's, else the first with an exception in flight.
-    let crashing: Option<&ThreadStack> = match &crash {
-        Some(c) => stacks.threads.iter().find(|t| t.os_id == c.tid),
-        None => None,
-    };
+    // The crashing thread: the one the signal was delivered to.
+    let crash_index = crash
+        .as_ref()
+        .and_then(|c| stacks.threads.iter().position(|t| t.os_id == c.tid));
     let mut namer = MethodNamer::for_runtime(&rt);
     let symbols = ElfSymbols::new(rt.target());
     let named = name_frames(&stacks.threads, &mut namer, &symbols);
@@ -106,6 +169,57 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
         .version()
         .map(|v| v.product_version.clone())
         .unwrap_or_else(|| "unknown".into());
+    let unreadable = stacks
+        .threads
+        .iter()
+        .filter(|t| {
+            t.managed
+                .as_ref()
+                .is_some_and(|m| m.exception_error.is_some())
+        })
+        .count()
+        + reports
+            .iter()
+            .flat_map(|r| r.traces.values())
+            .filter(|t| t.is_err())
+            .count();
+    let outcome = if unreadable == 0 {
+        Outcome::Answered
+    } else {
+        Outcome::Partial(format!(
+            "{unreadable} exception(s) or stack trace(s) could not be read"
+        ))
+    };
+    if args.json {
+        let report = AnalyzeReport {
+            runtime: RuntimeSummary {
+                path: rt.module().path.display().to_string(),
+                version,
+                descriptor: rt.descriptor_source().name(),
+            },
+            signal: crash.as_ref().map(|c| Signal {
+                thread: i64::from(c.tid),
+                signo: c.signo,
+                name: c.name().map(str::to_string),
+                code: c.code,
+                fault_address: c.fault_addr.map(Addr),
+                sender_pid: c.sender_pid,
+            }),
+            threads: stacks.threads.len(),
+            exceptions: with_exceptions
+                .iter()
+                .zip(&reports)
+                .map(|((t, e), r)| ThreadException {
+                    thread: i64::from(t.os_id),
+                    managed_id: t.managed.as_ref().map(|m| m.managed_id),
+                    exception: report_model(r, e),
+                })
+                .collect(),
+            crashing_thread: crash_index.map(|i| thread_model(&stacks.threads[i], &named[i])),
+        };
+        super::emit_json(&report)?;
+        return Ok(outcome);
+    }
     let runtime = format!(
         "{} {} ({}), descriptor: {} {}",
         rt.module().path.display(),
@@ -114,34 +228,6 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
         rt.descriptor_source().kind(),
         rt.descriptor_source().name()
     );
-    if args.json {
-        let crash_index =
-            crashing.and_then(|c| stacks.threads.iter().position(|t| std::ptr::eq(t, c)));
-        let out = json!({
-            "runtime": {
-                "path": rt.module().path,
-                "version": version,
-                "descriptor": rt.descriptor_source().name(),
-            },
-            "signal": crash.as_ref().map(|c| json!({
-                "thread": c.tid,
-                "signo": c.signo,
-                "name": c.name(),
-                "code": c.code,
-                "fault_address": c.fault_addr.map(hex),
-                "sender_pid": c.sender_pid,
-            })),
-            "threads": stacks.threads.len(),
-            "exceptions": with_exceptions.iter().zip(&reports).map(|((t, _), r)| json!({
-                "thread": t.os_id,
-                "managed_id": t.managed.as_ref().map(|m| m.managed_id),
-                "exception": report_json(r),
-            })).collect::<Vec<Value>>(),
-            "crashing_thread": crash_index.map(|i| thread_json(&stacks.threads[i], &named[i])),
-        });
-        super::emit(&format!("{}\n", serde_json::to_string_pretty(&out)?))?;
-        return Ok(());
-    }
     let mut text = format!("Runtime: {runtime}\n");
     match &crash {
         Some(c) => text.push_str(&format!("Signal: {}\n", signal_text(c))),
@@ -158,8 +244,11 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             ""
         };
         text.push_str(&format!(
-            "Exception on thread {}{}{mark}:\n",
+            "Exception on thread {}{}{}{mark}:\n",
             t.os_id,
+            t.display_name()
+                .map(|n| format!(" \"{n}\""))
+                .unwrap_or_default(),
             t.managed
                 .as_ref()
                 .map(|m| format!(" (managed id {})", m.managed_id))
@@ -167,13 +256,20 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
         ));
         text.push_str(&report.text(2));
     }
-    if let Some(i) = crashing.and_then(|c| stacks.threads.iter().position(|t| std::ptr::eq(t, c))) {
-        text.push_str(&format!("\nCrashing thread {}:\n", stacks.threads[i].os_id));
+    if let Some(i) = crash_index {
+        let t = &stacks.threads[i];
+        text.push_str(&format!(
+            "\nCrashing thread {}{}:\n",
+            t.os_id,
+            t.display_name()
+                .map(|n| format!(" \"{n}\""))
+                .unwrap_or_default()
+        ));
         for (index, n) in named[i].iter().enumerate() {
             text.push_str(&render_frame(index, n));
             text.push('\n');
         }
     }
     super::emit(&text)?;
-    Ok(())
+    Ok(outcome)
 }

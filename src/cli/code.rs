@@ -4,10 +4,11 @@
 use std::io::BufRead;
 
 use clap::Args;
+use schemars::JsonSchema;
 use serde::Serialize;
-use serde_json::{json, Value};
 
-use super::{hex, DescriptorArgs, TargetArgs};
+use super::model::{Addr, Method, Unanswered};
+use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 use cdac::contracts::execution_manager::exception_clauses::ExceptionClause;
 use cdac::contracts::execution_manager::{execution_manager, CodeBlock, ExecutionManager};
 use cdac::contracts::{unwind_codes, ContractError};
@@ -26,7 +27,7 @@ pub struct Ip2mdArgs {
     json: bool,
     /// Code addresses (hex, with or without 0x); `-` reads them from standard input, one
     /// per line.
-    #[arg(required = true, value_name = "ADDR")]
+    #[arg(required = true, value_name = "ADDR", value_parser = address_or_stdin)]
     addresses: Vec<String>,
 }
 
@@ -41,8 +42,17 @@ pub struct AddressArgs {
     #[arg(long)]
     json: bool,
     /// A code address in the method (hex).
-    #[arg(value_name = "ADDR")]
-    address: String,
+    #[arg(value_name = "ADDR", value_parser = parse_address)]
+    address: u64,
+}
+
+/// An address argument, or `-` for standard input: checked when the command line is read,
+/// so that a malformed one is a usage error.
+fn address_or_stdin(text: &str) -> Result<String, String> {
+    if text == "-" {
+        return Ok(text.to_string());
+    }
+    parse_address(text).map(|_| text.to_string())
 }
 
 /// Parses an address: hex, with or without `0x`.
@@ -56,27 +66,30 @@ pub fn parse_address(text: &str) -> Result<u64, String> {
 }
 
 /// Everything `ip2md` reports for one address that is managed code.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 pub struct Ip2md {
-    pub address: String,
-    pub method_desc: String,
-    /// The method's name as the runtime's perf map writes it (tier suffix aside).
-    pub name: Option<String>,
-    pub start: String,
+    /// The address asked about.
+    pub address: Addr,
+    /// The method (code version) whose code holds it.
+    #[serde(flatten)]
+    pub method: Method,
+    /// The address's offset in the method (cold code counts after the hot size).
     pub relative_offset: u64,
-    pub jit_type: &'static str,
-    pub hot_size: Option<u64>,
-    pub cold_start: Option<String>,
-    pub cold_size: Option<u64>,
-    pub gc_info: Option<String>,
+    /// The method's GC info.
+    pub gc_info: Option<Addr>,
+    /// The GC info encoding version.
     pub gc_info_version: Option<u32>,
-    pub unwind_info: Option<String>,
-    pub debug_info: Option<String>,
+    /// The RUNTIME_FUNCTION covering the address.
+    pub unwind_info: Option<Addr>,
+    /// The method's debug info (IL offsets, variables).
+    pub debug_info: Option<Addr>,
+    /// The address is in a funclet (catch, finally, filter, fault).
     pub is_funclet: Option<bool>,
-    pub funclet_start: Option<String>,
+    /// The start of the funclet (or of the method's main body) holding the address.
+    pub funclet_start: Option<Addr>,
     /// Parts that could not be read (field → reason); the rest is still reported.
-    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
-    pub errors: serde_json::Map<String, Value>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub errors: std::collections::BTreeMap<String, String>,
 }
 
 /// Looks one address up; `Ok(None)` when it is not managed code. With a namer, the
@@ -89,14 +102,11 @@ pub fn ip2md(
     let Some(b) = em.code_block(ip)? else {
         return Ok(None);
     };
-    let mut errors = serde_json::Map::new();
+    let mut errors = std::collections::BTreeMap::new();
     let mut keep = |field: &str, e: ContractError| {
-        errors.insert(field.to_string(), Value::String(e.to_string()));
+        errors.insert(field.to_string(), e.to_string());
     };
-    let region = em
-        .method_region_info(&b)
-        .map_err(|e| keep("hot_size", e))
-        .ok();
+    let region = em.method_region_info(&b).map_err(|e| keep("size", e)).ok();
     let gc = em.gc_info(&b).map_err(|e| keep("gc_info", e)).ok();
     let unwind = em
         .unwind_info(&b)
@@ -110,22 +120,32 @@ pub fn ip2md(
         .ok();
     // The ExecutionManager's IsFunclet, from the start already found.
     let is_funclet = funclet.map(|f| f != b.start);
+    let (name, module) = match namer {
+        Some(n) => (
+            Some(n.name(b.method_desc)),
+            n.module_of(b.method_desc).map(|m| n.module_label(m)),
+        ),
+        None => (None, None),
+    };
     Ok(Some(Ip2md {
-        address: hex(ip),
-        method_desc: hex(b.method_desc),
-        name: namer.map(|n| n.name(b.method_desc)),
-        start: hex(b.start),
+        address: Addr(ip),
+        method: Method {
+            method_desc: Addr(b.method_desc),
+            name,
+            module,
+            start: Addr(b.start),
+            size: region.map(|r| r.hot_size),
+            jit_type: b.jit_type.as_str().to_string(),
+            cold_start: region.and_then(|r| r.cold_start).map(Addr),
+            cold_size: region.map(|r| r.cold_size),
+        },
         relative_offset: b.relative_offset,
-        jit_type: b.jit_type.as_str(),
-        hot_size: region.map(|r| r.hot_size),
-        cold_start: region.and_then(|r| r.cold_start).map(hex),
-        cold_size: region.map(|r| r.cold_size),
-        gc_info: gc.map(|g| hex(g.address)),
+        gc_info: gc.map(|g| Addr(g.address)),
         gc_info_version: gc.map(|g| g.version),
-        unwind_info: unwind.map(hex),
-        debug_info: debug.map(|d| hex(d.address)),
+        unwind_info: unwind.map(Addr),
+        debug_info: debug.map(|d| Addr(d.address)),
         is_funclet,
-        funclet_start: funclet.map(hex),
+        funclet_start: funclet.map(Addr),
         errors,
     }))
 }
@@ -148,7 +168,7 @@ fn read_addresses(args: &[String]) -> Result<Vec<String>, Box<dyn std::error::Er
 }
 
 /// Runs `cdac ip2md`.
-pub fn run_ip2md(args: &Ip2mdArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run_ip2md(args: &Ip2mdArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
     let em = execution_manager(rt.target(), rt.descriptor())?;
     let mut namer = MethodNamer::for_runtime(&rt);
@@ -157,104 +177,125 @@ pub fn run_ip2md(args: &Ip2mdArgs) -> Result<(), Box<dyn std::error::Error>> {
     let mut found = Vec::new();
     for text in read_addresses(&args.addresses)? {
         found.push(match parse_address(&text) {
-            Err(e) => Err(json!({ "address": text, "error": e })),
+            Err(e) => Err(Unanswered {
+                address: text,
+                error: e,
+            }),
             Ok(ip) => match ip2md(&*em, None, ip) {
                 Ok(Some(r)) => Ok(r),
-                Ok(None) => Err(json!({ "address": hex(ip), "error": "not in managed code" })),
-                Err(e) => Err(json!({ "address": hex(ip), "error": e.to_string() })),
+                Ok(None) => Err(Unanswered {
+                    address: hex(ip),
+                    error: "not in managed code".into(),
+                }),
+                Err(e) => Err(Unanswered {
+                    address: hex(ip),
+                    error: e.to_string(),
+                }),
             },
         });
     }
     let mds: Vec<u64> = found
         .iter()
         .filter_map(|r| r.as_ref().ok())
-        .filter_map(|r| parse_address(&r.method_desc).ok())
+        .map(|r| r.method.method_desc.0)
         .collect();
     let mut names = namer.names(&mds).into_iter();
     let results: Vec<Ip2mdItem> = found
         .into_iter()
         .map(|r| match r {
             Ok(mut r) => {
-                r.name = names.next();
+                r.method.name = names.next();
+                r.method.module = namer
+                    .module_of(r.method.method_desc.0)
+                    .map(|m| namer.module_label(m));
                 Ip2mdItem::Found(Box::new(r))
             }
-            Err(v) => Ip2mdItem::Missing(v),
+            Err(u) => Ip2mdItem::Unanswered(u),
         })
         .collect();
+    let unanswered = results
+        .iter()
+        .filter(|r| matches!(r, Ip2mdItem::Unanswered(_)))
+        .count();
     if args.json {
-        // Straight to standard output: 10,000 answers are megabytes of JSON.
-        let mut w = std::io::BufWriter::new(std::io::stdout().lock());
-        serde_json::to_writer_pretty(&mut w, &results).map_err(std::io::Error::from)?;
-        std::io::Write::write_all(&mut w, b"\n")?;
-        std::io::Write::flush(&mut w)?;
-        return Ok(());
+        super::emit_json(&results)?;
+    } else {
+        for r in &results {
+            print_ip2md(r)?;
+        }
     }
-    for r in &results {
-        print_ip2md(&serde_json::to_value(r)?)?;
-    }
-    Ok(())
+    Ok(if unanswered == 0 {
+        Outcome::Answered
+    } else {
+        Outcome::Partial(format!(
+            "{unanswered} of {} address(es) not answered",
+            results.len()
+        ))
+    })
 }
 
 /// One answer of `ip2md`: the method, or the address with why there is none.
-#[derive(Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 #[serde(untagged)]
-enum Ip2mdItem {
+pub enum Ip2mdItem {
+    /// The address is managed code.
     Found(Box<Ip2md>),
-    Missing(Value),
+    /// It is not, or could not be looked up.
+    Unanswered(Unanswered),
 }
 
-fn print_ip2md(v: &Value) -> Result<(), Box<dyn std::error::Error>> {
-    let s = |k: &str| match &v[k] {
-        Value::Null => "-".to_string(),
-        Value::String(t) => t.clone(),
-        other => other.to_string(),
+fn print_ip2md(item: &Ip2mdItem) -> Result<(), Box<dyn std::error::Error>> {
+    let r = match item {
+        Ip2mdItem::Unanswered(u) => {
+            out!("{}: {}", u.address, u.error);
+            return Ok(());
+        }
+        Ip2mdItem::Found(r) => r,
     };
-    if let Some(e) = v.get("error") {
-        out!("{}: {}", s("address"), e.as_str().unwrap_or_default());
-        return Ok(());
-    }
-    out!("{}", s("address"));
-    out!("  method desc     {}", s("method_desc"));
-    out!("  name            {}", s("name"));
+    let dash = || "-".to_string();
+    let opt_addr = |a: Option<Addr>| a.map(|a| hex(a.0)).unwrap_or_else(dash);
+    let m = &r.method;
+    out!("{}", hex(r.address.0));
+    out!("  method desc     {}", hex(m.method_desc.0));
+    out!("  name            {}", m.name.clone().unwrap_or_else(dash));
     out!(
         "  start           {} (+{:#x}), {}",
-        s("start"),
-        v["relative_offset"].as_u64().unwrap_or(0),
-        s("jit_type")
+        hex(m.start.0),
+        r.relative_offset,
+        m.jit_type
     );
-    out!("  hot size        {}", s("hot_size"));
-    if !v["cold_start"].is_null() {
+    out!(
+        "  hot size        {}",
+        m.size.map(|s| s.to_string()).unwrap_or_else(dash)
+    );
+    if let Some(cold) = m.cold_start {
         out!(
             "  cold            {} ({} bytes)",
-            s("cold_start"),
-            s("cold_size")
+            hex(cold.0),
+            m.cold_size.unwrap_or(0)
         );
     }
     out!(
         "  funclet         {} (is funclet: {})",
-        s("funclet_start"),
-        s("is_funclet")
+        opt_addr(r.funclet_start),
+        r.is_funclet.map(|b| b.to_string()).unwrap_or_else(dash)
     );
     out!(
         "  gc info         {} (version {})",
-        s("gc_info"),
-        s("gc_info_version")
+        opt_addr(r.gc_info),
+        r.gc_info_version
+            .map(|v| v.to_string())
+            .unwrap_or_else(dash)
     );
-    out!("  unwind info     {}", s("unwind_info"));
-    out!("  debug info      {}", s("debug_info"));
-    if let Some(Value::Object(errors)) = v.get("errors") {
-        for (k, e) in errors {
-            out!("  ({k} unavailable: {})", e.as_str().unwrap_or_default());
-        }
+    out!("  unwind info     {}", opt_addr(r.unwind_info));
+    out!("  debug info      {}", opt_addr(r.debug_info));
+    for (k, e) in &r.errors {
+        out!("  ({k} unavailable: {e})");
     }
     Ok(())
 }
 
-fn block_at(
-    em: &dyn ExecutionManager,
-    text: &str,
-) -> Result<CodeBlock, Box<dyn std::error::Error>> {
-    let ip = parse_address(text)?;
+fn block_at(em: &dyn ExecutionManager, ip: u64) -> Result<CodeBlock, Box<dyn std::error::Error>> {
     em.code_block(ip)?
         .ok_or_else(|| format!("{} is not in managed code", hex(ip)).into())
 }
@@ -263,21 +304,73 @@ fn open(args: &AddressArgs) -> Result<Runtime, Box<dyn std::error::Error>> {
     Ok(args.target.open(&args.descriptor)?)
 }
 
+/// One exception clause of a method.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Clause {
+    /// `typed`, `finally`, `fault` or `filter`.
+    pub kind: String,
+    /// The raw flags.
+    pub flags: u32,
+    /// The JIT duplicated the clause for a nested funclet.
+    pub duplicated: bool,
+    /// Protected range, offsets in the method: `[try_start, try_end)`.
+    pub try_start: u32,
+    /// End of the protected range.
+    pub try_end: u32,
+    /// Handler range, offsets in the method: `[handler_start, handler_end)`.
+    pub handler_start: u32,
+    /// End of the handler.
+    pub handler_end: u32,
+    /// Filter clauses: offset of the filter funclet.
+    pub filter_offset: Option<u32>,
+    /// Typed clauses: the caught class's metadata token, when not resolved.
+    pub class_token: Option<u32>,
+    /// Typed clauses the runtime resolved: the TypeHandle.
+    pub type_handle: Option<Addr>,
+}
+
+/// What `cdac eh --json` prints.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct EhReport {
+    /// The address asked about.
+    pub address: Addr,
+    /// The method's MethodDesc.
+    pub method_desc: Addr,
+    /// The start of the method's code.
+    pub start: Addr,
+    /// Its clauses, in the order the runtime searches them.
+    pub clauses: Vec<Clause>,
+}
+
 /// Runs `cdac eh`.
-pub fn run_eh(args: &AddressArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run_eh(args: &AddressArgs) -> CliResult {
     let rt = open(args)?;
     let em = execution_manager(rt.target(), rt.descriptor())?;
-    let b = block_at(&*em, &args.address)?;
+    let b = block_at(&*em, args.address)?;
     let clauses = em.exception_clauses(&b)?;
     if args.json {
-        let out = json!({
-            "address": hex(b.ip),
-            "method_desc": hex(b.method_desc),
-            "start": hex(b.start),
-            "clauses": clauses,
-        });
-        out!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(());
+        let report = EhReport {
+            address: Addr(b.ip),
+            method_desc: Addr(b.method_desc),
+            start: Addr(b.start),
+            clauses: clauses
+                .iter()
+                .map(|c| Clause {
+                    kind: format!("{:?}", c.kind).to_lowercase(),
+                    flags: c.flags,
+                    duplicated: c.duplicated,
+                    try_start: c.try_start,
+                    try_end: c.try_end,
+                    handler_start: c.handler_start,
+                    handler_end: c.handler_end,
+                    filter_offset: c.filter_offset,
+                    class_token: c.class_token,
+                    type_handle: c.type_handle.map(Addr),
+                })
+                .collect(),
+        };
+        super::emit_json(&report)?;
+        return Ok(Outcome::Answered);
     }
     out!(
         "method desc {} starting at {}: {} clause(s)",
@@ -288,7 +381,7 @@ pub fn run_eh(args: &AddressArgs) -> Result<(), Box<dyn std::error::Error>> {
     for (i, c) in clauses.iter().enumerate() {
         print_clause(i, c, b.start)?;
     }
-    Ok(())
+    Ok(Outcome::Answered)
 }
 
 fn print_clause(
@@ -317,11 +410,58 @@ fn print_clause(
     Ok(())
 }
 
+/// One unwind operation of a prolog.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct UnwindOp {
+    /// Offset in the prolog just after the instruction.
+    pub code_offset: u8,
+    /// What the instruction did (`push rbp`, `sub rsp, 0x28`).
+    pub operation: String,
+}
+
+/// A decoded x64 UNWIND_INFO.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct UnwindInfo {
+    /// Format version.
+    pub version: u8,
+    /// Flags: 1 exception handler, 2 termination handler, 4 chained.
+    pub flags: u8,
+    /// Bytes of prolog.
+    pub prolog_size: u8,
+    /// The frame pointer register, when one is set up.
+    pub frame_register: Option<String>,
+    /// Its scaled offset from RSP.
+    pub frame_offset: u32,
+    /// The operations, last prolog instruction first.
+    pub codes: Vec<UnwindOp>,
+}
+
+/// What `cdac unwind --json` prints.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct UnwindReport {
+    /// The address asked about.
+    pub address: Addr,
+    /// The start of the method's code.
+    pub start: Addr,
+    /// The RUNTIME_FUNCTION covering the address.
+    pub runtime_function: Addr,
+    /// The base its addresses are relative to.
+    pub base: Addr,
+    /// The function's first byte.
+    pub begin: Addr,
+    /// One past its last byte, when the RUNTIME_FUNCTION records it.
+    pub end: Option<Addr>,
+    /// Its UNWIND_INFO.
+    pub unwind_data: Addr,
+    /// The UNWIND_INFO decoded (x64 only).
+    pub unwind: Option<UnwindInfo>,
+}
+
 /// Runs `cdac unwind`.
-pub fn run_unwind(args: &AddressArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run_unwind(args: &AddressArgs) -> CliResult {
     let rt = open(args)?;
     let em = execution_manager(rt.target(), rt.descriptor())?;
-    let b = block_at(&*em, &args.address)?;
+    let b = block_at(&*em, args.address)?;
     let rf = em
         .unwind_info(&b)?
         .ok_or_else(|| format!("no unwind info covers {}", hex(b.ip)))?;
@@ -342,18 +482,32 @@ pub fn run_unwind(args: &AddressArgs) -> Result<(), Box<dyn std::error::Error>> 
         _ => None,
     };
     if args.json {
-        let out = json!({
-            "address": hex(b.ip),
-            "start": hex(b.start),
-            "runtime_function": hex(rf),
-            "base": hex(base),
-            "begin": hex(base.wrapping_add(begin)),
-            "end": end.map(|e| hex(base.wrapping_add(e))),
-            "unwind_data": hex(base.wrapping_add(unwind)),
-            "unwind": decoded,
-        });
-        out!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(());
+        let report = UnwindReport {
+            address: Addr(b.ip),
+            start: Addr(b.start),
+            runtime_function: Addr(rf),
+            base: Addr(base),
+            begin: Addr(base.wrapping_add(begin)),
+            end: end.map(|e| Addr(base.wrapping_add(e))),
+            unwind_data: Addr(base.wrapping_add(unwind)),
+            unwind: decoded.as_ref().map(|u| UnwindInfo {
+                version: u.version,
+                flags: u.flags,
+                prolog_size: u.prolog_size,
+                frame_register: u.frame_register.map(str::to_string),
+                frame_offset: u.frame_offset,
+                codes: u
+                    .codes
+                    .iter()
+                    .map(|c| UnwindOp {
+                        code_offset: c.code_offset,
+                        operation: c.operation.clone(),
+                    })
+                    .collect(),
+            }),
+        };
+        super::emit_json(&report)?;
+        return Ok(Outcome::Answered);
     }
     out!(
         "method at {} (method desc {})",
@@ -384,5 +538,5 @@ pub fn run_unwind(args: &AddressArgs) -> Result<(), Box<dyn std::error::Error>> 
             out!("    +{:#04x}  {}", op.code_offset, op.operation);
         }
     }
-    Ok(())
+    Ok(Outcome::Answered)
 }

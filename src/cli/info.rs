@@ -3,9 +3,10 @@
 use std::collections::BTreeMap;
 
 use clap::Args;
+use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::{hex, DescriptorArgs, TargetArgs};
+use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 use cdac::descriptor::ContractVersion;
 use cdac::runtime::{DescriptorSource, Runtime};
 use cdac::target::{Endian, TargetKind};
@@ -25,10 +26,13 @@ pub struct InfoArgs {
     /// identified (a core without its file list, say).
     #[arg(long, value_name = "FILE")]
     export_descriptor: Option<std::path::PathBuf>,
+    /// Also list the target's OS threads (with their registers, from a dump).
+    #[arg(long)]
+    threads: bool,
 }
 
 /// What `cdac info --json` prints.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 pub struct InfoReport {
     pub runtime_module: ModuleReport,
     pub runtime_version: Option<String>,
@@ -38,8 +42,8 @@ pub struct InfoReport {
     pub endianness: &'static str,
     pub architecture: &'static str,
     /// From the RuntimeInfo contract, when the runtime advertises it.
-    pub operating_system: Option<cdac::contracts::runtime_info::OperatingSystem>,
-    pub runtime_flavor: Option<cdac::contracts::runtime_info::RuntimeFlavor>,
+    pub operating_system: Option<String>,
+    pub runtime_flavor: Option<String>,
     pub descriptor_source: SourceReport,
     /// Shipped overlays that filled in what the descriptor lacks, most specific first.
     pub overlays: Vec<OverlayReport>,
@@ -51,11 +55,14 @@ pub struct InfoReport {
     pub globals_count: usize,
     pub sub_descriptors: Vec<SubDescriptorReport>,
     pub target: String,
-    /// The target's threads (a core's NT_PRSTATUS notes, a live process's tasks).
-    pub threads: Vec<ThreadReport>,
+    /// How many OS threads the target has.
+    pub thread_count: usize,
+    /// The target's threads (a core's NT_PRSTATUS notes, a live process's tasks), with
+    /// `--threads`; `null` otherwise.
+    pub threads: Option<Vec<ThreadReport>>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 pub struct ThreadReport {
     pub tid: i32,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -64,14 +71,14 @@ pub struct ThreadReport {
     pub sp: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 pub struct ModuleReport {
     pub path: String,
     pub base: String,
     pub build_id: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 pub struct SourceReport {
     pub kind: &'static str,
     pub name: String,
@@ -80,7 +87,7 @@ pub struct SourceReport {
     pub fit: Option<&'static str>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 pub struct OverlayReport {
     pub name: String,
     /// "verified-build" or "same-version-line".
@@ -94,15 +101,23 @@ pub struct OverlayReport {
     pub conflicts: Vec<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, JsonSchema)]
 pub struct SubDescriptorReport {
     pub name: String,
     pub address: Option<String>,
     pub skipped: Option<String>,
 }
 
-/// Builds the report for a runtime.
-pub fn report(rt: &Runtime) -> InfoReport {
+/// The name a value serializes to (a unit enum variant's).
+fn json_name<T: Serialize>(value: &T) -> Option<String> {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+}
+
+/// Builds the report for a runtime (with its OS threads listed when `threads`).
+pub fn report(rt: &Runtime, threads: bool) -> InfoReport {
+    let os_threads = rt.target().source().threads().unwrap_or_default();
     let d = rt.descriptor();
     let layout = d.layout();
     let source = rt.descriptor_source();
@@ -123,10 +138,10 @@ pub fn report(rt: &Runtime) -> InfoReport {
         architecture: rt.module().architecture,
         operating_system: cdac::contracts::runtime_info::runtime_info(d)
             .ok()
-            .map(|i| i.operating_system),
+            .and_then(|i| json_name(&i.operating_system)),
         runtime_flavor: cdac::contracts::runtime_info::runtime_info(d)
             .ok()
-            .map(|i| i.flavor),
+            .and_then(|i| json_name(&i.flavor)),
         descriptor_source: SourceReport {
             kind: source.kind(),
             name: source.name(),
@@ -181,32 +196,31 @@ pub fn report(rt: &Runtime) -> InfoReport {
             TargetKind::Synthetic => "synthetic memory".to_string(),
             TargetKind::Host => "memory read by a host".to_string(),
         },
-        threads: rt
-            .target()
-            .source()
-            .threads()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|t| ThreadReport {
-                tid: t.tid,
-                ip: t.ip.map(hex),
-                sp: t.sp.map(hex),
-            })
-            .collect(),
+        thread_count: os_threads.len(),
+        threads: threads.then(|| {
+            os_threads
+                .iter()
+                .map(|t| ThreadReport {
+                    tid: t.tid,
+                    ip: t.ip.map(hex),
+                    sp: t.sp.map(hex),
+                })
+                .collect()
+        }),
     }
 }
 
 /// Runs `cdac info`.
-pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(args: &InfoArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
     if let Some(path) = &args.export_descriptor {
         let text = serde_json::to_string_pretty(&rt.descriptor().to_complete_json())?;
         std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    let r = report(&rt);
+    let r = report(&rt, args.threads);
     if args.json {
-        out!("{}", serde_json::to_string_pretty(&r)?);
-        return Ok(());
+        super::emit_json(&r)?;
+        return Ok(Outcome::Answered);
     }
     let unknown = || "unknown".to_string();
     out!("target            {}", r.target);
@@ -293,8 +307,8 @@ pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
     );
     out!("types             {}", r.types_count);
     out!("globals           {}", r.globals_count);
-    out!("threads           {}", r.threads.len());
-    for t in &r.threads {
+    out!("threads           {}", r.thread_count);
+    for t in r.threads.iter().flatten() {
         match (&t.ip, &t.sp) {
             (Some(ip), Some(sp)) => out!("  tid {:<8} ip {ip:<18} sp {sp}", t.tid),
             _ => out!("  tid {}", t.tid),
@@ -307,5 +321,5 @@ pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
             (None, None) => out!("sub-descriptor    {}", s.name),
         }
     }
-    Ok(())
+    Ok(Outcome::Answered)
 }

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 
-use super::names::CliResult;
+use super::{CliResult, Outcome};
 use super::{DescriptorArgs, TargetArgs};
 use cdac::coverage::function_coverage;
 use cdac::formats::mip::{
@@ -113,7 +113,7 @@ pub fn run_mip(cmd: &MipCommand) -> CliResult {
                 profiles.len(),
                 merged.functions.len()
             );
-            Ok(())
+            Ok(Outcome::Answered)
         }
         MipCommand::Create(a) => {
             let map =
@@ -121,7 +121,7 @@ pub fn run_mip(cmd: &MipCommand) -> CliResult {
             let profile = create_from_map(&map)?;
             write(&a.output, &profile.to_bytes()?)?;
             status!("created a profile of {} functions", profile.functions.len());
-            Ok(())
+            Ok(Outcome::Answered)
         }
     }
 }
@@ -130,7 +130,12 @@ fn show(a: &ShowArgs) -> CliResult {
     let mut out = String::new();
     let bytes = read(&a.file)?;
     let header = Header::parse(&bytes).map_err(|e| format!("{}: {e}", a.file.display()))?;
-    let filter = a.regex.as_deref().map(regex::Regex::new).transpose()?;
+    let filter = a
+        .regex
+        .as_deref()
+        .map(regex::Regex::new)
+        .transpose()
+        .map_err(|e| super::UsageError(format!("regular expression: {e}")))?;
     let keep = |name: &str| filter.as_ref().is_none_or(|r| r.is_match(name));
     match header.kind {
         FileKind::Profile => {
@@ -225,7 +230,8 @@ fn show(a: &ShowArgs) -> CliResult {
             header.layout
         ),
     }
-    super::emit(&out)
+    super::emit(&out)?;
+    Ok(Outcome::Answered)
 }
 
 /// Runs `cdac coverage`.
@@ -254,5 +260,5 @@ pub fn run_coverage(args: &CoverageArgs) -> CliResult {
         report.modules_without_metadata,
         report.enumeration_errors,
     );
-    Ok(())
+    Ok(Outcome::Answered)
 }

@@ -24,9 +24,11 @@ mod analyze;
 mod code;
 mod info;
 mod mip;
+pub(crate) mod model;
 mod names;
 mod r2r;
 mod record;
+mod schema;
 mod stacks;
 mod threads;
 
@@ -84,7 +86,37 @@ enum Command {
     Record(record::RecordArgs),
     /// A live view of a process's hottest methods (self and total), refreshed each second.
     Top(record::TopArgs),
+    /// The JSON Schema of a command's `--json` output.
+    Schema(schema::SchemaArgs),
 }
+
+/// How a command that did not fail outright ended; the process exit code follows from it
+/// (see [`main`]).
+#[must_use]
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Everything asked was answered: exit 0.
+    Answered,
+    /// Some items could not be answered (the output says which): exit 1, with this summary
+    /// on standard error.
+    Partial(String),
+}
+
+/// What every command returns.
+pub(crate) type CliResult = Result<Outcome, Box<dyn std::error::Error>>;
+
+/// A mistake in what was asked (a malformed address, a thread id the target does not
+/// have): exit 2 when found before anything was read, like clap's own usage errors.
+#[derive(Debug)]
+pub(crate) struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
 
 /// Which target to read, shared by every command.
 #[derive(Debug, Args)]
@@ -221,11 +253,27 @@ pub fn main() -> i32 {
         Command::Analyze(args) => analyze::run_analyze(args),
         Command::Record(args) => record::run_record(args),
         Command::Top(args) => record::run_top(args),
+        Command::Schema(args) => schema::run_schema(args),
     };
+    exit_code(result)
+}
+
+/// The exit code of a command's result, with its summary or error on standard error: 0
+/// when everything asked was answered, 1 when some item could not be (or nothing could be
+/// read), 2 for usage errors.
+fn exit_code(result: CliResult) -> i32 {
     match result {
-        Ok(()) => 0,
+        Ok(Outcome::Answered) => 0,
+        Ok(Outcome::Partial(summary)) => {
+            status!("cdac: {summary}");
+            1
+        }
         // The reader of our output went away (`| head`): like other Unix tools, stop quietly.
         Err(e) if is_broken_pipe(&*e) => 0,
+        Err(e) if e.downcast_ref::<UsageError>().is_some() => {
+            status!("cdac: error: {e}");
+            2
+        }
         Err(e) => {
             status!("cdac: error: {}", error_chain(&*e));
             1
@@ -281,6 +329,19 @@ fn init_logging() {
 /// Formats an address the way every command prints one.
 pub fn hex(addr: u64) -> String {
     format!("{addr:#x}")
+}
+
+/// Writes `value` as pretty JSON and a newline to standard output, buffered (answers can be
+/// megabytes).
+pub(crate) fn emit_json<T: serde::Serialize + ?Sized>(
+    value: &T,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use std::io::Write as _;
+    let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+    serde_json::to_writer_pretty(&mut w, value).map_err(std::io::Error::from)?;
+    w.write_all(b"\n")?;
+    w.flush()?;
+    Ok(())
 }
 
 /// Writes `text` to standard output (a reader that went away is handled in [`main`]).

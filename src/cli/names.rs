@@ -5,16 +5,14 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use serde_json::{json, Value};
 
-use super::{hex, DescriptorArgs, TargetArgs};
+use super::model::{nonzero, Addr, Method, Module};
+use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs, UsageError};
 use cdac::contracts::execution_manager::enumerate::{enumerate_code, CodeEntry};
 use cdac::contracts::loader;
 use cdac::formats::perf_map::{self, PerfMapEntry};
 use cdac::names::MethodNamer;
 use cdac::runtime::Runtime;
-
-pub(crate) type CliResult = Result<(), Box<dyn std::error::Error>>;
 
 /// Arguments of `cdac modules`.
 #[derive(Debug, Args)]
@@ -65,29 +63,23 @@ pub fn run_modules(args: &ModulesArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
     let modules = loader::modules(rt.target(), rt.descriptor())?;
     if args.json {
-        let list: Vec<Value> = modules
+        let list: Vec<Module> = modules
             .iter()
-            .map(|m| {
-                json!({
-                    "address": hex(m.address),
-                    "assembly": hex(m.assembly),
-                    "path": m.path.as_ref().map(|p| p.to_string_lossy()),
-                    "file_name": m.file_name,
-                    "base": hex(m.base),
-                    "size": m.size,
-                    "mapped": m.mapped,
-                    "is_dynamic": m.is_dynamic,
-                    "is_collectible": m.is_collectible,
-                    "ready_to_run_info": (m.ready_to_run_info != 0).then(|| hex(m.ready_to_run_info)),
-                })
+            .map(|m| Module {
+                address: Addr(m.address),
+                assembly: Addr(m.assembly),
+                path: m.path.as_ref().map(|p| p.to_string_lossy().into_owned()),
+                file_name: m.file_name.clone(),
+                base: nonzero(m.base),
+                size: m.size,
+                mapped: m.mapped,
+                is_dynamic: m.is_dynamic,
+                is_collectible: m.is_collectible,
+                ready_to_run_info: nonzero(m.ready_to_run_info),
             })
             .collect();
-        writeln!(
-            std::io::stdout(),
-            "{}",
-            serde_json::to_string_pretty(&list)?
-        )?;
-        return Ok(());
+        super::emit_json(&list)?;
+        return Ok(Outcome::Answered);
     }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -123,7 +115,7 @@ pub fn run_modules(args: &ModulesArgs) -> CliResult {
     }
     writeln!(out, "{} module(s)", modules.len())?;
     out.flush()?;
-    Ok(())
+    Ok(Outcome::Answered)
 }
 
 /// Every method with code, with its name and module label.
@@ -133,7 +125,8 @@ struct NamedEntry {
     module: String,
 }
 
-fn named_methods(rt: &Runtime) -> Result<Vec<NamedEntry>, Box<dyn std::error::Error>> {
+/// Every method with code, named, and how many parts of the code could not be read.
+fn named_methods(rt: &Runtime) -> Result<(Vec<NamedEntry>, usize), Box<dyn std::error::Error>> {
     let (t, d) = (rt.target(), rt.descriptor());
     let en = enumerate_code(t, d)?;
     for e in en.errors.iter().take(10) {
@@ -142,10 +135,11 @@ fn named_methods(rt: &Runtime) -> Result<Vec<NamedEntry>, Box<dyn std::error::Er
     if en.errors.len() > 10 {
         tracing::warn!("code enumeration: {} more errors", en.errors.len() - 10);
     }
+    let errors = en.errors.len();
     let mut namer = MethodNamer::for_runtime(rt);
     let mds: Vec<u64> = en.entries.iter().map(|e| e.method_desc).collect();
     let names = namer.names(&mds);
-    Ok(en
+    let named = en
         .entries
         .into_iter()
         .zip(names)
@@ -160,7 +154,20 @@ fn named_methods(rt: &Runtime) -> Result<Vec<NamedEntry>, Box<dyn std::error::Er
                 module,
             }
         })
-        .collect())
+        .collect();
+    Ok((named, errors))
+}
+
+/// The outcome of a command that lists every method: partial when parts of the code could
+/// not be read (their methods are missing).
+fn methods_outcome(errors: usize) -> Outcome {
+    if errors == 0 {
+        Outcome::Answered
+    } else {
+        Outcome::Partial(format!(
+            "{errors} part(s) of the code could not be read; their methods are missing (RUST_LOG=warn shows them)"
+        ))
+    }
 }
 
 /// Runs `cdac methods`.
@@ -170,32 +177,29 @@ pub fn run_methods(args: &MethodsArgs) -> CliResult {
         .as_deref()
         .map(regex::Regex::new)
         .transpose()
-        .map_err(|e| format!("--filter: {e}"))?;
+        .map_err(|e| UsageError(format!("--filter: {e}")))?;
     let rt = args.target.open(&args.descriptor)?;
-    let methods: Vec<NamedEntry> = named_methods(&rt)?
+    let (all, errors) = named_methods(&rt)?;
+    let methods: Vec<NamedEntry> = all
         .into_iter()
         .filter(|m| filter.as_ref().is_none_or(|f| f.is_match(&m.name)))
         .collect();
     if args.json {
-        let list: Vec<Value> = methods
+        let list: Vec<Method> = methods
             .iter()
-            .map(|m| {
-                json!({
-                    "start": hex(m.entry.start),
-                    "size": m.entry.size,
-                    "method_desc": hex(m.entry.method_desc),
-                    "name": m.name,
-                    "jit_type": m.entry.jit_type.as_str(),
-                    "module": m.module,
-                })
+            .map(|m| Method {
+                method_desc: Addr(m.entry.method_desc),
+                name: Some(m.name.clone()),
+                module: (!m.module.is_empty()).then(|| m.module.clone()),
+                start: Addr(m.entry.start),
+                size: Some(m.entry.size),
+                jit_type: m.entry.jit_type.as_str().to_string(),
+                cold_start: m.entry.cold_start.map(Addr),
+                cold_size: Some(m.entry.cold_size),
             })
             .collect();
-        writeln!(
-            std::io::stdout(),
-            "{}",
-            serde_json::to_string_pretty(&list)?
-        )?;
-        return Ok(());
+        super::emit_json(&list)?;
+        return Ok(methods_outcome(errors));
     }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -211,7 +215,7 @@ pub fn run_methods(args: &MethodsArgs) -> CliResult {
     }
     writeln!(out, "{} method(s)", methods.len())?;
     out.flush()?;
-    Ok(())
+    Ok(methods_outcome(errors))
 }
 
 /// True when process `pid` has `path` open (a map the runtime is writing).
@@ -232,7 +236,9 @@ pub fn run_perfmap(args: &PerfmapArgs) -> CliResult {
     let output = match (&args.output, args.target.pid) {
         (Some(p), _) => p.clone(),
         (None, Some(pid)) => PathBuf::from(format!("/tmp/perf-{pid}.map")),
-        (None, None) => return Err("give -o PATH (there is no default for a dump)".into()),
+        (None, None) => {
+            return Err(UsageError("give -o PATH (there is no default for a dump)".into()).into())
+        }
     };
     let to_stdout = output.as_os_str() == "-";
     if !to_stdout && output.exists() && !args.force {
@@ -248,7 +254,7 @@ pub fn run_perfmap(args: &PerfmapArgs) -> CliResult {
         }
     }
     let rt = args.target.open(&args.descriptor)?;
-    let methods = named_methods(&rt)?;
+    let (methods, errors) = named_methods(&rt)?;
     let entries: Vec<PerfMapEntry> = methods
         .into_iter()
         .map(|m| PerfMapEntry {
@@ -278,5 +284,5 @@ pub fn run_perfmap(args: &PerfmapArgs) -> CliResult {
         std::fs::rename(&tmp, &output).map_err(|e| format!("{}: {e}", output.display()))?;
         status!("wrote {} method(s) to {}", entries.len(), output.display());
     }
-    Ok(())
+    Ok(methods_outcome(errors))
 }

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use clap::Args;
 use serde_json::json;
 
-use super::names::CliResult;
+use super::{CliResult, Outcome};
 use cdac::formats::r2r::perf_map::{enum_name, ABI_NAMES, ARCH_NAMES, OS_NAMES};
 use cdac::formats::r2r::{r2r_perf_map, NameStyle, R2rError, R2rMapOptions, R2rPerfMap};
 
@@ -121,7 +121,7 @@ pub fn run_r2rmap(args: &R2rmapArgs) -> CliResult {
             report.missing_assemblies.join(", ")
         );
     }
-    Ok(())
+    Ok(Outcome::Answered)
 }
 
 /// Runs `cdac symbolize`.
@@ -131,6 +131,7 @@ pub fn run_symbolize(args: &SymbolizeArgs) -> CliResult {
     let map = R2rPerfMap::parse(&text).map_err(|e| format!("{}: {e}", args.r2rmap.display()))?;
     let mut out = String::new();
     let mut results = Vec::new();
+    let mut unanswered = 0;
     for raw in &args.rvas {
         let digits = raw.trim_start_matches("0x").trim_start_matches("0X");
         let result = match u32::from_str_radix(digits, 16) {
@@ -142,6 +143,7 @@ pub fn run_symbolize(args: &SymbolizeArgs) -> CliResult {
             },
             Err(_) => json!({"rva": raw, "error": "not a hex number"}),
         };
+        unanswered += usize::from(result.get("error").is_some());
         results.push(result);
     }
     if args.json {
@@ -177,5 +179,13 @@ pub fn run_symbolize(args: &SymbolizeArgs) -> CliResult {
             }
         }
     }
-    super::emit(&out)
+    super::emit(&out)?;
+    Ok(if unanswered == 0 {
+        Outcome::Answered
+    } else {
+        Outcome::Partial(format!(
+            "{unanswered} of {} RVA(s) not answered",
+            results.len()
+        ))
+    })
 }

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use super::names::CliResult;
 use super::DescriptorArgs;
+use super::{CliResult, Outcome};
 use cdac::profile::output::{self, Format};
 use cdac::profile::{Profiler, ProfilerOptions};
 use cdac::runtime::{OpenOptions, Runtime};
@@ -261,7 +261,7 @@ fn sample(
             if now.duration_since(last_tick) >= tick_every {
                 last_tick = now;
             }
-            tick(profiler, elapsed, sampler_name)?;
+            let _ = tick(profiler, elapsed, sampler_name)?;
         }
     }
     let elapsed = started.elapsed();
@@ -443,7 +443,7 @@ pub fn run_record(args: &RecordArgs) -> CliResult {
                 );
                 let _ = err.flush();
             }
-            Ok(())
+            Ok(Outcome::Answered)
         },
     )?;
     if progress {
@@ -516,7 +516,7 @@ fn summarize(
             "top": top,
         });
         out!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
+        return Ok(Outcome::Answered);
     }
     out!(
         "wrote {} ({} samples in {:.1} s, {:.0}/s kept; {} sampler; {ended_by})",
@@ -552,7 +552,7 @@ fn summarize(
             f.name
         );
     }
-    Ok(())
+    Ok(Outcome::Answered)
 }
 
 /// Runs `cdac top`.
@@ -581,7 +581,7 @@ pub fn run_top(args: &TopArgs) -> CliResult {
             }
             shown += 1;
             p.clear_counts();
-            Ok(())
+            Ok(Outcome::Answered)
         },
     )?;
     if end.process_exited {
@@ -591,7 +591,7 @@ pub fn run_top(args: &TopArgs) -> CliResult {
         let text = top_view(&profiler, s.pid, end.elapsed, end.sampler, rows, json);
         out!("{text}");
     }
-    Ok(())
+    Ok(Outcome::Answered)
 }
 
 /// One refresh of `cdac top`: the hottest frames of the last interval.

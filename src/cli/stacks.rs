@@ -4,10 +4,11 @@
 use std::collections::HashSet;
 
 use clap::Args;
-use serde_json::{json, Value};
+use schemars::JsonSchema;
+use serde::Serialize;
 
-use super::names::CliResult;
-use super::{hex, DescriptorArgs, TargetArgs};
+use super::model::{self, Addr, ExceptionOrError};
+use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 use cdac::contracts::debug_info::IlOffset;
 use cdac::contracts::thread::ExceptionInfo;
 use cdac::formats::pdb::SourceLocation;
@@ -141,51 +142,55 @@ fn il_text(il: Option<IlOffset>) -> String {
     }
 }
 
-fn frame_json(index: usize, n: &Named<'_>) -> Value {
+/// The JSON of one named frame.
+pub(super) fn frame_model(index: usize, n: &Named<'_>) -> model::Frame {
     let f = n.frame;
-    let mut o = json!({
-        "index": index,
-        "ip": hex(f.ip),
-        "sp": hex(f.sp),
-        "name": n.name,
-        "module": n.module,
-        "found_by": f.found_by,
-    });
-    match &f.code {
-        FrameCode::Managed {
-            method_desc,
-            method_start,
-            jit_type,
-            funclet,
-            parent_frame,
-        } => {
-            o["kind"] = json!("managed");
-            o["method_desc"] = json!(hex(*method_desc));
-            o["method_start"] = json!(hex(*method_start));
-            o["offset"] = json!(f.offset);
-            o["jit_type"] = json!(jit_type);
-            o["il_offset"] = json!(f.il_offset.and_then(IlOffset::il));
-            o["source"] = json!(n.source.as_ref().map(|s| json!({
-                "file": s.file,
-                "line": s.line,
-                "column": s.column,
-            })));
-            o["funclet"] = json!(funclet);
-            o["parent_frame"] = json!(parent_frame);
-        }
-        FrameCode::Native => o["kind"] = json!("native"),
+    let mut out = model::Frame {
+        index,
+        ip: Addr(f.ip),
+        sp: Some(Addr(f.sp)),
+        kind: model::FrameKind::Native,
+        name: n.name.clone(),
+        module: n.module.clone(),
+        found_by: Some(f.found_by.as_str().to_string()),
+        method_desc: None,
+        method_start: None,
+        offset: None,
+        jit_type: None,
+        il_offset: None,
+        source: None,
+        funclet: None,
+        parent_frame: None,
+        previous_location_ends: false,
+    };
+    if let FrameCode::Managed {
+        method_desc,
+        method_start,
+        jit_type,
+        funclet,
+        parent_frame,
+    } = &f.code
+    {
+        out.kind = model::FrameKind::Managed;
+        out.method_desc = Some(Addr(*method_desc));
+        out.method_start = Some(Addr(*method_start));
+        out.offset = f.offset;
+        out.jit_type = Some(jit_type.to_string());
+        out.il_offset = f.il_offset.and_then(IlOffset::il);
+        out.source = n.source.as_ref().map(source_model);
+        out.funclet = Some(*funclet);
+        out.parent_frame = *parent_frame;
     }
-    o
+    out
 }
 
-pub(super) fn exception_json(e: &ExceptionInfo) -> Value {
-    json!({
-        "address": hex(e.address),
-        "type": e.type_name,
-        "message": e.message,
-        "hresult": format!("{:#010x}", e.hresult as u32),
-        "inner": e.inner.as_deref().map(exception_json),
-    })
+/// A PDB source location as JSON.
+pub(super) fn source_model(s: &SourceLocation) -> model::Source {
+    model::Source {
+        file: s.file.clone(),
+        line: s.line,
+        column: s.column,
+    }
 }
 
 fn end_text(end: &StackEnd) -> Option<String> {
@@ -198,7 +203,7 @@ fn end_text(end: &StackEnd) -> Option<String> {
 
 fn thread_header(t: &ThreadStack) -> String {
     let mut s = format!("Thread {}", t.os_id);
-    if let Some(name) = &t.name {
+    if let Some(name) = t.display_name() {
         s.push_str(&format!(" \"{name}\""));
     }
     match &t.managed {
@@ -266,8 +271,13 @@ pub(super) fn render_frame(i: usize, n: &Named<'_>) -> String {
 fn thread_text(t: &ThreadStack, named: &[Named<'_>], native: bool) -> String {
     let mut s = thread_header(t);
     s.push('\n');
-    if let Some(e) = t.managed.as_ref().and_then(|m| m.exception.as_ref()) {
-        s.push_str(&format!("  exception: {}\n", exception_text(e)));
+    if let Some(m) = &t.managed {
+        if let Some(e) = &m.exception {
+            s.push_str(&format!("  exception: {}\n", exception_text(e)));
+        }
+        if let Some(e) = &m.exception_error {
+            s.push_str(&format!("  exception unreadable: {e}\n"));
+        }
     }
     if let Some(note) = &t.note {
         s.push_str(&format!("  ({note})\n"));
@@ -300,8 +310,8 @@ fn thread_text(t: &ThreadStack, named: &[Named<'_>], native: bool) -> String {
 fn collapsed_line(t: &ThreadStack, named: &[Named<'_>], native: bool) -> Option<String> {
     t.stack.as_ref()?;
     let label = t
-        .name
-        .clone()
+        .display_name()
+        .map(|n| n.replace(';', ":"))
         .unwrap_or_else(|| format!("thread-{}", t.os_id));
     let mut parts = vec![label];
     for n in named.iter().rev() {
@@ -313,29 +323,82 @@ fn collapsed_line(t: &ThreadStack, named: &[Named<'_>], native: bool) -> Option<
 }
 
 /// The JSON of one thread and its named frames.
-pub(super) fn thread_json(t: &ThreadStack, n: &[Named<'_>]) -> Value {
-    json!({
-        "os_id": t.os_id,
-        "name": t.name,
-        "managed": t.managed.as_ref().map(|m| json!({
-            "address": hex(m.address),
-            "managed_id": m.managed_id,
-            "state": m.state,
-            "explicit_frames": m.explicit_frames.iter().map(|f| json!({
-                "address": hex(f.address),
-                "kind": f.kind,
-                "return_address": f.return_address.map(hex),
-                "caller_sp": f.caller_sp.map(hex),
-            })).collect::<Vec<_>>(),
-            "exception": m.exception.as_ref().map(exception_json),
-        })),
-        "registers": t.registers,
-        "stopped_us": t.stopped_for.map(|d| d.as_secs_f64() * 1e6),
-        "held_us": t.held_for.map(|d| d.as_secs_f64() * 1e6),
-        "note": t.note,
-        "frames": n.iter().enumerate().map(|(i, f)| frame_json(i, f)).collect::<Vec<_>>(),
-        "end": t.stack.as_ref().map(|s| json!(s.end)),
-    })
+pub(super) fn thread_model(t: &ThreadStack, n: &[Named<'_>]) -> model::Thread {
+    let managed = t.managed.as_ref().map(|m| model::ManagedThread {
+        address: Addr(m.address),
+        managed_id: m.managed_id,
+        state: model::ThreadState {
+            value: Addr(u64::from(m.state_bits)),
+            names: m.state.iter().map(|s| s.to_string()).collect(),
+        },
+        finalizer: m.finalizer,
+        preemptive_gc_disabled: m.preemptive_gc_disabled,
+        explicit_frames: m
+            .explicit_frames
+            .iter()
+            .map(super::threads::explicit_frame)
+            .collect(),
+        explicit_frames_error: None,
+        exception: match (&m.exception, &m.exception_error) {
+            (Some(e), _) => Some(ExceptionOrError::Exception(Box::new(
+                super::threads::exception(e),
+            ))),
+            (None, Some(error)) => Some(ExceptionOrError::Error {
+                address: None,
+                error: error.clone(),
+            }),
+            (None, None) => None,
+        },
+        nested_exceptions: Vec::new(),
+    });
+    let (name, name_source) = super::threads::thread_name(
+        t.managed.as_ref().and_then(|m| m.name.as_deref()),
+        t.name.as_deref(),
+    );
+    model::Thread {
+        os_id: i64::from(t.os_id),
+        name,
+        name_source,
+        managed,
+        registers: t.registers.map(|r| r.as_str().to_string()),
+        stopped_us: t.stopped_for.map(|d| d.as_secs_f64() * 1e6),
+        held_us: t.held_for.map(|d| d.as_secs_f64() * 1e6),
+        note: t.note.clone(),
+        frames: t.stack.as_ref().map(|_| {
+            n.iter()
+                .enumerate()
+                .map(|(i, f)| frame_model(i, f))
+                .collect()
+        }),
+        stack_end: t.stack.as_ref().map(|s| match &s.end {
+            StackEnd::Complete => model::StackEnd {
+                reason: "complete".into(),
+                message: None,
+                frames: None,
+            },
+            StackEnd::Error { message } => model::StackEnd {
+                reason: "error".into(),
+                message: Some(message.clone()),
+                frames: None,
+            },
+            StackEnd::FrameLimit { frames } => model::StackEnd {
+                reason: "frame_limit".into(),
+                message: None,
+                frames: Some(*frames),
+            },
+        }),
+    }
+}
+
+/// What `cdac stacks --json` prints.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StacksReport {
+    /// Every thread asked for, in OS thread id order.
+    pub threads: Vec<model::Thread>,
+    /// Live: microseconds the whole snapshot took.
+    pub snapshot_us: Option<f64>,
+    /// Threads that could not be read, and other things to know.
+    pub warnings: Vec<String>,
 }
 
 /// Runs `cdac stacks`.
@@ -363,20 +426,53 @@ pub fn run_stacks(args: &StacksArgs) -> CliResult {
     let mut namer = MethodNamer::for_runtime(&rt);
     let symbols = ElfSymbols::new(rt.target());
     let named = name_frames(&stacks.threads, &mut namer, &symbols);
+    // Every id asked for must name a thread (OS or managed id).
+    let unknown: Vec<u64> = args
+        .threads
+        .iter()
+        .copied()
+        .filter(|&w| {
+            !stacks.threads.iter().any(|t| {
+                u64::try_from(t.os_id).is_ok_and(|o| o == w)
+                    || t.managed
+                        .as_ref()
+                        .is_some_and(|m| u64::from(m.managed_id) == w)
+            })
+        })
+        .collect();
+    let unwalked = stacks.threads.iter().filter(|t| t.stack.is_none()).count();
+    let mut problems: Vec<String> = unknown
+        .iter()
+        .map(|id| format!("no thread {id} in the target (neither an OS nor a managed thread id)"))
+        .collect();
+    if unwalked > 0 {
+        problems.push(format!(
+            "{unwalked} thread(s) without a stack (see their notes)"
+        ));
+    }
+    let outcome = if problems.is_empty() {
+        Outcome::Answered
+    } else {
+        Outcome::Partial(problems.join("; "))
+    };
     if args.json {
-        let threads: Vec<Value> = stacks
-            .threads
-            .iter()
-            .zip(&named)
-            .map(|(t, n)| thread_json(t, n))
-            .collect();
-        let out = json!({
-            "threads": threads,
-            "snapshot_us": stacks.snapshot_time.map(|d| d.as_secs_f64() * 1e6),
-            "warnings": stacks.warnings,
-        });
-        super::emit(&format!("{}\n", serde_json::to_string_pretty(&out)?))?;
-        return Ok(());
+        let report = StacksReport {
+            threads: stacks
+                .threads
+                .iter()
+                .zip(&named)
+                .map(|(t, n)| thread_model(t, n))
+                .collect(),
+            snapshot_us: stacks.snapshot_time.map(|d| d.as_secs_f64() * 1e6),
+            warnings: stacks
+                .warnings
+                .iter()
+                .cloned()
+                .chain(problems.iter().cloned())
+                .collect(),
+        };
+        super::emit_json(&report)?;
+        return Ok(outcome);
     }
     let mut text = String::new();
     for (t, n) in stacks.threads.iter().zip(&named) {
@@ -411,5 +507,5 @@ pub fn run_stacks(args: &StacksArgs) -> CliResult {
         }
     }
     super::emit(&text)?;
-    Ok(())
+    Ok(outcome)
 }

@@ -2,11 +2,13 @@
 //! in flight.
 
 use clap::Args;
-use serde_json::{json, Value};
+use schemars::JsonSchema;
+use serde::Serialize;
 
-use super::names::CliResult;
-use super::{hex, DescriptorArgs, TargetArgs};
-use cdac::contracts::thread::{ExceptionInfo, ExplicitFrame, Threads};
+use super::model::{self, nonzero, Addr, ExceptionOrError, ManagedThread, NameSource, Thread};
+use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
+use cdac::contracts::thread::{ExceptionInfo, ExplicitFrame, ThreadInfo, Threads};
+use cdac::contracts::ContractError;
 use cdac::names::MethodNamer;
 
 /// Arguments of `cdac threads`.
@@ -21,38 +23,107 @@ pub struct ThreadsArgs {
     json: bool,
 }
 
-fn frame_json(f: &ExplicitFrame) -> Value {
-    json!({
-        "address": hex(f.address),
-        "kind": f.kind,
-        "tag": hex(f.tag),
-        "return_address": f.return_address.map(hex),
-        "caller_sp": f.caller_sp.map(hex),
-        "saved_fp": f.saved_fp.map(hex),
-        "datum": f.datum.map(hex),
-        "context_ip": f.context_ip.map(hex),
-    })
+/// What `cdac threads --json` prints.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ThreadsReport {
+    /// The runtime's `ThreadStore`.
+    pub thread_store: Addr,
+    /// The threads the ThreadStore counts.
+    pub thread_count: u32,
+    /// The finalizer thread's `Thread*`.
+    pub finalizer_thread: Option<Addr>,
+    /// Every thread of the ThreadStore's list.
+    pub threads: Vec<Thread>,
+    /// Why the list was cut short.
+    pub error: Option<String>,
 }
 
-fn exception_json(e: &ExceptionInfo) -> Value {
-    json!({
-        "address": hex(e.address),
-        "method_table": hex(e.method_table),
-        "type": e.type_name,
-        "message": e.message,
-        "hresult": format!("{:#010x}", e.hresult as u32),
-        "stack_trace": (e.stack_trace != 0).then(|| hex(e.stack_trace)),
-        "inner": e.inner.as_deref().map(exception_json),
-        "inner_error": e.inner_error,
-    })
+/// The JSON of an explicit Frame.
+pub(super) fn explicit_frame(f: &ExplicitFrame) -> model::ExplicitFrame {
+    model::ExplicitFrame {
+        address: Addr(f.address),
+        kind: f.kind.map(str::to_string),
+        tag: Addr(f.tag),
+        return_address: f.return_address.map(Addr),
+        caller_sp: f.caller_sp.map(Addr),
+        saved_fp: f.saved_fp.map(Addr),
+        datum: f.datum.map(Addr),
+        context_ip: f.context_ip.map(Addr),
+    }
 }
 
-fn exception_text(e: &ExceptionInfo) -> String {
+/// The JSON of an exception (its stack trace left `null`: `analyze` fills it in).
+pub(super) fn exception(e: &ExceptionInfo) -> model::Exception {
+    model::Exception {
+        address: Addr(e.address),
+        method_table: Addr(e.method_table),
+        type_name: e.type_name.clone(),
+        message: e.message.clone(),
+        hresult: format!("{:#010x}", e.hresult as u32),
+        stack_trace: None,
+        stack_trace_error: None,
+        inner: e.inner.as_deref().map(|i| Box::new(exception(i))),
+        inner_error: e.inner_error.clone(),
+    }
+}
+
+/// An exception read at `address`, or why it could not be.
+pub(super) fn exception_or_error(
+    address: u64,
+    read: Result<ExceptionInfo, ContractError>,
+) -> ExceptionOrError {
+    match read {
+        Ok(e) => ExceptionOrError::Exception(Box::new(exception(&e))),
+        Err(err) => ExceptionOrError::Error {
+            address: nonzero(address),
+            error: err.to_string(),
+        },
+    }
+}
+
+/// The runtime's side of a thread.
+pub(super) fn managed_thread(
+    t: &ThreadInfo,
+    finalizer: bool,
+    explicit_frames: &[ExplicitFrame],
+    explicit_frames_error: Option<String>,
+    exception: Option<ExceptionOrError>,
+    nested_exceptions: Vec<ExceptionOrError>,
+) -> ManagedThread {
+    ManagedThread {
+        address: Addr(t.address),
+        managed_id: t.managed_id,
+        state: model::ThreadState {
+            value: Addr(u64::from(t.state)),
+            names: t.state_names().iter().map(|s| s.to_string()).collect(),
+        },
+        finalizer,
+        preemptive_gc_disabled: t.preemptive_gc_disabled,
+        explicit_frames: explicit_frames.iter().map(explicit_frame).collect(),
+        explicit_frames_error,
+        exception,
+        nested_exceptions,
+    }
+}
+
+/// The thread's name and where it came from: the managed `Thread.Name`, else the kernel's.
+pub(super) fn thread_name(
+    managed: Option<&str>,
+    kernel: Option<&str>,
+) -> (Option<String>, Option<NameSource>) {
+    match (managed, kernel) {
+        (Some(m), _) => (Some(m.to_string()), Some(NameSource::Managed)),
+        (None, Some(k)) => (Some(k.to_string()), Some(NameSource::Kernel)),
+        (None, None) => (None, None),
+    }
+}
+
+fn exception_text(e: &model::Exception) -> String {
     let mut s = format!(
-        "{}: {} (HResult {:#010x})",
+        "{}: {} (HResult {})",
         e.type_name.as_deref().unwrap_or("<unnamed type>"),
         e.message.as_deref().unwrap_or("<no message>"),
-        e.hresult as u32
+        e.hresult
     );
     if let Some(inner) = &e.inner {
         s.push_str(" ---> ");
@@ -61,119 +132,144 @@ fn exception_text(e: &ExceptionInfo) -> String {
     s
 }
 
+fn exception_or_error_text(e: &ExceptionOrError) -> String {
+    match e {
+        ExceptionOrError::Exception(e) => exception_text(e),
+        ExceptionOrError::Error { error, .. } => format!("unreadable: {error}"),
+    }
+}
+
 /// Runs `cdac threads`.
 pub fn run_threads(args: &ThreadsArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
     let contract = Threads::for_runtime(&rt)?;
     let mut namer = MethodNamer::for_runtime(&rt);
     let list = contract.threads()?;
-    if let Some(e) = &list.error {
-        status!("cdac: warning: thread list cut short: {e}");
-    }
-    let mut rows = Vec::new();
-    let mut text = String::new();
-    text.push_str(&format!(
-        "ThreadStore {}: {} threads counted, {} listed\n",
-        hex(list.store.address),
-        list.store.thread_count,
-        list.threads.len()
-    ));
+    let mut unreadable = 0;
+    let mut threads = Vec::new();
     for t in &list.threads {
         let chain = contract.frame_chain(t.frame);
-        let exception = t.exception().map(|obj| contract.exception(obj, &mut namer));
-        let finalizer = list.store.finalizer_thread == Some(t.address);
-        let nested: Vec<Result<ExceptionInfo, String>> = match contract.nested_exceptions(t) {
+        let exception = t
+            .exception()
+            .map(|obj| exception_or_error(obj, contract.exception(obj, &mut namer)));
+        let nested: Vec<ExceptionOrError> = match contract.nested_exceptions(t) {
             Ok(objs) => objs
                 .into_iter()
-                .map(|o| contract.exception(o, &mut namer).map_err(|e| e.to_string()))
+                .map(|o| exception_or_error(o, contract.exception(o, &mut namer)))
                 .collect(),
-            Err(e) => vec![Err(e.to_string())],
+            Err(e) => vec![ExceptionOrError::Error {
+                address: None,
+                error: e.to_string(),
+            }],
         };
-        if args.json {
-            rows.push(json!({
-                "address": hex(t.address),
-                "managed_id": t.managed_id,
-                "os_id": t.os_id,
-                "state": format!("{:#x}", t.state),
-                "state_names": t.state_names(),
-                "preemptive_gc_disabled": t.preemptive_gc_disabled,
-                "finalizer": finalizer,
-                "frame": hex(t.frame),
-                "frames": chain.frames.iter().map(frame_json).collect::<Vec<_>>(),
-                "frames_error": chain.error.as_ref().map(|e| e.to_string()),
-                "exception_tracker": (t.exception_tracker != 0).then(|| hex(t.exception_tracker)),
-                "current_exception": t.current_exception.map(hex),
-                "last_thrown": t.last_thrown.map(hex),
-                "exception": match &exception {
-                    Some(Ok(e)) => exception_json(e),
-                    Some(Err(e)) => json!({ "error": e.to_string() }),
-                    None => Value::Null,
-                },
-                "nested_exceptions": nested
-                    .iter()
-                    .map(|n| match n {
-                        Ok(e) => exception_json(e),
-                        Err(e) => json!({ "error": e }),
-                    })
-                    .collect::<Vec<_>>(),
-            }));
-            continue;
-        }
-        text.push_str(&format!(
-            "thread {} managed {} os {} state {:#x} [{}]{}\n",
-            hex(t.address),
-            t.managed_id,
-            t.os_id,
-            t.state,
-            t.state_names().join(","),
-            if finalizer { " finalizer" } else { "" }
+        let finalizer = list.store.finalizer_thread == Some(t.address);
+        let frames_error = chain.error.as_ref().map(|e| e.to_string());
+        unreadable += usize::from(frames_error.is_some())
+            + usize::from(matches!(exception, Some(ExceptionOrError::Error { .. })))
+            + nested
+                .iter()
+                .filter(|n| matches!(n, ExceptionOrError::Error { .. }))
+                .count();
+        let managed = managed_thread(t, finalizer, &chain.frames, frames_error, exception, nested);
+        let managed_name = contract.thread_name(t).ok().flatten();
+        let (name, name_source) = thread_name(managed_name.as_deref(), None);
+        threads.push(Thread {
+            os_id: t.os_id as i64,
+            name,
+            name_source,
+            managed: Some(managed),
+            registers: None,
+            stopped_us: None,
+            held_us: None,
+            note: None,
+            frames: None,
+            stack_end: None,
+        });
+    }
+    let report = ThreadsReport {
+        thread_store: Addr(list.store.address),
+        thread_count: list.store.thread_count,
+        finalizer_thread: list.store.finalizer_thread.and_then(nonzero),
+        threads,
+        error: list.error.as_ref().map(|e| e.to_string()),
+    };
+    if args.json {
+        super::emit_json(&report)?;
+    } else {
+        super::emit(&threads_text(&report))?;
+    }
+    let mut problems = Vec::new();
+    if let Some(e) = &report.error {
+        problems.push(format!("the thread list was cut short: {e}"));
+    }
+    if unreadable > 0 {
+        problems.push(format!(
+            "{unreadable} Frame chain(s) or exception(s) could not be read"
         ));
-        for f in &chain.frames {
+    }
+    Ok(if problems.is_empty() {
+        Outcome::Answered
+    } else {
+        Outcome::Partial(problems.join("; "))
+    })
+}
+
+fn threads_text(r: &ThreadsReport) -> String {
+    let mut text = format!(
+        "ThreadStore {}: {} threads counted, {} listed\n",
+        hex(r.thread_store.0),
+        r.thread_count,
+        r.threads.len()
+    );
+    for t in &r.threads {
+        let Some(m) = &t.managed else { continue };
+        text.push_str(&format!(
+            "thread {} managed {} os {}{} state {} [{}]{}\n",
+            hex(m.address.0),
+            m.managed_id,
+            t.os_id,
+            t.name
+                .as_ref()
+                .map(|n| format!(" \"{n}\""))
+                .unwrap_or_default(),
+            hex(m.state.value.0),
+            m.state.names.join(","),
+            if m.finalizer { " finalizer" } else { "" }
+        ));
+        for f in &m.explicit_frames {
             text.push_str(&format!(
                 "    frame {} {}",
-                hex(f.address),
+                hex(f.address.0),
                 f.kind
-                    .map_or_else(|| format!("<tag {}>", hex(f.tag)), str::to_string)
+                    .clone()
+                    .unwrap_or_else(|| format!("<tag {}>", hex(f.tag.0)))
             ));
             if let Some(ra) = f.return_address {
-                text.push_str(&format!(" return {}", hex(ra)));
+                text.push_str(&format!(" return {}", hex(ra.0)));
             }
             if let Some(ip) = f.context_ip.filter(|&ip| Some(ip) != f.return_address) {
-                text.push_str(&format!(" context ip {}", hex(ip)));
+                text.push_str(&format!(" context ip {}", hex(ip.0)));
             }
             if let Some(sp) = f.caller_sp {
-                text.push_str(&format!(" sp {}", hex(sp)));
+                text.push_str(&format!(" sp {}", hex(sp.0)));
             }
             if let Some(fp) = f.saved_fp {
-                text.push_str(&format!(" fp {}", hex(fp)));
+                text.push_str(&format!(" fp {}", hex(fp.0)));
             }
             text.push('\n');
         }
-        if let Some(e) = &chain.error {
+        if let Some(e) = &m.explicit_frames_error {
             text.push_str(&format!("    frames cut short: {e}\n"));
         }
-        match &exception {
-            Some(Ok(e)) => text.push_str(&format!("    exception {}\n", exception_text(e))),
-            Some(Err(e)) => text.push_str(&format!("    exception unreadable: {e}\n")),
-            None => {}
+        if let Some(e) = &m.exception {
+            text.push_str(&format!("    exception {}\n", exception_or_error_text(e)));
         }
-        for n in &nested {
-            match n {
-                Ok(e) => text.push_str(&format!("    nested {}\n", exception_text(e))),
-                Err(e) => text.push_str(&format!("    nested exception unreadable: {e}\n")),
-            }
+        for n in &m.nested_exceptions {
+            text.push_str(&format!("    nested {}\n", exception_or_error_text(n)));
         }
     }
-    if args.json {
-        let report = json!({
-            "thread_store": hex(list.store.address),
-            "thread_count": list.store.thread_count,
-            "finalizer_thread": list.store.finalizer_thread.map(hex),
-            "threads": rows,
-            "error": list.error.as_ref().map(|e| e.to_string()),
-        });
-        out!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(());
+    if let Some(e) = &r.error {
+        text.push_str(&format!("(thread list cut short: {e})\n"));
     }
-    super::emit(&text)
+    text
 }

@@ -705,6 +705,40 @@ impl<'a> Threads<'a> {
         Ok(())
     }
 
+    /// The managed `System.Threading.Thread` object of a thread (its `Thread.GCHandle`),
+    /// `None` when the runtime has not made one (a thread that never ran managed code).
+    pub fn thread_object(&self, t: &ThreadInfo) -> Result<Option<u64>, ContractError> {
+        let handle = self.f().ptr(t.address, "Thread", "GCHandle")?;
+        self.deref_handle(handle)
+    }
+
+    /// The managed `Thread.Name` of a thread, read from its managed object (`None` when the
+    /// thread has no managed object or no name). The object must point back at the
+    /// thread (its `_DONT_USE_InternalThread`), which also checks the object layout the
+    /// descriptor gives: a mismatch is an error, not a wrong name.
+    pub fn thread_name(&self, t: &ThreadInfo) -> Result<Option<String>, ContractError> {
+        let f = self.f();
+        let Some(object) = self.thread_object(t)? else {
+            return Ok(None);
+        };
+        let back = f.ptr(object, "ThreadObject", "_DONT_USE_InternalThread")?;
+        if back != t.address {
+            return Err(ContractError::Corrupt {
+                what: "managed Thread object",
+                addr: object,
+                detail: format!(
+                    "its _DONT_USE_InternalThread is {back:#x}, not the thread {:#x} whose \
+                     handle leads to it",
+                    t.address
+                ),
+            });
+        }
+        match f.ptr(object, "ThreadObject", "_name")? {
+            0 => Ok(None),
+            name => self.string(name).map(Some),
+        }
+    }
+
     /// The managed exception object at `object`: its type, message, HResult and inner
     /// exceptions (bounded, cycle-safe).
     pub fn exception(

@@ -232,9 +232,13 @@ impl<'a> Profiler<'a> {
             return id;
         }
         let pid = self.live.as_ref().map(LiveProcess::pid);
-        // A thread names itself: keep it to one line without the collapsed separator.
-        let comm: String = pid
-            .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/task/{tid}/comm")).ok())
+        // The managed Thread.Name (whole), else the kernel's name (15 bytes at most). A
+        // thread names itself: keep it to one line without the collapsed separator.
+        let comm: String = self
+            .managed_thread_name(tid)
+            .or_else(|| {
+                pid.and_then(|p| std::fs::read_to_string(format!("/proc/{p}/task/{tid}/comm")).ok())
+            })
             .map(|s| {
                 s.trim()
                     .chars()
@@ -248,6 +252,18 @@ impl<'a> Profiler<'a> {
         let id = self.profile.intern(&format!("{comm} ({tid})"));
         self.thread_labels.insert(tid, id);
         id
+    }
+
+    /// The managed `Thread.Name` of OS thread `tid`, when the runtime knows the thread and
+    /// it has a name (read once per thread label).
+    fn managed_thread_name(&self, tid: i32) -> Option<String> {
+        let contract = crate::contracts::thread::Threads::for_runtime(self.rt).ok()?;
+        let list = contract.threads().ok()?;
+        let thread = list
+            .threads
+            .iter()
+            .find(|t| i32::try_from(t.os_id).is_ok_and(|os| os == tid))?;
+        contract.thread_name(thread).ok().flatten()
     }
 
     /// The frame ids of a walked stack, root first.

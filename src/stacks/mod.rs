@@ -45,6 +45,17 @@ pub enum RegisterSource {
     ProcSyscall,
 }
 
+impl RegisterSource {
+    /// The name JSON uses (`core`, `ptrace`, `proc_syscall`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RegisterSource::Core => "core",
+            RegisterSource::Ptrace => "ptrace",
+            RegisterSource::ProcSyscall => "proc_syscall",
+        }
+    }
+}
+
 /// The runtime's view of a thread.
 #[derive(Debug, Clone, Serialize)]
 pub struct ManagedThread {
@@ -52,12 +63,22 @@ pub struct ManagedThread {
     pub address: u64,
     /// `Environment.CurrentManagedThreadId`.
     pub managed_id: u32,
+    /// The managed `Thread.Name` (from the thread's managed object), when it has one.
+    pub name: Option<String>,
+    /// The state word (`Thread::m_State`).
+    pub state_bits: u32,
     /// The names of its state bits.
     pub state: Vec<&'static str>,
+    /// Cooperative mode: the thread may be running managed code.
+    pub preemptive_gc_disabled: bool,
+    /// The runtime's finalizer thread.
+    pub finalizer: bool,
     /// Its explicit Frames, innermost first.
     pub explicit_frames: Vec<ExplicitFrame>,
     /// The exception in flight (being dispatched, or last thrown).
     pub exception: Option<ExceptionInfo>,
+    /// Why the exception in flight could not be read.
+    pub exception_error: Option<String>,
 }
 
 /// One thread and its stack.
@@ -65,7 +86,8 @@ pub struct ManagedThread {
 pub struct ThreadStack {
     /// Kernel thread id.
     pub os_id: i32,
-    /// The thread's name (`comm`, live only).
+    /// The kernel's name of the thread (`comm`, at most 15 bytes; live only). The managed
+    /// `Thread.Name` is [`ManagedThread::name`]; [`ThreadStack::display_name`] picks.
     pub name: Option<String>,
     /// What the runtime knows of it (`None` for a thread the runtime never saw).
     pub managed: Option<ManagedThread>,
@@ -81,6 +103,16 @@ pub struct ThreadStack {
     pub stack: Option<Stack>,
     /// Why there is no stack, or what is uncertain about it.
     pub note: Option<String>,
+}
+
+impl ThreadStack {
+    /// The name to show: the managed `Thread.Name` when set (whole), else the kernel's.
+    pub fn display_name(&self) -> Option<&str> {
+        self.managed
+            .as_ref()
+            .and_then(|m| m.name.as_deref())
+            .or(self.name.as_deref())
+    }
 }
 
 /// Why the stacks could not be read at all.
@@ -120,12 +152,14 @@ pub fn thread_stacks(
     // The runtime's threads, by OS id.
     let contract = Threads::for_runtime(rt);
     let mut managed: HashMap<i32, (ThreadInfo, Vec<ExplicitFrame>)> = HashMap::new();
+    let mut finalizer = None;
     match &contract {
         Ok(c) => match c.threads() {
             Ok(list) => {
                 if let Some(e) = list.error {
                     warnings.push(format!("the runtime's thread list was cut short: {e}"));
                 }
+                finalizer = list.store.finalizer_thread;
                 for t in list.threads {
                     let frames = c.frames(&t).unwrap_or_default();
                     if let Ok(os) = i32::try_from(t.os_id) {
@@ -143,16 +177,31 @@ pub fn thread_stacks(
         |os: i32| filter.is_none_or(|f| f(os, managed.get(&os).map(|(t, _)| t.managed_id)));
     let managed_of = |os: i32, namer: &mut MethodNamer<'_>| {
         let (t, frames) = managed.get(&os)?;
-        let exception = match (&contract, t.exception()) {
-            (Ok(c), Some(obj)) => c.exception(obj, namer).ok(),
-            _ => None,
+        let (exception, exception_error) = match (&contract, t.exception()) {
+            (Ok(c), Some(obj)) => match c.exception(obj, namer) {
+                Ok(e) => (Some(e), None),
+                Err(e) => (None, Some(format!("exception {obj:#x}: {e}"))),
+            },
+            _ => (None, None),
+        };
+        let name = match &contract {
+            Ok(c) => c.thread_name(t).unwrap_or_else(|e| {
+                tracing::debug!("thread {:#x}: no managed name: {e}", t.address);
+                None
+            }),
+            Err(_) => None,
         };
         Some(ManagedThread {
             address: t.address,
             managed_id: t.managed_id,
+            name,
+            state_bits: t.state,
             state: t.state_names(),
+            preemptive_gc_disabled: t.preemptive_gc_disabled,
+            finalizer: finalizer == Some(t.address),
             explicit_frames: frames.clone(),
             exception,
+            exception_error,
         })
     };
     let frames_of = |os: i32| -> &[ExplicitFrame] {

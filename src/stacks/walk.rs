@@ -35,6 +35,20 @@ pub enum FoundBy {
     ExplicitFrame,
 }
 
+impl FoundBy {
+    /// The name JSON uses (`registers`, `unwind_info`, `cfi`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FoundBy::Registers => "registers",
+            FoundBy::UnwindInfo => "unwind_info",
+            FoundBy::Cfi => "cfi",
+            FoundBy::SignalContext => "signal_context",
+            FoundBy::FramePointer => "frame_pointer",
+            FoundBy::ExplicitFrame => "explicit_frame",
+        }
+    }
+}
+
 /// What code a frame is in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

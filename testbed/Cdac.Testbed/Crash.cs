@@ -8,6 +8,7 @@ using System;
 using System.Linq;
 using System.Reflection;
 using System.Runtime.CompilerServices;
+using System.Runtime.ExceptionServices;
 using System.Text.Json.Nodes;
 using System.Threading;
 
@@ -46,6 +47,9 @@ namespace Cdac.Testbed
                     ["message"] = InnerMessage,
                     ["method"] = Facts.Name(inner),
                     ["method_desc"] = Facts.MethodDesc(inner),
+                    // Rethrown by ExceptionDispatchInfo here: its trace continues "from previous
+                    // location" after CrashInner's frame.
+                    ["rethrown_by"] = Facts.Name(typeof(Crash).GetMethod(nameof(CrashMiddle))!),
                 },
                 // Our frames when the outer exception is thrown (from CrashOuter's catch block),
                 // innermost first, up to the thread's entry point.
@@ -61,11 +65,27 @@ namespace Cdac.Testbed
         {
             try
             {
-                CrashInner();
+                CrashMiddle();
             }
             catch (ArgumentException e)
             {
                 throw new InvalidOperationException(OuterMessage, e);
+            }
+        }
+
+        /// <summary>Catches the inner exception and rethrows it through ExceptionDispatchInfo, as an
+        /// awaited task does: its captured trace then has the frames from CrashInner, the runtime's
+        /// "--- End of stack trace from previous location ---", and the frames from here on.</summary>
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        public static void CrashMiddle()
+        {
+            try
+            {
+                CrashInner();
+            }
+            catch (ArgumentException e)
+            {
+                ExceptionDispatchInfo.Capture(e).Throw();
             }
         }
 

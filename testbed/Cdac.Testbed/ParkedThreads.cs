@@ -155,7 +155,7 @@ namespace Cdac.Testbed.Parked
                 new("monitor_wait", "cdac-mon-wait", typeof(MonitorWaiter),
                     new[] { nameof(MonitorWaiter.WaitInner), nameof(MonitorWaiter.WaitMiddle), nameof(MonitorWaiter.WaitStart) },
                     blockedIn: "System.Threading.Monitor::Wait"),
-                new("monitor_enter", "cdac-mon-enter", typeof(MonitorEnterer),
+                new("monitor_enter", "cdac-monitor-enter-blocked", typeof(MonitorEnterer),
                     new[] { nameof(MonitorEnterer.EnterInner), nameof(MonitorEnterer.EnterMiddle), nameof(MonitorEnterer.EnterStart) },
                     blockedIn: "System.Threading.Monitor::Enter"),
                 // The P/Invoke is inlined into ReadInner (no IL stub): it names the innermost
@@ -299,7 +299,7 @@ namespace Cdac.Testbed.Parked
             pt.MarkReady();
             lock (Monitors.Held)
             {
-                throw new InvalidOperationException("cdac-mon-enter took a monitor that is never released");
+                throw new InvalidOperationException("cdac-monitor-enter-blocked took a monitor that is never released");
             }
         }
     }

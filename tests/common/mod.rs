@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod json_schema;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};

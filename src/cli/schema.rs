@@ -1,0 +1,157 @@
+//! `cdac schema COMMAND`: the JSON Schema of a command's `--json` output, generated from
+//! the types that print it (so it cannot drift from what the command prints).
+
+use clap::{Args, ValueEnum};
+
+use super::{CliResult, Outcome};
+
+/// The commands whose `--json` output has a schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SchemaCommand {
+    /// `cdac info --json`.
+    Info,
+    /// `cdac ip2md --json`.
+    Ip2md,
+    /// `cdac eh --json`.
+    Eh,
+    /// `cdac unwind --json`.
+    Unwind,
+    /// `cdac modules --json`.
+    Modules,
+    /// `cdac methods --json`.
+    Methods,
+    /// `cdac threads --json`.
+    Threads,
+    /// `cdac stacks --json`.
+    Stacks,
+    /// `cdac analyze --json`.
+    Analyze,
+}
+
+impl SchemaCommand {
+    /// Every command with a schema.
+    pub const ALL: [SchemaCommand; 9] = [
+        SchemaCommand::Info,
+        SchemaCommand::Ip2md,
+        SchemaCommand::Eh,
+        SchemaCommand::Unwind,
+        SchemaCommand::Modules,
+        SchemaCommand::Methods,
+        SchemaCommand::Threads,
+        SchemaCommand::Stacks,
+        SchemaCommand::Analyze,
+    ];
+
+    /// The command's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SchemaCommand::Info => "info",
+            SchemaCommand::Ip2md => "ip2md",
+            SchemaCommand::Eh => "eh",
+            SchemaCommand::Unwind => "unwind",
+            SchemaCommand::Modules => "modules",
+            SchemaCommand::Methods => "methods",
+            SchemaCommand::Threads => "threads",
+            SchemaCommand::Stacks => "stacks",
+            SchemaCommand::Analyze => "analyze",
+        }
+    }
+
+    /// The schema of the command's output.
+    pub fn schema(self) -> schemars::Schema {
+        use super::model::{Method, Module};
+        let mut schema = match self {
+            SchemaCommand::Info => schemars::schema_for!(super::info::InfoReport),
+            SchemaCommand::Ip2md => schemars::schema_for!(Vec<super::code::Ip2mdItem>),
+            SchemaCommand::Eh => schemars::schema_for!(super::code::EhReport),
+            SchemaCommand::Unwind => schemars::schema_for!(super::code::UnwindReport),
+            SchemaCommand::Modules => schemars::schema_for!(Vec<Module>),
+            SchemaCommand::Methods => schemars::schema_for!(Vec<Method>),
+            SchemaCommand::Threads => schemars::schema_for!(super::threads::ThreadsReport),
+            SchemaCommand::Stacks => schemars::schema_for!(super::stacks::StacksReport),
+            SchemaCommand::Analyze => schemars::schema_for!(super::analyze::AnalyzeReport),
+        };
+        schema.insert(
+            "title".into(),
+            format!("cdac {} --json", self.name()).into(),
+        );
+        schema
+    }
+}
+
+/// Arguments of `cdac schema`.
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// The command whose `--json` output to describe (without one: the list of commands
+    /// that have a schema).
+    #[arg(value_enum)]
+    command: Option<SchemaCommand>,
+}
+
+/// Runs `cdac schema`.
+pub fn run_schema(args: &SchemaArgs) -> CliResult {
+    match args.command {
+        Some(c) => super::emit_json(&c.schema())?,
+        None => {
+            let names: Vec<&str> = SchemaCommand::ALL.iter().map(|c| c.name()).collect();
+            out!("{}", names.join("\n"));
+        }
+    }
+    Ok(Outcome::Answered)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SchemaCommand;
+
+    /// `docs/schemas/COMMAND.json` is what `cdac schema COMMAND` prints (run with
+    /// `CDAC_UPDATE_SCHEMAS=1` to rewrite them after changing an output type).
+    #[test]
+    fn committed_schemas_are_current() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/schemas");
+        let update = std::env::var_os("CDAC_UPDATE_SCHEMAS").is_some();
+        let mut stale = Vec::new();
+        for c in SchemaCommand::ALL {
+            let text = serde_json::to_string_pretty(&c.schema()).expect("JSON") + "\n";
+            let path = dir.join(format!("{}.json", c.name()));
+            if update {
+                std::fs::create_dir_all(&dir).expect("mkdir");
+                std::fs::write(&path, &text).expect("write schema");
+            } else if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                stale.push(path.display().to_string());
+            }
+        }
+        assert!(
+            stale.is_empty(),
+            "out of date (CDAC_UPDATE_SCHEMAS=1 cargo test --bin cdac schema): {stale:?}"
+        );
+    }
+
+    /// One shape per entity: every schema that has a thread, frame, method, module or
+    /// exception defines it identically.
+    #[test]
+    fn entities_have_one_shape_across_commands() {
+        let mut seen: std::collections::BTreeMap<String, (String, serde_json::Value)> =
+            Default::default();
+        let mut shared = 0;
+        for c in SchemaCommand::ALL {
+            let schema = serde_json::to_value(c.schema()).expect("JSON");
+            let defs = schema["$defs"].as_object().cloned().unwrap_or_default();
+            for (name, def) in defs {
+                match seen.get(&name) {
+                    Some((first, d)) => {
+                        assert_eq!(d, &def, "{name} differs between {first} and {}", c.name());
+                        shared += 1;
+                    }
+                    None => {
+                        seen.insert(name, (c.name().to_string(), def));
+                    }
+                }
+            }
+        }
+        for entity in ["Thread", "Frame", "Method", "Module", "Exception"] {
+            assert!(seen.contains_key(entity), "{entity} has no schema");
+        }
+        assert!(shared > 5, "the commands share only {shared} definitions");
+    }
+}
