@@ -1917,12 +1917,13 @@ fn jit_gc_info_at_top_of_address_space() {
     }
 }
 
-/// Answers from the cache of resolved methods equal fresh walks, in any lookup order.
+/// Answers from the cache of resolved methods equal fresh walks, in any lookup order, with
+/// the split ReadyToRun method's hot funclet and without.
 #[test]
 fn cached_lookups_equal_fresh_lookups() {
-    for (layout, v) in cases() {
-        let c = ctx(layout, v);
-        let (w, mut ips) = full_world_with(layout, v, false);
+    for ((layout, v), split_funclet) in cases().flat_map(|c| [(c, false), (c, true)]) {
+        let c = format!("{} hot funclet {split_funclet}", ctx(layout, v));
+        let (w, mut ips) = full_world_with(layout, v, split_funclet);
         let (t, d) = w.into_parts();
         for ip in ips.clone() {
             ips.extend([ip + 1, ip + 0x11, ip + 0x3f, ip.saturating_sub(1)]);
@@ -1940,6 +1941,48 @@ fn cached_lookups_equal_fresh_lookups() {
             let cached = warm.code_block(ip).expect("warm");
             assert_eq!(cached, fresh, "{c} ip {ip:#x}");
         }
+    }
+}
+
+/// The cache of resolved methods answers only where a fresh lookup does: not in alignment
+/// padding between a method's main body and its funclet (inside the method's GC-info
+/// length, outside every runtime function), and not, for a function whose length reaches
+/// into the next one (a damaged table), in that next function.
+#[test]
+fn cache_respects_gaps_between_functions() {
+    for (layout, v) in cases() {
+        let c = ctx(layout, v);
+        let spec = R2rSpec::new(
+            vec![
+                Rf::method_len(0x100, 0x130, 0x60), // main body, padding to 0x140
+                Rf::part(0x140, 0x160),             // its funclet
+                Rf::method(0x200, 0x300),           // length reaching into the next
+                Rf::method(0x280, 0x300),
+            ],
+            vec![(0x100, MD), (0x200, MD2), (0x280, MD3)],
+        );
+        let (w, img) = r2r_world(layout, v, &spec);
+        let (t, d) = w.into_parts();
+        let base = img.base;
+        let warm = open(&t, &d);
+        for rva in [0x110u64, 0x150, 0x210] {
+            block(&*warm, base + rva, &c);
+        }
+        for rva in [0x130u64, 0x138, 0x13f, 0x160, 0x1ff] {
+            none(&*open(&t, &d), base + rva, &c);
+            none(&*warm, base + rva, &c);
+        }
+        for (rva, md, start) in [(0x290u64, MD3, 0x280u64), (0x27f, MD2, 0x200)] {
+            let fresh = block(&*open(&t, &d), base + rva, &c);
+            assert_eq!((fresh.method_desc, fresh.start), (md, base + start), "{c}");
+            assert_eq!(block(&*warm, base + rva, &c), fresh, "{c} rva {rva:#x}");
+        }
+        let funclet = block(&*warm, base + 0x15f, &c);
+        assert_eq!(
+            (funclet.method_desc, funclet.relative_offset),
+            (MD, 0x5f),
+            "{c}"
+        );
     }
 }
 

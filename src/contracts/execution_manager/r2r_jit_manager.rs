@@ -388,6 +388,35 @@ pub(super) fn unwind_info(
     Ok(search::find_covering(img.count, rel, &mut |i| img.begin(i))?.map(|i| img.function(i)))
 }
 
+/// The address range of the RUNTIME_FUNCTION covering the block's ip: a lookup of any
+/// address in it walks to the same method.
+pub(super) fn function_range(
+    core: &Core<'_>,
+    block: &CodeBlock,
+) -> Result<Option<(u64, u64)>, ContractError> {
+    let (info, _, _) = parts(block);
+    let img = Image::read(core, info, block.section.range_begin)?;
+    let rel = block.ip.wrapping_sub(img.base);
+    let Some(i) = search::find_covering(img.count, rel, &mut |i| img.begin(i))? else {
+        return Ok(None);
+    };
+    let begin = img.begin(i)?;
+    let mut end = begin.saturating_add(img.length(i)?);
+    // A length reaching into the next function (a damaged table) must not let this range
+    // answer for that function's addresses.
+    if i + 1 < img.count {
+        let next = img.begin(i + 1)?;
+        if next <= begin {
+            return Ok(None);
+        }
+        end = end.min(next);
+    }
+    Ok(Some((
+        img.base.wrapping_add(begin),
+        img.base.wrapping_add(end),
+    )))
+}
+
 /// The RUNTIME_FUNCTION at `index` of the image.
 pub(super) fn runtime_function(
     core: &Core<'_>,
