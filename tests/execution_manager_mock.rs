@@ -620,7 +620,200 @@ fn jit_debug_info_flag_byte() {
                 .debug_info(&block(&*em, m.start, &c))
                 .expect("debug info");
             assert_eq!(di.address, 0x0055_6670, "{c}");
-            assert_eq!(di.has_flag_byte, want, "{c}");
+            assert_eq!(di.has_flag_byte.ok(), Some(want), "{c}");
+        }
+    }
+}
+
+/// A JIT code heap whose range section names a JIT manager in unmapped memory (the gap
+/// after the real EEJitManager), so that its `StoreRichDebugInfo` byte cannot be read.
+fn jit_world_unreadable_manager(layout: DataLayout, version: u64) -> (World, usize) {
+    let mut w = World::new(layout, version);
+    let h = w.add_heap(CODE_START, CODE_SIZE);
+    let f = w.f;
+    let manager = w.ee_jit_manager + f.eejm_size;
+    assert!(!w.mem.is_mapped(manager + f.eejm_rich));
+    let node = w.heaps[h].node;
+    let s = w.write_section(
+        CODE_START,
+        CODE_START + CODE_SIZE,
+        FLAG_CODE_HEAP,
+        manager,
+        node,
+        0,
+        0,
+    );
+    w.map_range(CODE_START, CODE_START + CODE_SIZE, s);
+    (w, h)
+}
+
+/// Debug info when the EEJitManager's `StoreRichDebugInfo` byte cannot be read: the pointer
+/// is still returned, with the read error in place of the flag's answer; with on-stack
+/// replacement the flag byte is known without the setting, and a descriptor without the
+/// setting does not read it.
+#[test]
+fn jit_debug_info_flag_byte_unreadable() {
+    // (rich field present, OSR global, expected flag: None for a read error)
+    let combos = [
+        (true, None, None),
+        (true, Some(0u64), None),
+        (true, Some(1), Some(true)),
+        (false, None, Some(false)),
+        (false, Some(1), Some(true)),
+    ];
+    for (layout, v) in cases() {
+        for (field, osr, want) in combos {
+            let c = format!("{} rich field {field}, OSR {osr:?}", ctx(layout, v));
+            let (mut w, h) = jit_world_unreadable_manager(layout, v);
+            w.opts.rich_field = field;
+            w.opts.osr = osr;
+            let m = w.add_jit_method(
+                h,
+                &JitSpec {
+                    debug_info: 0x0055_6670,
+                    ..method(0x80, MD)
+                },
+            );
+            let (t, d) = w.into_parts();
+            let em = open(&t, &d);
+            let b = block(&*em, m.start + 0x10, &c);
+            assert_eq!(b.method_desc, MD, "{c}");
+            let di = em.debug_info(&b).expect("debug info");
+            assert_eq!(di.address, 0x0055_6670, "{c}");
+            match want {
+                Some(flag) => assert_eq!(di.has_flag_byte.ok(), Some(flag), "{c}"),
+                None => is_read(di.has_flag_byte, &c),
+            }
+        }
+    }
+}
+
+/// Nibble-encodes numbers: 3 bits a nibble, most significant group first, bit 3 set on
+/// every nibble but a number's last; a byte's low nibble first.
+fn nibble_bytes(values: &[u32]) -> Vec<u8> {
+    let mut ns = Vec::new();
+    for &v in values {
+        let mut groups = vec![(v & 7) as u8];
+        let mut rest = v >> 3;
+        while rest != 0 {
+            groups.push((rest & 7) as u8 | 8);
+            rest >>= 3;
+        }
+        ns.extend(groups.into_iter().rev());
+    }
+    ns.chunks(2)
+        .map(|p| p[0] | (p.get(1).copied().unwrap_or(0) << 4))
+        .collect()
+}
+
+/// The native-to-IL map when whether the blob has a flag byte is unknown (the setting is
+/// unreadable, no on-stack replacement): a blob with a flag byte of 0 decodes as one (read
+/// without it, its flag byte would be an empty header); a blob without one whose first
+/// byte is above 3, or whose reading with a flag byte fails, decodes without. The same
+/// blobs with the flag's presence known decode alike.
+#[test]
+fn jit_native_map_with_unknown_flag_byte() {
+    use cdac::contracts::debug_info::{
+        native_map, BoundsEncoding, DebugInfoFormat, IlOffset, OffsetMapping, SourceType,
+    };
+    let format = DebugInfoFormat {
+        encoding: BoundsEncoding::Nibble,
+        patchpoint_info_size: 40,
+        patchpoint_local_count_offset: 16,
+    };
+    // (native delta, IL offset + 3, source flags): the prolog at 0, IL 0x12 at 4 (a
+    // sequence point), IL 0x20 at 0x30 (a call site).
+    let entries: [[u32; 3]; 3] = [[0, 1, 0], [4, 0x12 + 3, 1], [0x2c, 0x20 + 3, 4]];
+    let bounds: Vec<u8> = nibble_bytes(
+        &std::iter::once(entries.len() as u32)
+            .chain(entries.iter().flatten().copied())
+            .collect::<Vec<_>>(),
+    );
+    let want = vec![
+        OffsetMapping {
+            native_offset: 0,
+            il_offset: IlOffset::Prolog,
+            source: SourceType::default(),
+        },
+        OffsetMapping {
+            native_offset: 4,
+            il_offset: IlOffset::Il(0x12),
+            source: SourceType {
+                sequence_point: true,
+                ..SourceType::default()
+            },
+        },
+        OffsetMapping {
+            native_offset: 0x30,
+            il_offset: IlOffset::Il(0x20),
+            source: SourceType {
+                call_site: true,
+                ..SourceType::default()
+            },
+        },
+    ];
+    // One entry: IL 1 at 0.
+    let one_bounds = nibble_bytes(&[1, 0, 1 + 3, 0]);
+    let one_want = vec![OffsetMapping {
+        native_offset: 0,
+        il_offset: IlOffset::Il(1),
+        source: SourceType::default(),
+    }];
+    // (blob, has a flag byte, expected map)
+    let header = |b: &[u8]| nibble_bytes(&[b.len() as u32, 0]);
+    let blobs = [
+        (
+            [vec![0u8], header(&bounds), bounds.clone()].concat(),
+            true,
+            &want,
+        ),
+        ([header(&bounds), bounds.clone()].concat(), false, &want),
+        // First byte 2: as a flag byte it announces rich debug info of a length read
+        // from the bounds, which runs out of the blob's memory.
+        (
+            [header(&one_bounds), one_bounds.clone()].concat(),
+            false,
+            &one_want,
+        ),
+    ];
+    for (layout, v) in cases() {
+        for (i, (blob, flagged, expected)) in blobs.iter().enumerate() {
+            let c = format!("{} blob {i}", ctx(layout, v));
+            if i == 1 {
+                assert!(blob[0] > 3, "{c}: {blob:x?}");
+            }
+            if i == 2 {
+                assert_eq!(blob[0], 2, "{c}: {blob:x?}");
+            }
+            for unknown in [true, false] {
+                let pc = format!("{c}, flag known: {}", !unknown);
+                let (mut w, h) = if unknown {
+                    jit_world_unreadable_manager(layout, v)
+                } else {
+                    let (w, h, _) = jit_world(layout, v);
+                    (w, h)
+                };
+                if !unknown {
+                    w.set_store_rich_debug_info(u8::from(*flagged));
+                }
+                let at = w.mem.alloc(blob.len() as u64, 8);
+                w.mem.bytes(at, blob);
+                let m = w.add_jit_method(
+                    h,
+                    &JitSpec {
+                        debug_info: at,
+                        ..method(0x80, MD)
+                    },
+                );
+                let (t, d) = w.into_parts();
+                let em = open(&t, &d);
+                let b = block(&*em, m.start, &pc);
+                let di = em.debug_info(&b).expect("debug info");
+                assert_eq!(di.address, at, "{pc}");
+                assert_eq!(di.has_flag_byte.is_err(), unknown, "{pc}");
+                let map = native_map(&t, &*em, &b, &format).expect("native map");
+                assert_eq!(&map, *expected, "{pc}");
+            }
         }
     }
 }
@@ -759,9 +952,10 @@ fn r2r_one_runtime_function() {
                 },
                 "{c}"
             );
-            // ReadyToRun debug info is not read yet.
+            // The image's DebugInfo section (8 zero bytes) is an empty NativeArray: no
+            // element for the method, so no debug info.
             let di = em.debug_info(&b).expect("debug info");
-            assert_eq!((di.address, di.has_flag_byte), (0, false), "{c}");
+            assert_eq!((di.address, di.has_flag_byte.ok()), (0, Some(false)), "{c}");
         }
     }
 }
@@ -1395,6 +1589,49 @@ fn r2r_exception_clauses() {
                     assert!(got.is_empty(), "{c} rva {rva:#x}");
                 }
             }
+        }
+    }
+}
+
+/// ReadyToRun debug info (upstream `GetDebugInfoAndExceptionClauses_R2R_WasmUsesLoadedImageBase`,
+/// its debug-info half in x64 form): upstream's DebugInfo section bytes, a NativeArray of
+/// three elements with only element 1 present (look-back 0: the blob follows it, at
+/// section + 4, where the byte is 0xa5). Method index 1 (the root) and its funclet both
+/// find it; method index 0 has none. Never a flag byte. Found through the core header's
+/// section table (.NET 8) or the `ReadyToRunInfo.DebugInfoSection` directory.
+#[test]
+fn r2r_debug_info() {
+    let section = [0x18u8, 0x01, 0x08, 0x00, 0xa5];
+    for (layout, v) in cases() {
+        for field in [false, true] {
+            let c = format!("{} DebugInfoSection field {field}", ctx(layout, v));
+            let mut spec = R2rSpec::new(
+                vec![
+                    Rf::method(0x80, 0xa0),
+                    Rf::method_len(0x100, 0x120, 0x60),
+                    Rf::part(0x120, 0x160),
+                ],
+                vec![(0x80, MD3), (0x100, MD)],
+            );
+            spec.debug = Some((0x7000, section.to_vec()));
+            let (mut w, img) = r2r_world(layout, v, &spec);
+            w.opts.debug_section_field = field;
+            let (t, d) = w.into_parts();
+            let em = open(&t, &d);
+            let root = block(&*em, img.base + 0x100, &c);
+            let funclet = block(&*em, img.base + 0x122, &c);
+            assert_eq!(funclet.method_desc, MD, "{c}");
+            assert!(em.is_funclet(&funclet).expect("is funclet"), "{c}");
+            for b in [&root, &funclet] {
+                let di = em.debug_info(b).expect("debug info");
+                assert_eq!(di.address, img.base + 0x7004, "{c}");
+                assert_eq!(di.has_flag_byte.ok(), Some(false), "{c}");
+                assert_eq!(t.read_u8(di.address).expect("blob"), 0xa5, "{c}");
+            }
+            let other = block(&*em, img.base + 0x90, &c);
+            assert_eq!(other.method_desc, MD3, "{c}");
+            let di = em.debug_info(&other).expect("debug info");
+            assert_eq!((di.address, di.has_flag_byte.ok()), (0, Some(false)), "{c}");
         }
     }
 }

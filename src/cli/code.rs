@@ -103,7 +103,17 @@ pub fn ip2md(
         .map_err(|e| keep("unwind_info", e))
         .ok()
         .flatten();
-    let debug = em.debug_info(&b).map_err(|e| keep("debug_info", e)).ok();
+    // The pointer stands even when whether its blob has a flag byte cannot be told.
+    let debug = em
+        .debug_info(&b)
+        .map_err(|e| keep("debug_info", e))
+        .ok()
+        .map(|d| {
+            if let Err(e) = d.has_flag_byte {
+                keep("debug_info_flag_byte", e);
+            }
+            d.address
+        });
     let funclet = em
         .funclet_start(&b)
         .map_err(|e| keep("funclet_start", e))
@@ -123,7 +133,7 @@ pub fn ip2md(
         gc_info: gc.map(|g| hex(g.address)),
         gc_info_version: gc.map(|g| g.version),
         unwind_info: unwind.map(hex),
-        debug_info: debug.map(|d| hex(d.address)),
+        debug_info: debug.map(hex),
         is_funclet,
         funclet_start: funclet.map(hex),
         errors,

@@ -112,12 +112,16 @@ pub struct GcInfoRef {
 }
 
 /// Where a method's debug info is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug)]
 pub struct DebugInfoRef {
     /// Address of the debug info (0 when there is none).
     pub address: u64,
-    /// Whether the blob starts with a flag byte.
-    pub has_flag_byte: bool,
+    /// Whether the blob starts with a flag byte, or why that could not be told. For JIT'ed
+    /// code without on-stack replacement the answer is the EEJitManager's
+    /// `StoreRichDebugInfo` byte, which a dump may not hold: `address` is still right
+    /// then, and a reader can look at the blob itself (see
+    /// [`native_map`](crate::contracts::debug_info::native_map)).
+    pub has_flag_byte: Result<bool, ContractError>,
 }
 
 /// What `GetEEJitManagerInfo` returns.
@@ -156,7 +160,9 @@ pub trait ExecutionManager {
     /// Where the GC info is and its version (`GetGCInfo`).
     fn gc_info(&self, block: &CodeBlock) -> Result<GcInfoRef, ContractError>;
 
-    /// Where the debug info is (`GetDebugInfo`).
+    /// Where the debug info is (`GetDebugInfo`). Fails only when the address itself cannot
+    /// be read; a flag-byte setting that cannot be read is reported in
+    /// [`DebugInfoRef::has_flag_byte`].
     fn debug_info(&self, block: &CodeBlock) -> Result<DebugInfoRef, ContractError>;
 
     /// Start of the funclet (or main body) holding the ip (`GetFuncletStartAddress`).

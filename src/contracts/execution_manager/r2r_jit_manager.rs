@@ -481,17 +481,17 @@ pub(super) fn debug_info(
     block: &CodeBlock,
 ) -> Result<DebugInfoRef, ContractError> {
     let (info, method_index, _) = parts(block);
-    let none = DebugInfoRef {
+    let none = || DebugInfoRef {
         address: 0,
-        has_flag_byte: false,
+        has_flag_byte: Ok(false),
     };
     let located = image_section(core, info, "DebugInfoSection", SECTION_DEBUG_INFO)?;
     let Some((va, size)) = located else {
-        return Ok(none);
+        return Ok(none());
     };
     let reader = native_format::NativeReader::new(core.target, block.section.range_begin, va, size);
     let Some(element) = reader.array_get(va, method_index)? else {
-        return Ok(none);
+        return Ok(none());
     };
     let (look_back, after) = reader.decode_unsigned(element)?;
     let blob = if look_back != 0 {
@@ -507,7 +507,7 @@ pub(super) fn debug_info(
     };
     Ok(DebugInfoRef {
         address: block.section.range_begin.wrapping_add(blob),
-        has_flag_byte: false,
+        has_flag_byte: Ok(false),
     })
 }
 
