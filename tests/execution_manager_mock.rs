@@ -4,12 +4,13 @@
 //! `src/native/managed/cdac/tests/ExecutionManager/` — `ExecutionManagerTests.cs`,
 //! `HashMapTests.cs`, `HotColdLookupTests.cs`, `RuntimeFunctionTests.cs` — for both contract
 //! versions (each with the nibble map of its version) and over every `DataLayout`, adapted
-//! to x64 formats where upstream uses other targets (WebAssembly funclet, GC-info and
-//! exception-clause scenarios). On top of those: stub blocks, range lists, sections being
-//! deleted, JIT funclets and clauses, debug-info flag bytes, ReadyToRun thunks, unused
-//! methods, hot/cold splits with cold funclets, composite images, GCInfo versions, contract
-//! versions, damaged input of every structure, and a property test that fills structures
-//! with random bytes.
+//! to x64 formats where upstream uses other targets (WebAssembly funclet, GC-info, debug-info
+//! and exception-clause scenarios). On top of those: stub blocks, range lists, sections
+//! being deleted, JIT funclets and clauses, debug-info flag bytes (an unreadable setting
+//! too), ReadyToRun thunks, unused methods, hot/cold splits with hot and cold funclets,
+//! composite images, GCInfo versions, contract versions, the cache of resolved methods,
+//! damaged input of every structure, and a property test that fills structures with random
+//! bytes.
 //!
 //! The memory and the descriptor are built by `em_mock` from its own field table and
 //! encoders (see there).
@@ -1095,14 +1096,17 @@ fn r2r_unwind_info_base_address() {
 }
 
 /// The layout of upstream `GetMethodDesc_R2R_HotColdBlock`: functions at 0x100..0x500 step
-/// 0x100, hot/cold map [3, 0, 4, 1] (method A: hot 0, cold 3; method B: hot 1, cold 4),
-/// function 2 an unused method.
+/// 0x100, hot/cold map [3, 0, 4, 1] (method A: hot 0, cold 3; method B: hot 1, cold 4).
+/// Function 2, with no entry point and not in the map, lies between B's hot part and the
+/// cold parts: B's hot funclet. Upstream's mock has no GC info; here each method's GC-info
+/// code length spans all its code, as in a real image (A: 0x100 hot + 0x100 cold; B: 0x100
+/// main body + 0x100 funclet + 0x100 cold).
 fn hot_cold_spec() -> R2rSpec {
     let mut spec = R2rSpec::new(
         vec![
             Rf::method_len(0x100, 0x200, 0x200),
-            Rf::method_len(0x200, 0x300, 0x200),
-            Rf::method(0x300, 0x400),
+            Rf::method_len(0x200, 0x300, 0x300),
+            Rf::part(0x300, 0x400),
             Rf::part(0x400, 0x500),
             Rf::part(0x500, 0x600),
         ],
@@ -1112,9 +1116,11 @@ fn hot_cold_spec() -> R2rSpec {
     spec
 }
 
-/// Upstream `GetMethodDesc_R2R_HotColdBlock`: hot and cold parts map to the same method;
-/// plus the start (the hot start), the relative offset (hot size + offset in the cold part),
-/// the region info, the unwind entry and the funclet start of a cold part.
+/// Upstream `GetMethodDesc_R2R_HotColdBlock`: the same probes (each map entry's function, at
+/// +0 and +8) and MethodDescs; plus what upstream leaves out: the start (the hot start), the
+/// relative offset (hot size + offset in the cold part), the region info, the unwind entry,
+/// the funclet start and the GC info; and function 2, B's hot funclet between its main body
+/// and the cold parts, which resolves to B as a funclet with B's cold part.
 #[test]
 fn r2r_hot_cold_block() {
     for (layout, v) in cases() {
@@ -1123,71 +1129,106 @@ fn r2r_hot_cold_block() {
         let (w, img) = r2r_world(layout, v, &spec);
         let (t, d) = w.into_parts();
         let em = open(&t, &d);
-        let mds = [MD, MD2];
+        let base = img.base;
+        // Per method: MethodDesc, hot index, region.
+        let methods = [
+            (
+                MD,
+                0usize,
+                RegionInfo {
+                    hot_size: 0x100,
+                    cold_start: Some(base + 0x400),
+                    cold_size: 0x100,
+                },
+            ),
+            (
+                MD2,
+                1,
+                RegionInfo {
+                    hot_size: 0x200,
+                    cold_start: Some(base + 0x500),
+                    cold_size: 0x100,
+                },
+            ),
+        ];
+        // Upstream's loop: runtime function hotColdMap[i] belongs to method i / 2.
         for (i, &index) in spec.hot_cold.iter().enumerate() {
-            let method = i / 2;
-            let hot = spec.functions[spec.hot_cold[2 * method + 1] as usize].begin;
-            let cold = spec.functions[spec.hot_cold[2 * method] as usize].begin;
-            let entry = spec.functions[index as usize].begin;
+            let (md, hot, region) = methods[i / 2];
+            let entry = base + u64::from(spec.functions[index as usize].begin);
             for off in [0u64, 8] {
-                let ip = img.base + u64::from(entry) + off;
-                let b = block(&*em, ip, &c);
-                assert_eq!(b.method_desc, mds[method], "{c} ip {ip:#x}");
-                assert_eq!(b.start, img.base + u64::from(hot), "{c}");
-                let want_offset = if index >= 3 {
-                    0x100 + (ip - img.base - u64::from(cold))
+                let ip = entry + off;
+                let pc = format!("{c} ip {ip:#x}");
+                let b = block(&*em, ip, &pc);
+                assert_eq!(b.method_desc, md, "{pc}");
+                let start = base + u64::from(spec.functions[hot].begin);
+                assert_eq!(b.start, start, "{pc}");
+                let cold = index >= 3;
+                let want_offset = if cold {
+                    region.hot_size + (ip - region.cold_start.expect("split"))
                 } else {
-                    ip - b.start
+                    ip - start
                 };
-                assert_eq!(b.relative_offset, want_offset, "{c} ip {ip:#x}");
-                assert_eq!(
-                    em.method_region_info(&b).expect("region"),
-                    RegionInfo {
-                        hot_size: 0x100,
-                        cold_start: Some(img.base + u64::from(cold)),
-                        cold_size: 0x100
-                    },
-                    "{c}"
-                );
+                assert_eq!(b.relative_offset, want_offset, "{pc}");
+                assert_eq!(em.method_region_info(&b).expect("region"), region, "{pc}");
                 assert_eq!(
                     em.unwind_info(&b).expect("unwind"),
                     Some(img.rf(index as usize)),
-                    "{c}"
+                    "{pc}"
                 );
-                assert_eq!(
-                    em.funclet_start(&b).expect("funclet"),
-                    img.base + u64::from(entry),
-                    "{c}"
-                );
-                let hot_index = spec.hot_cold[2 * method + 1] as usize;
-                let gc = em.gc_info(&b).expect("gc");
-                assert_eq!(gc.address, img.gc[hot_index], "{c}");
+                assert_eq!(em.funclet_start(&b).expect("funclet"), entry, "{pc}");
+                if !cold {
+                    assert!(!em.is_funclet(&b).expect("is funclet"), "{pc}");
+                }
+                assert_eq!(em.gc_info(&b).expect("gc").address, img.gc[hot], "{pc}");
             }
+        }
+        // Function 2: B's hot funclet (upstream never probes it).
+        let (md, hot, region) = methods[1];
+        for rva in [0x300u64, 0x308, 0x3ff] {
+            let ip = base + rva;
+            let pc = format!("{c} funclet ip {ip:#x}");
+            let b = block(&*em, ip, &pc);
+            assert_eq!(b.method_desc, md, "{pc}");
+            assert_eq!(b.start, base + 0x200, "{pc}");
+            assert_eq!(b.relative_offset, rva - 0x200, "{pc}");
+            assert!(em.is_funclet(&b).expect("is funclet"), "{pc}");
+            assert_eq!(em.funclet_start(&b).expect("funclet"), base + 0x300, "{pc}");
+            assert_eq!(em.unwind_info(&b).expect("unwind"), Some(img.rf(2)), "{pc}");
+            assert_eq!(em.method_region_info(&b).expect("region"), region, "{pc}");
+            assert_eq!(em.gc_info(&b).expect("gc").address, img.gc[hot], "{pc}");
         }
     }
 }
 
-/// An address in an unused method right after a split method's hot part, closer to it than
-/// the split method's cold size, is attributed to the split method: the walk-back check
-/// compares against the GC-info code length, which counts the cold part too.
+/// Upstream's hot/cold layout with function 2 an unused method (its own GC info, no entry
+/// point yet) instead of B's funclet, and B's GC-info code length counting only B's main
+/// body and cold part (0x200). An address in it is not attributed to B: the walk-back
+/// check compares against B's hot length (code length less the cold part: 0x100, ending
+/// where function 2 starts), not the whole code length, which would reach over function 2.
 #[test]
-
 fn r2r_unused_method_after_split_method() {
     for (layout, v) in cases() {
         let c = ctx(layout, v);
-        let (w, img) = r2r_world(layout, v, &hot_cold_spec());
+        let mut spec = hot_cold_spec();
+        spec.functions[1] = Rf::method_len(0x200, 0x300, 0x200);
+        spec.functions[2] = Rf::method(0x300, 0x400);
+        let (w, img) = r2r_world(layout, v, &spec);
         let (t, d) = w.into_parts();
         let em = open(&t, &d);
-        // Function 2 (0x300..0x400) has no entry; method B's hot part is 0x200..0x300 and
-        // its GC code length 0x200 (hot 0x100 + cold 0x100).
-        none(&*em, img.base + 0x310, &c);
+        for rva in [0x300u64, 0x310, 0x3ff] {
+            none(&*em, img.base + rva, &c);
+        }
+        // B itself, hot and cold, still resolves.
+        assert_eq!(block(&*em, img.base + 0x2ff, &c).method_desc, MD2, "{c}");
+        assert_eq!(block(&*em, img.base + 0x510, &c).method_desc, MD2, "{c}");
     }
 }
 
-/// A hot funclet of a split method belongs to the method, cold part included: its region
-/// info is the method's, whether the lookup was fresh or answered from the cache.
+/// A hot funclet of a split method belongs to the method, cold part included: the funclet
+/// block's start, offset, funclet start, unwind entry, GC info and region info are the
+/// method's, whether the lookup was fresh or answered from the cache; the method's cold
+/// part continues the offsets after the hot code (main body and funclet).
 #[test]
-
 fn r2r_hot_funclet_of_split_method() {
     for (layout, v) in cases() {
         let c = ctx(layout, v);
@@ -1203,24 +1244,64 @@ fn r2r_hot_funclet_of_split_method() {
         spec.hot_cold = vec![3, 0];
         let (w, img) = r2r_world(layout, v, &spec);
         let (t, d) = w.into_parts();
+        let base = img.base;
         let want = RegionInfo {
             hot_size: 0x60,
-            cold_start: Some(img.base + 0x400),
+            cold_start: Some(base + 0x400),
             cold_size: 0x40,
         };
         let em = open(&t, &d);
-        let main = block(&*em, img.base + 0x110, &c);
+        let main = block(&*em, base + 0x110, &c);
         assert_eq!(em.method_region_info(&main).expect("region"), want, "{c}");
+        assert!(!em.is_funclet(&main).expect("is funclet"), "{c}");
         let fresh = open(&t, &d);
-        let funclet = block(&*fresh, img.base + 0x150, &c);
+        let funclet = block(&*fresh, base + 0x150, &c);
         assert_eq!(funclet.method_desc, MD, "{c}");
+        assert_eq!(funclet.start, base + 0x100, "{c}");
+        assert_eq!(funclet.relative_offset, 0x50, "{c}");
+        assert!(fresh.is_funclet(&funclet).expect("is funclet"), "{c}");
+        assert_eq!(
+            fresh.funclet_start(&funclet).expect("funclet"),
+            base + 0x140,
+            "{c}"
+        );
+        assert_eq!(
+            fresh.unwind_info(&funclet).expect("unwind"),
+            Some(img.rf(1)),
+            "{c}"
+        );
+        assert_eq!(
+            fresh.gc_info(&funclet).expect("gc").address,
+            img.gc[0],
+            "{c}"
+        );
         assert_eq!(
             fresh.method_region_info(&funclet).expect("region"),
             want,
             "{c}"
         );
-        let warm = block(&*em, img.base + 0x150, &c);
+        let warm = block(&*em, base + 0x150, &c);
         assert_eq!(warm, funclet, "{c}");
+        // The cold part: offsets continue after the 0x60 bytes of hot code.
+        let cold = block(&*fresh, base + 0x410, &c);
+        assert_eq!(cold.method_desc, MD, "{c}");
+        assert_eq!(cold.start, base + 0x100, "{c}");
+        assert_eq!(cold.relative_offset, 0x60 + 0x10, "{c}");
+        assert_eq!(
+            fresh.funclet_start(&cold).expect("funclet"),
+            base + 0x400,
+            "{c}"
+        );
+        assert_eq!(
+            fresh.unwind_info(&cold).expect("unwind"),
+            Some(img.rf(3)),
+            "{c}"
+        );
+        assert_eq!(
+            fresh.method_region_info(&cold).expect("region"),
+            want,
+            "{c}"
+        );
     }
 }
 
