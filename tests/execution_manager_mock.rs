@@ -4,12 +4,13 @@
 //! `src/native/managed/cdac/tests/ExecutionManager/` — `ExecutionManagerTests.cs`,
 //! `HashMapTests.cs`, `HotColdLookupTests.cs`, `RuntimeFunctionTests.cs` — for both contract
 //! versions (each with the nibble map of its version) and over every `DataLayout`, adapted
-//! to x64 formats where upstream uses other targets (WebAssembly funclet, GC-info and
-//! exception-clause scenarios). On top of those: stub blocks, range lists, sections being
-//! deleted, JIT funclets and clauses, debug-info flag bytes, ReadyToRun thunks, unused
-//! methods, hot/cold splits with cold funclets, composite images, GCInfo versions, contract
-//! versions, damaged input of every structure, and a property test that fills structures
-//! with random bytes.
+//! to x64 formats where upstream uses other targets (WebAssembly funclet, GC-info, debug-info
+//! and exception-clause scenarios). On top of those: stub blocks, range lists, sections
+//! being deleted, JIT funclets and clauses, debug-info flag bytes (an unreadable setting
+//! too), ReadyToRun thunks, unused methods, hot/cold splits with hot and cold funclets,
+//! composite images, GCInfo versions, contract versions, the cache of resolved methods,
+//! damaged input of every structure, and a property test that fills structures with random
+//! bytes.
 //!
 //! The memory and the descriptor are built by `em_mock` from its own field table and
 //! encoders (see there).
@@ -620,7 +621,200 @@ fn jit_debug_info_flag_byte() {
                 .debug_info(&block(&*em, m.start, &c))
                 .expect("debug info");
             assert_eq!(di.address, 0x0055_6670, "{c}");
-            assert_eq!(di.has_flag_byte, want, "{c}");
+            assert_eq!(di.has_flag_byte.ok(), Some(want), "{c}");
+        }
+    }
+}
+
+/// A JIT code heap whose range section names a JIT manager in unmapped memory (the gap
+/// after the real EEJitManager), so that its `StoreRichDebugInfo` byte cannot be read.
+fn jit_world_unreadable_manager(layout: DataLayout, version: u64) -> (World, usize) {
+    let mut w = World::new(layout, version);
+    let h = w.add_heap(CODE_START, CODE_SIZE);
+    let f = w.f;
+    let manager = w.ee_jit_manager + f.eejm_size;
+    assert!(!w.mem.is_mapped(manager + f.eejm_rich));
+    let node = w.heaps[h].node;
+    let s = w.write_section(
+        CODE_START,
+        CODE_START + CODE_SIZE,
+        FLAG_CODE_HEAP,
+        manager,
+        node,
+        0,
+        0,
+    );
+    w.map_range(CODE_START, CODE_START + CODE_SIZE, s);
+    (w, h)
+}
+
+/// Debug info when the EEJitManager's `StoreRichDebugInfo` byte cannot be read: the pointer
+/// is still returned, with the read error in place of the flag's answer; with on-stack
+/// replacement the flag byte is known without the setting, and a descriptor without the
+/// setting does not read it.
+#[test]
+fn jit_debug_info_flag_byte_unreadable() {
+    // (rich field present, OSR global, expected flag: None for a read error)
+    let combos = [
+        (true, None, None),
+        (true, Some(0u64), None),
+        (true, Some(1), Some(true)),
+        (false, None, Some(false)),
+        (false, Some(1), Some(true)),
+    ];
+    for (layout, v) in cases() {
+        for (field, osr, want) in combos {
+            let c = format!("{} rich field {field}, OSR {osr:?}", ctx(layout, v));
+            let (mut w, h) = jit_world_unreadable_manager(layout, v);
+            w.opts.rich_field = field;
+            w.opts.osr = osr;
+            let m = w.add_jit_method(
+                h,
+                &JitSpec {
+                    debug_info: 0x0055_6670,
+                    ..method(0x80, MD)
+                },
+            );
+            let (t, d) = w.into_parts();
+            let em = open(&t, &d);
+            let b = block(&*em, m.start + 0x10, &c);
+            assert_eq!(b.method_desc, MD, "{c}");
+            let di = em.debug_info(&b).expect("debug info");
+            assert_eq!(di.address, 0x0055_6670, "{c}");
+            match want {
+                Some(flag) => assert_eq!(di.has_flag_byte.ok(), Some(flag), "{c}"),
+                None => is_read(di.has_flag_byte, &c),
+            }
+        }
+    }
+}
+
+/// Nibble-encodes numbers: 3 bits a nibble, most significant group first, bit 3 set on
+/// every nibble but a number's last; a byte's low nibble first.
+fn nibble_bytes(values: &[u32]) -> Vec<u8> {
+    let mut ns = Vec::new();
+    for &v in values {
+        let mut groups = vec![(v & 7) as u8];
+        let mut rest = v >> 3;
+        while rest != 0 {
+            groups.push((rest & 7) as u8 | 8);
+            rest >>= 3;
+        }
+        ns.extend(groups.into_iter().rev());
+    }
+    ns.chunks(2)
+        .map(|p| p[0] | (p.get(1).copied().unwrap_or(0) << 4))
+        .collect()
+}
+
+/// The native-to-IL map when whether the blob has a flag byte is unknown (the setting is
+/// unreadable, no on-stack replacement): a blob with a flag byte of 0 decodes as one (read
+/// without it, its flag byte would be an empty header); a blob without one whose first
+/// byte is above 3, or whose reading with a flag byte fails, decodes without. The same
+/// blobs with the flag's presence known decode alike.
+#[test]
+fn jit_native_map_with_unknown_flag_byte() {
+    use cdac::contracts::debug_info::{
+        native_map, BoundsEncoding, DebugInfoFormat, IlOffset, OffsetMapping, SourceType,
+    };
+    let format = DebugInfoFormat {
+        encoding: BoundsEncoding::Nibble,
+        patchpoint_info_size: 40,
+        patchpoint_local_count_offset: 16,
+    };
+    // (native delta, IL offset + 3, source flags): the prolog at 0, IL 0x12 at 4 (a
+    // sequence point), IL 0x20 at 0x30 (a call site).
+    let entries: [[u32; 3]; 3] = [[0, 1, 0], [4, 0x12 + 3, 1], [0x2c, 0x20 + 3, 4]];
+    let bounds: Vec<u8> = nibble_bytes(
+        &std::iter::once(entries.len() as u32)
+            .chain(entries.iter().flatten().copied())
+            .collect::<Vec<_>>(),
+    );
+    let want = vec![
+        OffsetMapping {
+            native_offset: 0,
+            il_offset: IlOffset::Prolog,
+            source: SourceType::default(),
+        },
+        OffsetMapping {
+            native_offset: 4,
+            il_offset: IlOffset::Il(0x12),
+            source: SourceType {
+                sequence_point: true,
+                ..SourceType::default()
+            },
+        },
+        OffsetMapping {
+            native_offset: 0x30,
+            il_offset: IlOffset::Il(0x20),
+            source: SourceType {
+                call_site: true,
+                ..SourceType::default()
+            },
+        },
+    ];
+    // One entry: IL 1 at 0.
+    let one_bounds = nibble_bytes(&[1, 0, 1 + 3, 0]);
+    let one_want = vec![OffsetMapping {
+        native_offset: 0,
+        il_offset: IlOffset::Il(1),
+        source: SourceType::default(),
+    }];
+    // (blob, has a flag byte, expected map)
+    let header = |b: &[u8]| nibble_bytes(&[b.len() as u32, 0]);
+    let blobs = [
+        (
+            [vec![0u8], header(&bounds), bounds.clone()].concat(),
+            true,
+            &want,
+        ),
+        ([header(&bounds), bounds.clone()].concat(), false, &want),
+        // First byte 2: as a flag byte it announces rich debug info of a length read
+        // from the bounds, which runs out of the blob's memory.
+        (
+            [header(&one_bounds), one_bounds.clone()].concat(),
+            false,
+            &one_want,
+        ),
+    ];
+    for (layout, v) in cases() {
+        for (i, (blob, flagged, expected)) in blobs.iter().enumerate() {
+            let c = format!("{} blob {i}", ctx(layout, v));
+            if i == 1 {
+                assert!(blob[0] > 3, "{c}: {blob:x?}");
+            }
+            if i == 2 {
+                assert_eq!(blob[0], 2, "{c}: {blob:x?}");
+            }
+            for unknown in [true, false] {
+                let pc = format!("{c}, flag known: {}", !unknown);
+                let (mut w, h) = if unknown {
+                    jit_world_unreadable_manager(layout, v)
+                } else {
+                    let (w, h, _) = jit_world(layout, v);
+                    (w, h)
+                };
+                if !unknown {
+                    w.set_store_rich_debug_info(u8::from(*flagged));
+                }
+                let at = w.mem.alloc(blob.len() as u64, 8);
+                w.mem.bytes(at, blob);
+                let m = w.add_jit_method(
+                    h,
+                    &JitSpec {
+                        debug_info: at,
+                        ..method(0x80, MD)
+                    },
+                );
+                let (t, d) = w.into_parts();
+                let em = open(&t, &d);
+                let b = block(&*em, m.start, &pc);
+                let di = em.debug_info(&b).expect("debug info");
+                assert_eq!(di.address, at, "{pc}");
+                assert_eq!(di.has_flag_byte.is_err(), unknown, "{pc}");
+                let map = native_map(&t, &*em, &b, &format).expect("native map");
+                assert_eq!(&map, *expected, "{pc}");
+            }
         }
     }
 }
@@ -759,9 +953,10 @@ fn r2r_one_runtime_function() {
                 },
                 "{c}"
             );
-            // ReadyToRun debug info is not read yet.
+            // The image's DebugInfo section (8 zero bytes) is an empty NativeArray: no
+            // element for the method, so no debug info.
             let di = em.debug_info(&b).expect("debug info");
-            assert_eq!((di.address, di.has_flag_byte), (0, false), "{c}");
+            assert_eq!((di.address, di.has_flag_byte.ok()), (0, Some(false)), "{c}");
         }
     }
 }
@@ -901,14 +1096,17 @@ fn r2r_unwind_info_base_address() {
 }
 
 /// The layout of upstream `GetMethodDesc_R2R_HotColdBlock`: functions at 0x100..0x500 step
-/// 0x100, hot/cold map [3, 0, 4, 1] (method A: hot 0, cold 3; method B: hot 1, cold 4),
-/// function 2 an unused method.
+/// 0x100, hot/cold map [3, 0, 4, 1] (method A: hot 0, cold 3; method B: hot 1, cold 4).
+/// Function 2, with no entry point and not in the map, lies between B's hot part and the
+/// cold parts: B's hot funclet. Upstream's mock has no GC info; here each method's GC-info
+/// code length spans all its code, as in a real image (A: 0x100 hot + 0x100 cold; B: 0x100
+/// main body + 0x100 funclet + 0x100 cold).
 fn hot_cold_spec() -> R2rSpec {
     let mut spec = R2rSpec::new(
         vec![
             Rf::method_len(0x100, 0x200, 0x200),
-            Rf::method_len(0x200, 0x300, 0x200),
-            Rf::method(0x300, 0x400),
+            Rf::method_len(0x200, 0x300, 0x300),
+            Rf::part(0x300, 0x400),
             Rf::part(0x400, 0x500),
             Rf::part(0x500, 0x600),
         ],
@@ -918,9 +1116,11 @@ fn hot_cold_spec() -> R2rSpec {
     spec
 }
 
-/// Upstream `GetMethodDesc_R2R_HotColdBlock`: hot and cold parts map to the same method;
-/// plus the start (the hot start), the relative offset (hot size + offset in the cold part),
-/// the region info, the unwind entry and the funclet start of a cold part.
+/// Upstream `GetMethodDesc_R2R_HotColdBlock`: the same probes (each map entry's function, at
+/// +0 and +8) and MethodDescs; plus what upstream leaves out: the start (the hot start), the
+/// relative offset (hot size + offset in the cold part), the region info, the unwind entry,
+/// the funclet start and the GC info; and function 2, B's hot funclet between its main body
+/// and the cold parts, which resolves to B as a funclet with B's cold part.
 #[test]
 fn r2r_hot_cold_block() {
     for (layout, v) in cases() {
@@ -929,71 +1129,106 @@ fn r2r_hot_cold_block() {
         let (w, img) = r2r_world(layout, v, &spec);
         let (t, d) = w.into_parts();
         let em = open(&t, &d);
-        let mds = [MD, MD2];
+        let base = img.base;
+        // Per method: MethodDesc, hot index, region.
+        let methods = [
+            (
+                MD,
+                0usize,
+                RegionInfo {
+                    hot_size: 0x100,
+                    cold_start: Some(base + 0x400),
+                    cold_size: 0x100,
+                },
+            ),
+            (
+                MD2,
+                1,
+                RegionInfo {
+                    hot_size: 0x200,
+                    cold_start: Some(base + 0x500),
+                    cold_size: 0x100,
+                },
+            ),
+        ];
+        // Upstream's loop: runtime function hotColdMap[i] belongs to method i / 2.
         for (i, &index) in spec.hot_cold.iter().enumerate() {
-            let method = i / 2;
-            let hot = spec.functions[spec.hot_cold[2 * method + 1] as usize].begin;
-            let cold = spec.functions[spec.hot_cold[2 * method] as usize].begin;
-            let entry = spec.functions[index as usize].begin;
+            let (md, hot, region) = methods[i / 2];
+            let entry = base + u64::from(spec.functions[index as usize].begin);
             for off in [0u64, 8] {
-                let ip = img.base + u64::from(entry) + off;
-                let b = block(&*em, ip, &c);
-                assert_eq!(b.method_desc, mds[method], "{c} ip {ip:#x}");
-                assert_eq!(b.start, img.base + u64::from(hot), "{c}");
-                let want_offset = if index >= 3 {
-                    0x100 + (ip - img.base - u64::from(cold))
+                let ip = entry + off;
+                let pc = format!("{c} ip {ip:#x}");
+                let b = block(&*em, ip, &pc);
+                assert_eq!(b.method_desc, md, "{pc}");
+                let start = base + u64::from(spec.functions[hot].begin);
+                assert_eq!(b.start, start, "{pc}");
+                let cold = index >= 3;
+                let want_offset = if cold {
+                    region.hot_size + (ip - region.cold_start.expect("split"))
                 } else {
-                    ip - b.start
+                    ip - start
                 };
-                assert_eq!(b.relative_offset, want_offset, "{c} ip {ip:#x}");
-                assert_eq!(
-                    em.method_region_info(&b).expect("region"),
-                    RegionInfo {
-                        hot_size: 0x100,
-                        cold_start: Some(img.base + u64::from(cold)),
-                        cold_size: 0x100
-                    },
-                    "{c}"
-                );
+                assert_eq!(b.relative_offset, want_offset, "{pc}");
+                assert_eq!(em.method_region_info(&b).expect("region"), region, "{pc}");
                 assert_eq!(
                     em.unwind_info(&b).expect("unwind"),
                     Some(img.rf(index as usize)),
-                    "{c}"
+                    "{pc}"
                 );
-                assert_eq!(
-                    em.funclet_start(&b).expect("funclet"),
-                    img.base + u64::from(entry),
-                    "{c}"
-                );
-                let hot_index = spec.hot_cold[2 * method + 1] as usize;
-                let gc = em.gc_info(&b).expect("gc");
-                assert_eq!(gc.address, img.gc[hot_index], "{c}");
+                assert_eq!(em.funclet_start(&b).expect("funclet"), entry, "{pc}");
+                if !cold {
+                    assert!(!em.is_funclet(&b).expect("is funclet"), "{pc}");
+                }
+                assert_eq!(em.gc_info(&b).expect("gc").address, img.gc[hot], "{pc}");
             }
+        }
+        // Function 2: B's hot funclet (upstream never probes it).
+        let (md, hot, region) = methods[1];
+        for rva in [0x300u64, 0x308, 0x3ff] {
+            let ip = base + rva;
+            let pc = format!("{c} funclet ip {ip:#x}");
+            let b = block(&*em, ip, &pc);
+            assert_eq!(b.method_desc, md, "{pc}");
+            assert_eq!(b.start, base + 0x200, "{pc}");
+            assert_eq!(b.relative_offset, rva - 0x200, "{pc}");
+            assert!(em.is_funclet(&b).expect("is funclet"), "{pc}");
+            assert_eq!(em.funclet_start(&b).expect("funclet"), base + 0x300, "{pc}");
+            assert_eq!(em.unwind_info(&b).expect("unwind"), Some(img.rf(2)), "{pc}");
+            assert_eq!(em.method_region_info(&b).expect("region"), region, "{pc}");
+            assert_eq!(em.gc_info(&b).expect("gc").address, img.gc[hot], "{pc}");
         }
     }
 }
 
-/// An address in an unused method right after a split method's hot part, closer to it than
-/// the split method's cold size, is attributed to the split method: the walk-back check
-/// compares against the GC-info code length, which counts the cold part too.
+/// Upstream's hot/cold layout with function 2 an unused method (its own GC info, no entry
+/// point yet) instead of B's funclet, and B's GC-info code length counting only B's main
+/// body and cold part (0x200). An address in it is not attributed to B: the walk-back
+/// check compares against B's hot length (code length less the cold part: 0x100, ending
+/// where function 2 starts), not the whole code length, which would reach over function 2.
 #[test]
-
 fn r2r_unused_method_after_split_method() {
     for (layout, v) in cases() {
         let c = ctx(layout, v);
-        let (w, img) = r2r_world(layout, v, &hot_cold_spec());
+        let mut spec = hot_cold_spec();
+        spec.functions[1] = Rf::method_len(0x200, 0x300, 0x200);
+        spec.functions[2] = Rf::method(0x300, 0x400);
+        let (w, img) = r2r_world(layout, v, &spec);
         let (t, d) = w.into_parts();
         let em = open(&t, &d);
-        // Function 2 (0x300..0x400) has no entry; method B's hot part is 0x200..0x300 and
-        // its GC code length 0x200 (hot 0x100 + cold 0x100).
-        none(&*em, img.base + 0x310, &c);
+        for rva in [0x300u64, 0x310, 0x3ff] {
+            none(&*em, img.base + rva, &c);
+        }
+        // B itself, hot and cold, still resolves.
+        assert_eq!(block(&*em, img.base + 0x2ff, &c).method_desc, MD2, "{c}");
+        assert_eq!(block(&*em, img.base + 0x510, &c).method_desc, MD2, "{c}");
     }
 }
 
-/// A hot funclet of a split method belongs to the method, cold part included: its region
-/// info is the method's, whether the lookup was fresh or answered from the cache.
+/// A hot funclet of a split method belongs to the method, cold part included: the funclet
+/// block's start, offset, funclet start, unwind entry, GC info and region info are the
+/// method's, whether the lookup was fresh or answered from the cache; the method's cold
+/// part continues the offsets after the hot code (main body and funclet).
 #[test]
-
 fn r2r_hot_funclet_of_split_method() {
     for (layout, v) in cases() {
         let c = ctx(layout, v);
@@ -1009,24 +1244,64 @@ fn r2r_hot_funclet_of_split_method() {
         spec.hot_cold = vec![3, 0];
         let (w, img) = r2r_world(layout, v, &spec);
         let (t, d) = w.into_parts();
+        let base = img.base;
         let want = RegionInfo {
             hot_size: 0x60,
-            cold_start: Some(img.base + 0x400),
+            cold_start: Some(base + 0x400),
             cold_size: 0x40,
         };
         let em = open(&t, &d);
-        let main = block(&*em, img.base + 0x110, &c);
+        let main = block(&*em, base + 0x110, &c);
         assert_eq!(em.method_region_info(&main).expect("region"), want, "{c}");
+        assert!(!em.is_funclet(&main).expect("is funclet"), "{c}");
         let fresh = open(&t, &d);
-        let funclet = block(&*fresh, img.base + 0x150, &c);
+        let funclet = block(&*fresh, base + 0x150, &c);
         assert_eq!(funclet.method_desc, MD, "{c}");
+        assert_eq!(funclet.start, base + 0x100, "{c}");
+        assert_eq!(funclet.relative_offset, 0x50, "{c}");
+        assert!(fresh.is_funclet(&funclet).expect("is funclet"), "{c}");
+        assert_eq!(
+            fresh.funclet_start(&funclet).expect("funclet"),
+            base + 0x140,
+            "{c}"
+        );
+        assert_eq!(
+            fresh.unwind_info(&funclet).expect("unwind"),
+            Some(img.rf(1)),
+            "{c}"
+        );
+        assert_eq!(
+            fresh.gc_info(&funclet).expect("gc").address,
+            img.gc[0],
+            "{c}"
+        );
         assert_eq!(
             fresh.method_region_info(&funclet).expect("region"),
             want,
             "{c}"
         );
-        let warm = block(&*em, img.base + 0x150, &c);
+        let warm = block(&*em, base + 0x150, &c);
         assert_eq!(warm, funclet, "{c}");
+        // The cold part: offsets continue after the 0x60 bytes of hot code.
+        let cold = block(&*fresh, base + 0x410, &c);
+        assert_eq!(cold.method_desc, MD, "{c}");
+        assert_eq!(cold.start, base + 0x100, "{c}");
+        assert_eq!(cold.relative_offset, 0x60 + 0x10, "{c}");
+        assert_eq!(
+            fresh.funclet_start(&cold).expect("funclet"),
+            base + 0x400,
+            "{c}"
+        );
+        assert_eq!(
+            fresh.unwind_info(&cold).expect("unwind"),
+            Some(img.rf(3)),
+            "{c}"
+        );
+        assert_eq!(
+            fresh.method_region_info(&cold).expect("region"),
+            want,
+            "{c}"
+        );
     }
 }
 
@@ -1395,6 +1670,49 @@ fn r2r_exception_clauses() {
                     assert!(got.is_empty(), "{c} rva {rva:#x}");
                 }
             }
+        }
+    }
+}
+
+/// ReadyToRun debug info (upstream `GetDebugInfoAndExceptionClauses_R2R_WasmUsesLoadedImageBase`,
+/// its debug-info half in x64 form): upstream's DebugInfo section bytes, a NativeArray of
+/// three elements with only element 1 present (look-back 0: the blob follows it, at
+/// section + 4, where the byte is 0xa5). Method index 1 (the root) and its funclet both
+/// find it; method index 0 has none. Never a flag byte. Found through the core header's
+/// section table (.NET 8) or the `ReadyToRunInfo.DebugInfoSection` directory.
+#[test]
+fn r2r_debug_info() {
+    let section = [0x18u8, 0x01, 0x08, 0x00, 0xa5];
+    for (layout, v) in cases() {
+        for field in [false, true] {
+            let c = format!("{} DebugInfoSection field {field}", ctx(layout, v));
+            let mut spec = R2rSpec::new(
+                vec![
+                    Rf::method(0x80, 0xa0),
+                    Rf::method_len(0x100, 0x120, 0x60),
+                    Rf::part(0x120, 0x160),
+                ],
+                vec![(0x80, MD3), (0x100, MD)],
+            );
+            spec.debug = Some((0x7000, section.to_vec()));
+            let (mut w, img) = r2r_world(layout, v, &spec);
+            w.opts.debug_section_field = field;
+            let (t, d) = w.into_parts();
+            let em = open(&t, &d);
+            let root = block(&*em, img.base + 0x100, &c);
+            let funclet = block(&*em, img.base + 0x122, &c);
+            assert_eq!(funclet.method_desc, MD, "{c}");
+            assert!(em.is_funclet(&funclet).expect("is funclet"), "{c}");
+            for b in [&root, &funclet] {
+                let di = em.debug_info(b).expect("debug info");
+                assert_eq!(di.address, img.base + 0x7004, "{c}");
+                assert_eq!(di.has_flag_byte.ok(), Some(false), "{c}");
+                assert_eq!(t.read_u8(di.address).expect("blob"), 0xa5, "{c}");
+            }
+            let other = block(&*em, img.base + 0x90, &c);
+            assert_eq!(other.method_desc, MD3, "{c}");
+            let di = em.debug_info(&other).expect("debug info");
+            assert_eq!((di.address, di.has_flag_byte.ok()), (0, Some(false)), "{c}");
         }
     }
 }
@@ -1917,12 +2235,13 @@ fn jit_gc_info_at_top_of_address_space() {
     }
 }
 
-/// Answers from the cache of resolved methods equal fresh walks, in any lookup order.
+/// Answers from the cache of resolved methods equal fresh walks, in any lookup order, with
+/// the split ReadyToRun method's hot funclet and without.
 #[test]
 fn cached_lookups_equal_fresh_lookups() {
-    for (layout, v) in cases() {
-        let c = ctx(layout, v);
-        let (w, mut ips) = full_world_with(layout, v, false);
+    for ((layout, v), split_funclet) in cases().flat_map(|c| [(c, false), (c, true)]) {
+        let c = format!("{} hot funclet {split_funclet}", ctx(layout, v));
+        let (w, mut ips) = full_world_with(layout, v, split_funclet);
         let (t, d) = w.into_parts();
         for ip in ips.clone() {
             ips.extend([ip + 1, ip + 0x11, ip + 0x3f, ip.saturating_sub(1)]);
@@ -1940,6 +2259,48 @@ fn cached_lookups_equal_fresh_lookups() {
             let cached = warm.code_block(ip).expect("warm");
             assert_eq!(cached, fresh, "{c} ip {ip:#x}");
         }
+    }
+}
+
+/// The cache of resolved methods answers only where a fresh lookup does: not in alignment
+/// padding between a method's main body and its funclet (inside the method's GC-info
+/// length, outside every runtime function), and not, for a function whose length reaches
+/// into the next one (a damaged table), in that next function.
+#[test]
+fn cache_respects_gaps_between_functions() {
+    for (layout, v) in cases() {
+        let c = ctx(layout, v);
+        let spec = R2rSpec::new(
+            vec![
+                Rf::method_len(0x100, 0x130, 0x60), // main body, padding to 0x140
+                Rf::part(0x140, 0x160),             // its funclet
+                Rf::method(0x200, 0x300),           // length reaching into the next
+                Rf::method(0x280, 0x300),
+            ],
+            vec![(0x100, MD), (0x200, MD2), (0x280, MD3)],
+        );
+        let (w, img) = r2r_world(layout, v, &spec);
+        let (t, d) = w.into_parts();
+        let base = img.base;
+        let warm = open(&t, &d);
+        for rva in [0x110u64, 0x150, 0x210] {
+            block(&*warm, base + rva, &c);
+        }
+        for rva in [0x130u64, 0x138, 0x13f, 0x160, 0x1ff] {
+            none(&*open(&t, &d), base + rva, &c);
+            none(&*warm, base + rva, &c);
+        }
+        for (rva, md, start) in [(0x290u64, MD3, 0x280u64), (0x27f, MD2, 0x200)] {
+            let fresh = block(&*open(&t, &d), base + rva, &c);
+            assert_eq!((fresh.method_desc, fresh.start), (md, base + start), "{c}");
+            assert_eq!(block(&*warm, base + rva, &c), fresh, "{c} rva {rva:#x}");
+        }
+        let funclet = block(&*warm, base + 0x15f, &c);
+        assert_eq!(
+            (funclet.method_desc, funclet.relative_offset),
+            (MD, 0x5f),
+            "{c}"
+        );
     }
 }
 

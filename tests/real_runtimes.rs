@@ -233,9 +233,11 @@ fn check_perf_map(
                             Ok(d) if d.address != 0 => {
                                 with_debug += 1;
                                 let flag = rt.target().read_u8(d.address);
-                                f.check(d.has_flag_byte && matches!(flag, Ok(0..=3)), || {
-                                    format!("{name}: debug info {d:?}, first byte {flag:?}")
-                                });
+                                f.check(
+                                    matches!(d.has_flag_byte, Ok(true))
+                                        && matches!(flag, Ok(0..=3)),
+                                    || format!("{name}: debug info {d:?}, first byte {flag:?}"),
+                                );
                             }
                             Ok(_) => {}
                             Err(e) => f.check(false, || format!("{name}: debug info: {e}")),

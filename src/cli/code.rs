@@ -113,7 +113,17 @@ pub fn ip2md(
         .map_err(|e| keep("unwind_info", e))
         .ok()
         .flatten();
-    let debug = em.debug_info(&b).map_err(|e| keep("debug_info", e)).ok();
+    // The pointer stands even when whether its blob has a flag byte cannot be told.
+    let debug = em
+        .debug_info(&b)
+        .map_err(|e| keep("debug_info", e))
+        .ok()
+        .map(|d| {
+            if let Err(e) = d.has_flag_byte {
+                keep("debug_info_flag_byte", e);
+            }
+            d.address
+        });
     let funclet = em
         .funclet_start(&b)
         .map_err(|e| keep("funclet_start", e))
@@ -143,7 +153,7 @@ pub fn ip2md(
         gc_info: gc.map(|g| Addr(g.address)),
         gc_info_version: gc.map(|g| g.version),
         unwind_info: unwind.map(Addr),
-        debug_info: debug.map(|d| Addr(d.address)),
+        debug_info: debug.map(Addr),
         is_funclet,
         funclet_start: funclet.map(Addr),
         errors,

@@ -3,7 +3,8 @@
 //!
 //! A blob (address from the ExecutionManager's `GetDebugInfo`) is laid out as:
 //! 1. for JIT'ed code when the runtime says so (`DebugInfoRef::has_flag_byte`: on-stack
-//!    replacement compiled in, or rich debug info stored), a flag byte: bit 0, a
+//!    replacement compiled in, or rich debug info stored; see [`native_map`] for when
+//!    that cannot be read), a flag byte: bit 0, a
 //!    `PatchpointInfo` follows (its size: the type's size plus 4 bytes per local); bit 1,
 //!    rich debug info follows (a u32 length, then that many bytes);
 //! 2. a header of nibble-encoded numbers: the size of the bounds, then of the variables; or
@@ -394,6 +395,13 @@ fn read_up_to(target: &Target, addr: u64, len: usize) -> Result<Vec<u8>, Contrac
 
 /// The native-to-IL map of the method `block` is in, in native-offset order (the
 /// `GetMethodNativeMap` of the DebugInfo contract); empty when it has no debug info.
+///
+/// When the ExecutionManager cannot tell whether the blob starts with a flag byte (the
+/// runtime's `StoreRichDebugInfo` setting is not in the dump; with on-stack replacement it
+/// already answers yes), the blob decides: a flag byte holds only the format's two flags
+/// (values 0 to 3), and with the blob read that way its header and bounds must decode in
+/// full; otherwise it is read without one. The flag byte is tried first because a blob
+/// that has one and whose flags are 0 would also read, wrongly, as a blob without bounds.
 pub fn native_map(
     target: &Target,
     em: &dyn ExecutionManager,
@@ -401,8 +409,28 @@ pub fn native_map(
     format: &DebugInfoFormat,
 ) -> Result<Vec<OffsetMapping>, ContractError> {
     let info = em.debug_info(block)?;
-    let Some((start, size)) = bounds_location(target, info.address, info.has_flag_byte, format)?
-    else {
+    match info.has_flag_byte {
+        Ok(flag) => map_at(target, info.address, flag, format),
+        Err(_) if info.address == 0 => Ok(Vec::new()),
+        Err(_) => {
+            if target.read_u8(info.address)? <= 3 {
+                if let Ok(map) = map_at(target, info.address, true, format) {
+                    return Ok(map);
+                }
+            }
+            map_at(target, info.address, false, format)
+        }
+    }
+}
+
+/// The mappings of the blob at `address` (0: none).
+fn map_at(
+    target: &Target,
+    address: u64,
+    has_flag_byte: bool,
+    format: &DebugInfoFormat,
+) -> Result<Vec<OffsetMapping>, ContractError> {
+    let Some((start, size)) = bounds_location(target, address, has_flag_byte, format)? else {
         return Ok(Vec::new());
     };
     if size == 0 {

@@ -106,6 +106,9 @@ pub struct F {
     pub r2r_thunks: u64,
     pub r2r_map: u64,
     pub r2r_eh_section: u64,
+    /// `DebugInfoSection`: just past `r2r_size`, in images laid out with debug info only
+    /// (the other layouts, which the stored fuzz inputs replay, stay as they were).
+    pub r2r_debug_section: u64,
     pub r2r_size: u64,
     pub hm_buckets: u64,
     pub hm_size: u64,
@@ -172,6 +175,7 @@ impl F {
             r2r_thunks: 7 * ps,
             r2r_map: 8 * ps,
             r2r_eh_section: 10 * ps,
+            r2r_debug_section: 11 * ps,
             r2r_size: 11 * ps,
             hm_buckets: ps,
             hm_size: 2 * ps,
@@ -434,6 +438,10 @@ pub struct DescOpts {
     /// Whether `ReadyToRunInfo` has the `ExceptionInfoSection` field (newer runtimes);
     /// without it the ExceptionInfo section is found through the core header.
     pub eh_section_field: bool,
+    /// Whether `ReadyToRunInfo` has the `DebugInfoSection` field (newer runtimes); without
+    /// it the DebugInfo section is found through the core header. Needs an image laid out
+    /// with `R2rSpec::debug`.
+    pub debug_section_field: bool,
 }
 
 impl DescOpts {
@@ -446,6 +454,7 @@ impl DescOpts {
             arch: "x64".into(),
             sizes: Vec::new(),
             eh_section_field: false,
+            debug_section_field: false,
         }
     }
 }
@@ -563,7 +572,12 @@ pub fn descriptor_json(f: &F, o: &DescOpts, value_mask: u64) -> String {
     if o.eh_section_field {
         r2r.push(("ExceptionInfoSection", f.r2r_eh_section, p));
     }
-    types.insert("ReadyToRunInfo".into(), ty(Some(f.r2r_size), &r2r));
+    let mut r2r_size = f.r2r_size;
+    if o.debug_section_field {
+        r2r.push(("DebugInfoSection", f.r2r_debug_section, p));
+        r2r_size += f.ps;
+    }
+    types.insert("ReadyToRunInfo".into(), ty(Some(r2r_size), &r2r));
     types.insert(
         "ReadyToRunHeader".into(),
         ty(
@@ -819,6 +833,9 @@ pub struct R2rSpec {
     /// RVA of the unwind blobs (0x40 bytes each) and of the exception info.
     pub unwind_rva: u32,
     pub eh_rva: u32,
+    /// The DebugInfo section: (RVA, bytes) written into the image. Without it the section
+    /// table lists 8 zero bytes at RVA 0x30 (an empty NativeArray).
+    pub debug: Option<(u32, Vec<u8>)>,
 }
 
 impl R2rSpec {
@@ -840,6 +857,7 @@ impl R2rSpec {
             eh_section: true,
             unwind_rva: 0x8000,
             eh_rva: 0xa000,
+            debug: None,
         }
     }
 }
@@ -1251,7 +1269,8 @@ impl World {
 
     fn write_r2r_info(&mut self, spec: &R2rSpec, functions: u64, hot_cold: u64) -> u64 {
         let f = self.f;
-        let info = self.mem.alloc(f.r2r_size, f.ps);
+        let extra = if spec.debug.is_some() { f.ps } else { 0 };
+        let info = self.mem.alloc(f.r2r_size + extra, f.ps);
         let header = self.mem.alloc(f.rtr_size, 4);
         self.mem.u32(header, 0x0052_5452);
         self.mem.u16(header + f.rtr_major, spec.major);
@@ -1392,7 +1411,14 @@ impl World {
                 8 * (spec.eh.len() as u32 + 1),
             ));
         }
-        sections.push((SECTION_DEBUG_INFO, 0x30, 8));
+        let (debug_rva, debug_size) = match &spec.debug {
+            Some((rva, bytes)) => {
+                self.mem.bytes(base + u64::from(*rva), bytes);
+                (*rva, bytes.len() as u32)
+            }
+            None => (0x30, 8),
+        };
+        sections.push((SECTION_DEBUG_INFO, debug_rva, debug_size));
         let core_header = self
             .mem
             .alloc(f.core_header_size + 12 * sections.len() as u64, 4);
@@ -1410,6 +1436,13 @@ impl World {
             self.mem.u32(dir, table_rva);
             self.mem.u32(dir + 4, 8 * (spec.eh.len() as u32 + 1));
             self.mem.ptr(info + f.r2r_eh_section, dir);
+        }
+        // Newer runtimes: ReadyToRunInfo.DebugInfoSection → the section's directory.
+        if spec.debug.is_some() {
+            let dir = self.mem.alloc(8, 4);
+            self.mem.u32(dir, debug_rva);
+            self.mem.u32(dir + 4, debug_size);
+            self.mem.ptr(info + f.r2r_debug_section, dir);
         }
         let core_info = self.mem.alloc(f.core_info_size, ps);
         self.mem.ptr(core_info + f.core_info_header, core_header);

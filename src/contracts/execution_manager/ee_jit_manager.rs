@@ -90,7 +90,9 @@ pub(super) fn unwind_info(
 }
 
 /// The debug info pointer, and whether its blob starts with a flag byte: with on-stack
-/// replacement compiled in, or rich debug info stored, the runtime writes one.
+/// replacement compiled in, or rich debug info stored, the runtime writes one. The pointer
+/// is returned even when the `StoreRichDebugInfo` byte cannot be read (a dump without the
+/// EEJitManager's memory): only the flag's answer is then an error.
 pub(super) fn debug_info(
     core: &Core<'_>,
     block: &CodeBlock,
@@ -103,20 +105,29 @@ pub(super) fn debug_info(
         .ok()
         .and_then(|g| g.value().ok())
         .is_some_and(|v| v != 0);
-    // Runtimes that do not describe the flag (.NET 10) have on-stack replacement on every
-    // 64-bit target, which already implies the flag byte.
-    let rich = match core.descriptor.ty("EEJitManager") {
-        Ok(manager) if manager.has_field("StoreRichDebugInfo") => {
-            core.target.read_u8(
-                block
-                    .jit_manager
-                    .wrapping_add(manager.offset("StoreRichDebugInfo")?),
-            )? != 0
-        }
-        _ => false,
+    // On-stack replacement alone implies the flag byte: the setting is not needed then.
+    let has_flag_byte = if osr {
+        Ok(true)
+    } else {
+        store_rich_debug_info(core, block)
     };
     Ok(DebugInfoRef {
         address,
-        has_flag_byte: osr || rich,
+        has_flag_byte,
     })
+}
+
+/// The EEJitManager's `StoreRichDebugInfo` setting. Runtimes that do not describe it (.NET
+/// 10) count as off: they have on-stack replacement on every 64-bit target, which already
+/// implies the flag byte.
+fn store_rich_debug_info(core: &Core<'_>, block: &CodeBlock) -> Result<bool, ContractError> {
+    match core.descriptor.ty("EEJitManager") {
+        Ok(manager) if manager.has_field("StoreRichDebugInfo") => {
+            let at = block
+                .jit_manager
+                .wrapping_add(manager.offset("StoreRichDebugInfo")?);
+            Ok(core.target.read_u8(at)? != 0)
+        }
+        _ => Ok(false),
+    }
 }

@@ -112,12 +112,16 @@ pub struct GcInfoRef {
 }
 
 /// Where a method's debug info is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug)]
 pub struct DebugInfoRef {
     /// Address of the debug info (0 when there is none).
     pub address: u64,
-    /// Whether the blob starts with a flag byte.
-    pub has_flag_byte: bool,
+    /// Whether the blob starts with a flag byte, or why that could not be told. For JIT'ed
+    /// code without on-stack replacement the answer is the EEJitManager's
+    /// `StoreRichDebugInfo` byte, which a dump may not hold: `address` is still right
+    /// then, and a reader can look at the blob itself (see
+    /// [`native_map`](crate::contracts::debug_info::native_map)).
+    pub has_flag_byte: Result<bool, ContractError>,
 }
 
 /// What `GetEEJitManagerInfo` returns.
@@ -156,7 +160,9 @@ pub trait ExecutionManager {
     /// Where the GC info is and its version (`GetGCInfo`).
     fn gc_info(&self, block: &CodeBlock) -> Result<GcInfoRef, ContractError>;
 
-    /// Where the debug info is (`GetDebugInfo`).
+    /// Where the debug info is (`GetDebugInfo`). Fails only when the address itself cannot
+    /// be read; a flag-byte setting that cannot be read is reported in
+    /// [`DebugInfoRef::has_flag_byte`].
     fn debug_info(&self, block: &CodeBlock) -> Result<DebugInfoRef, ContractError>;
 
     /// Start of the funclet (or main body) holding the ip (`GetFuncletStartAddress`).
@@ -198,21 +204,22 @@ pub fn execution_manager<'a>(
 /// Most methods remembered by one ExecutionManager.
 const MAX_REMEMBERED: usize = 1 << 20;
 
-/// Hot code ranges of methods already resolved, so that later lookups in them skip the
-/// walk. Valid for a dump; for a live process only while its code does not change (a new
-/// ExecutionManager starts empty).
+/// Code ranges already resolved, so that later lookups in them skip the walk: each is a
+/// range in which every address belongs to the same method, in its hot part. Valid for a
+/// dump; for a live process only while its code does not change (a new ExecutionManager
+/// starts empty).
 #[derive(Default)]
 struct Resolved {
-    /// Start → index in `blocks`.
+    /// Start of a range → index in `ranges`.
     by_start: std::collections::BTreeMap<u64, usize>,
-    /// (end of the hot code, the block as first resolved).
-    blocks: Vec<(u64, CodeBlock)>,
+    /// (end of the range, the block as first resolved in it).
+    ranges: Vec<(u64, CodeBlock)>,
 }
 
 impl Resolved {
     fn find(&self, ip: u64) -> Option<CodeBlock> {
         let (_, &i) = self.by_start.range(..=ip).next_back()?;
-        let (end, block) = &self.blocks[i];
+        let (end, block) = &self.ranges[i];
         (ip < *end).then(|| CodeBlock {
             ip,
             relative_offset: ip - block.start,
@@ -220,18 +227,20 @@ impl Resolved {
         })
     }
 
-    fn remember(&mut self, block: &CodeBlock, end: u64) {
-        if self.blocks.len() >= MAX_REMEMBERED || end <= block.start {
+    /// Remembers that `[from, end)` resolves to `block`'s method; `from` is at or after
+    /// the method's start.
+    fn remember(&mut self, block: &CodeBlock, from: u64, end: u64) {
+        if self.ranges.len() >= MAX_REMEMBERED || end <= from || from < block.start {
             return;
         }
         // Never let two ranges overlap: that would mean code was freed and reused.
-        let before = self.by_start.range(..=block.start).next_back();
-        let after = self.by_start.range(block.start..).next();
-        let clash = before.is_some_and(|(_, &i)| self.blocks[i].0 > block.start)
+        let before = self.by_start.range(..=from).next_back();
+        let after = self.by_start.range(from..).next();
+        let clash = before.is_some_and(|(_, &i)| self.ranges[i].0 > from)
             || after.is_some_and(|(&s, _)| s < end);
         if !clash {
-            self.by_start.insert(block.start, self.blocks.len());
-            self.blocks.push((end, block.clone()));
+            self.by_start.insert(from, self.ranges.len());
+            self.ranges.push((end, block.clone()));
         }
     }
 }
@@ -323,6 +332,34 @@ impl Core<'_> {
     }
 }
 
+impl Core<'_> {
+    /// The addresses around a freshly resolved block whose lookups give the same answer:
+    /// for JIT'ed code the method's hot code (the nibble map finds its start from any of
+    /// it); for ReadyToRun code only the RUNTIME_FUNCTION holding the address, since a
+    /// fresh lookup answers "no method" between a method's functions (alignment padding
+    /// between its main body and a funclet). Never a cold part, whose offsets do not
+    /// follow from the start.
+    fn cacheable_range(&self, b: &CodeBlock) -> Option<(u64, u64)> {
+        if b.ip.checked_sub(b.start) != Some(b.relative_offset) {
+            return None;
+        }
+        match b.origin {
+            Origin::Jit { .. } => {
+                let region = self.method_region_info(b).ok()?;
+                Some((b.start, b.start.saturating_add(region.hot_size)))
+            }
+            Origin::ReadyToRun { .. } => {
+                let (from, end) = r2r_jit_manager::function_range(self, b).ok()??;
+                // A range overlapping an image's thunks (a damaged image) would let the
+                // cache answer for thunk addresses: keep such functions uncached.
+                let thunks = r2r_jit_manager::thunk_range(self, b).ok()?;
+                let overlaps = thunks.is_some_and(|(s, e)| s < end && from < e);
+                (!overlaps).then_some((from, end))
+            }
+        }
+    }
+}
+
 impl ExecutionManager for Core<'_> {
     fn version(&self) -> u64 {
         self.version
@@ -335,25 +372,10 @@ impl ExecutionManager for Core<'_> {
             return Ok(Some(hit));
         }
         let block = self.look_up(ip)?;
-        // Remember the method's hot range (not a cold part, whose offsets differ).
         if let Some(b) = &block {
-            if ip.checked_sub(b.start) == Some(b.relative_offset) {
-                if let Ok(region) = self.method_region_info(b) {
-                    let end = b.start.saturating_add(region.hot_size);
-                    // A range overlapping an image's thunks (a damaged image) would let
-                    // the cache answer for thunk addresses: keep such methods uncached.
-                    let thunks = match b.origin {
-                        Origin::ReadyToRun { .. } => {
-                            r2r_jit_manager::thunk_range(self, b).ok().flatten()
-                        }
-                        Origin::Jit { .. } => None,
-                    };
-                    let overlaps = thunks.is_some_and(|(s, e)| s < end && b.start < e);
-                    if !overlaps {
-                        if let Ok(mut r) = self.resolved.write() {
-                            r.remember(b, end);
-                        }
-                    }
+            if let Some((from, end)) = self.cacheable_range(b) {
+                if let Ok(mut r) = self.resolved.write() {
+                    r.remember(b, from, end);
                 }
             }
         }

@@ -388,6 +388,35 @@ pub(super) fn unwind_info(
     Ok(search::find_covering(img.count, rel, &mut |i| img.begin(i))?.map(|i| img.function(i)))
 }
 
+/// The address range of the RUNTIME_FUNCTION covering the block's ip: a lookup of any
+/// address in it walks to the same method.
+pub(super) fn function_range(
+    core: &Core<'_>,
+    block: &CodeBlock,
+) -> Result<Option<(u64, u64)>, ContractError> {
+    let (info, _, _) = parts(block);
+    let img = Image::read(core, info, block.section.range_begin)?;
+    let rel = block.ip.wrapping_sub(img.base);
+    let Some(i) = search::find_covering(img.count, rel, &mut |i| img.begin(i))? else {
+        return Ok(None);
+    };
+    let begin = img.begin(i)?;
+    let mut end = begin.saturating_add(img.length(i)?);
+    // A length reaching into the next function (a damaged table) must not let this range
+    // answer for that function's addresses.
+    if i + 1 < img.count {
+        let next = img.begin(i + 1)?;
+        if next <= begin {
+            return Ok(None);
+        }
+        end = end.min(next);
+    }
+    Ok(Some((
+        img.base.wrapping_add(begin),
+        img.base.wrapping_add(end),
+    )))
+}
+
 /// The RUNTIME_FUNCTION at `index` of the image.
 pub(super) fn runtime_function(
     core: &Core<'_>,
@@ -452,17 +481,17 @@ pub(super) fn debug_info(
     block: &CodeBlock,
 ) -> Result<DebugInfoRef, ContractError> {
     let (info, method_index, _) = parts(block);
-    let none = DebugInfoRef {
+    let none = || DebugInfoRef {
         address: 0,
-        has_flag_byte: false,
+        has_flag_byte: Ok(false),
     };
     let located = image_section(core, info, "DebugInfoSection", SECTION_DEBUG_INFO)?;
     let Some((va, size)) = located else {
-        return Ok(none);
+        return Ok(none());
     };
     let reader = native_format::NativeReader::new(core.target, block.section.range_begin, va, size);
     let Some(element) = reader.array_get(va, method_index)? else {
-        return Ok(none);
+        return Ok(none());
     };
     let (look_back, after) = reader.decode_unsigned(element)?;
     let blob = if look_back != 0 {
@@ -478,7 +507,7 @@ pub(super) fn debug_info(
     };
     Ok(DebugInfoRef {
         address: block.section.range_begin.wrapping_add(blob),
-        has_flag_byte: false,
+        has_flag_byte: Ok(false),
     })
 }
 
