@@ -68,7 +68,8 @@ fn check_synthetic(rt: &Runtime, host: &SyntheticHost, what: &str) {
         -16
     );
     // Through the resolved globals, real objects: ThreadStore global → pointer variable →
-    // ThreadStore, whose ThreadCount is 3 and whose first thread has Id 1.
+    // ThreadStore, whose ThreadCount is 3 and whose first thread (its link minus the
+    // LinkNext offset) has Id 1.
     let t = rt.target();
     let store = t
         .read_pointer(d.global_value("ThreadStore").unwrap())
@@ -80,12 +81,14 @@ fn check_synthetic(rt: &Runtime, host: &SyntheticHost, what: &str) {
             .unwrap(),
         3
     );
-    let first = t
-        .read_pointer(store + store_ty.offset("FirstThread").unwrap())
+    let link = t
+        .read_pointer(store + store_ty.offset("FirstThreadLink").unwrap())
         .unwrap();
+    let thread_ty = d.ty("Thread").unwrap();
+    let first = link - thread_ty.offset("LinkNext").unwrap();
+    assert_eq!(first, host.addr("objects", "thread_0"), "{what}");
     assert_eq!(
-        t.read_u32(first + d.ty("Thread").unwrap().offset("Id").unwrap())
-            .unwrap(),
+        t.read_u32(first + thread_ty.offset("Id").unwrap()).unwrap(),
         1
     );
     let domain = t
