@@ -153,7 +153,7 @@ pub fn ip2md(
         gc_info: gc.map(|g| Addr(g.address)),
         gc_info_version: gc.map(|g| g.version),
         unwind_info: unwind.map(Addr),
-        debug_info: debug.map(Addr),
+        debug_info: debug.and_then(super::model::nonzero),
         is_funclet,
         funclet_start: funclet.map(Addr),
         errors,
