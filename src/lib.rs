@@ -81,3 +81,4 @@ pub mod stacks;
 pub mod symbols;
 pub mod target;
 pub mod unwind;
+pub mod validation;

@@ -57,6 +57,14 @@ pub struct InfoReport {
     pub target: String,
     /// How many OS threads the target has.
     pub thread_count: usize,
+    /// The checks of the values `cdac` gave the descriptor, run when the target was opened.
+    pub checks: Vec<CheckReport>,
+    /// How many descriptor values came from shipped files (descriptor or overlays).
+    pub shipped_values: usize,
+    /// Shipped values no passed check covers.
+    pub unchecked_shipped_values: Vec<String>,
+    /// How long the checks took, in microseconds.
+    pub checks_us: u64,
     /// The target's threads (a core's NT_PRSTATUS notes, a live process's tasks), with
     /// `--threads`; `null` otherwise.
     pub threads: Option<Vec<ThreadReport>>,
@@ -69,6 +77,25 @@ pub struct ThreadReport {
     pub ip: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sp: Option<String>,
+}
+
+/// One check of the descriptor's shipped values against the target.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CheckReport {
+    /// Its name.
+    pub name: String,
+    /// `passed`, `failed` or `skipped`.
+    pub status: String,
+    /// What it verifies.
+    pub what: String,
+    /// What it saw, what broke, or why it could not run.
+    pub detail: String,
+    /// The descriptor values it vouches for.
+    pub covers: Vec<String>,
+    /// Those of them a shipped descriptor or overlay gave.
+    pub covers_shipped: Vec<String>,
+    /// Microseconds since the checks began when this one ended.
+    pub at_us: u64,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -197,6 +224,10 @@ pub fn report(rt: &Runtime, threads: bool) -> InfoReport {
             TargetKind::Host => "memory read by a host".to_string(),
         },
         thread_count: os_threads.len(),
+        checks: Vec::new(),
+        shipped_values: 0,
+        unchecked_shipped_values: Vec::new(),
+        checks_us: 0,
         threads: threads.then(|| {
             os_threads
                 .iter()
@@ -212,12 +243,28 @@ pub fn report(rt: &Runtime, threads: bool) -> InfoReport {
 
 /// Runs `cdac info`.
 pub fn run(args: &InfoArgs) -> CliResult {
-    let rt = args.target.open(&args.descriptor)?;
+    let (rt, checks) = args.target.open_checked(&args.descriptor)?;
     if let Some(path) = &args.export_descriptor {
         let text = serde_json::to_string_pretty(&rt.descriptor().to_complete_json())?;
         std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     }
-    let r = report(&rt, args.threads);
+    let mut r = report(&rt, args.threads);
+    r.checks = checks
+        .checks
+        .iter()
+        .map(|c| CheckReport {
+            name: c.name.to_string(),
+            status: format!("{:?}", c.status).to_lowercase(),
+            what: c.what.to_string(),
+            detail: c.detail.clone(),
+            covers: c.covers.clone(),
+            covers_shipped: c.covers_shipped.clone(),
+            at_us: c.at_us,
+        })
+        .collect();
+    r.shipped_values = checks.shipped_values;
+    r.unchecked_shipped_values = checks.unchecked_shipped.clone();
+    r.checks_us = checks.elapsed_us;
     if args.json {
         super::emit_json(&r)?;
         return Ok(Outcome::Answered);
@@ -307,6 +354,26 @@ pub fn run(args: &InfoArgs) -> CliResult {
     );
     out!("types             {}", r.types_count);
     out!("globals           {}", r.globals_count);
+    let passed = r.checks.iter().filter(|c| c.status == "passed").count();
+    let shipped_checked: std::collections::BTreeSet<&str> = r
+        .checks
+        .iter()
+        .filter(|c| c.status == "passed")
+        .flat_map(|c| c.covers_shipped.iter().map(String::as_str))
+        .collect();
+    out!(
+        "checks            {passed} of {} passed in {:.1} ms; {} of the {} values cdac added are covered by passed checks",
+        r.checks.len(),
+        r.checks_us as f64 / 1e3,
+        shipped_checked.len(),
+        r.shipped_values
+    );
+    for c in &r.checks {
+        out!("  {:<8} {:<18} {}", c.status, c.name, c.detail);
+        if std::env::var_os("CDAC_CHECK_TIMES").is_some() {
+            out!("           at {} us", c.at_us);
+        }
+    }
     out!("threads           {}", r.thread_count);
     for t in r.threads.iter().flatten() {
         match (&t.ip, &t.sp) {

@@ -209,19 +209,47 @@ pub fn parse_amount(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{t:?} does not fit in 64 bits"))
 }
 
+/// The warnings of the checks run when the target was opened (each names a check that
+/// failed and the descriptor values it covers), for commands that put warnings in their
+/// JSON too.
+static CHECK_WARNINGS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// The warnings of the checks run on the target this command opened.
+pub(crate) fn check_warnings() -> Vec<String> {
+    CHECK_WARNINGS.lock().map(|w| w.clone()).unwrap_or_default()
+}
+
 impl TargetArgs {
-    /// Opens the runtime the arguments name.
+    /// Opens the runtime the arguments name and checks the values `cdac` gave its
+    /// descriptor against it ([`cdac::validation`]), warning about each check that fails.
     pub fn open(&self, descriptor: &DescriptorArgs) -> Result<Runtime, RuntimeError> {
+        self.open_checked(descriptor).map(|(rt, _)| rt)
+    }
+
+    /// [`TargetArgs::open`], with the checks' report.
+    pub fn open_checked(
+        &self,
+        descriptor: &DescriptorArgs,
+    ) -> Result<(Runtime, cdac::validation::ValidationReport), RuntimeError> {
         let options = OpenOptions {
             descriptor: descriptor.descriptor.clone(),
             limits: descriptor.limits.limits(),
         };
-        match (&self.pid, &self.dump) {
+        let rt = match (&self.pid, &self.dump) {
             (Some(pid), _) => Runtime::attach(*pid, &options),
             (None, Some(path)) => Runtime::open_dump(path, &options),
             // clap's group makes one of them required.
             (None, None) => Err(RuntimeError::NoRuntime("give --pid or --dump".into())),
+        }?;
+        let report = cdac::validation::validate(&rt);
+        let warnings = report.warnings();
+        for w in &warnings {
+            status!("cdac: warning: {w}");
         }
+        if let Ok(mut w) = CHECK_WARNINGS.lock() {
+            *w = warnings;
+        }
+        Ok((rt, report))
     }
 }
 

@@ -464,10 +464,9 @@ pub fn run_stacks(args: &StacksArgs) -> CliResult {
                 .map(|(t, n)| thread_model(t, n))
                 .collect(),
             snapshot_us: stacks.snapshot_time.map(|d| d.as_secs_f64() * 1e6),
-            warnings: stacks
-                .warnings
-                .iter()
-                .cloned()
+            warnings: super::check_warnings()
+                .into_iter()
+                .chain(stacks.warnings.iter().cloned())
                 .chain(problems.iter().cloned())
                 .collect(),
         };

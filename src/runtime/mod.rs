@@ -388,11 +388,13 @@ fn apply_overlays(
             &resolve,
             &options.limits.descriptor(),
         )?;
+        // A build nobody measured the overlay on is checked by `crate::validation`, which
+        // warns when the values fail their checks, not because of the version.
         if fit == Fit::SameVersionLine && !report.is_empty() {
-            tracing::warn!(
+            tracing::debug!(
                 overlay = %overlay.meta.name,
                 build_id = module.build_id.as_deref().unwrap_or("unknown"),
-                "this runtime build was not verified against the shipped overlay; the offsets it adds may differ"
+                "overlay fitted by version line (the values it adds are checked when opened)"
             );
         }
         for c in &report.conflicts {
@@ -458,10 +460,10 @@ fn load_descriptor(
         module.architecture,
     )?;
     if fit == Fit::SameVersionLine {
-        tracing::warn!(
+        tracing::debug!(
             descriptor = %chosen.meta.name,
             build_id = module.build_id.as_deref().unwrap_or("unknown"),
-            "this runtime build was not verified against the shipped descriptor; offsets may differ"
+            "shipped descriptor fitted by version line (its values are checked when opened)"
         );
     }
     let descriptor = shipped::instantiate(chosen, target, &resolve, &descriptor_limits)?;

@@ -270,6 +270,31 @@ pub fn enumerate_code_with(
     walk.finish()
 }
 
+/// The (entry point, MethodDesc) pairs in the first `buckets` buckets of the ReadyToRun
+/// entry-point map of the module whose `ReadyToRunInfo` is `info` (of its composite image
+/// when it is a component): precompiled methods the runtime has prepared. Entries that do
+/// not read are left out (see [`enumerate_code`] for their errors).
+pub fn ready_to_run_entry_points(
+    em: &dyn ExecutionManager,
+    target: &Target,
+    descriptor: &DataDescriptor,
+    info: u64,
+    buckets: u64,
+) -> Result<Vec<(u64, u64)>, ContractError> {
+    let layout = MapLayout::read(descriptor)?;
+    let mut walk = Walk {
+        target,
+        descriptor,
+        em,
+        out: CodeEnumeration::default(),
+        stopped: false,
+        live: false,
+    };
+    let composite = walk.ptr(info, layout.composite_info)?;
+    let owner = if composite != 0 { composite } else { info };
+    Ok(walk.entry_points(&layout, owner.wrapping_add(layout.map), Some(buckets)))
+}
+
 /// Descriptor facts the JIT walk needs, read once.
 struct JitLayout {
     version: NibbleMapVersion,
@@ -753,7 +778,7 @@ impl Walk<'_> {
             };
             if maps.insert(map) {
                 self.out.stats.entry_point_maps += 1;
-                for (entry, method_desc) in self.entry_points(&layout, map) {
+                for (entry, method_desc) in self.entry_points(&layout, map, None) {
                     if self.stopped {
                         return;
                     }
@@ -764,7 +789,12 @@ impl Walk<'_> {
     }
 
     /// Every used (key, MethodDesc) slot of the `PtrHashMap` embedded at `map`.
-    fn entry_points(&mut self, layout: &MapLayout, map: u64) -> Vec<(u64, u64)> {
+    fn entry_points(
+        &mut self,
+        layout: &MapLayout,
+        map: u64,
+        first_buckets: Option<u64>,
+    ) -> Vec<(u64, u64)> {
         let site = ErrorSite::EntryPointMap { map };
         let buckets = match self.ptr(map, layout.buckets) {
             Ok(0) => return Vec::new(),
@@ -792,6 +822,8 @@ impl Walk<'_> {
             );
             return Vec::new();
         }
+        // A sample reads only the first buckets.
+        let count = first_buckets.map_or(count, |n| count.min(n));
         let max_list = self.target.limits().max_list_length;
         let count = if count > max_list {
             self.error(

@@ -1,0 +1,996 @@
+//! Checks of the values a runtime's descriptor got from `cdac` rather than from the runtime
+//! itself (the shipped .NET 8 descriptor, the overlays of .NET 9 and 10): invariants of the
+//! runtime's own data that hold only when those offsets and globals are right. They run on
+//! the target as it is opened, so a servicing build nobody measured is trusted because its
+//! data agrees, not because of its version number, and a value that moved is named.
+//!
+//! Each [`Check`] says which descriptor values it vouches for; the report tells which of
+//! them came from a shipped file, and which shipped values no check covered.
+
+use std::collections::{BTreeSet, HashSet};
+
+use serde::Serialize;
+
+use crate::contracts::execution_manager::{execution_manager, JitType};
+use crate::contracts::loader::{self, Fields, ModuleInfo};
+use crate::contracts::runtime_type_system::{method_desc_info, method_table_info};
+use crate::contracts::thread::{ThreadInfo, Threads, FRAME_TOP};
+use crate::contracts::ContractError;
+use crate::runtime::Runtime;
+
+/// How one check ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    /// The invariants held.
+    Passed,
+    /// One did not: the values it covers may be wrong for this build.
+    Failed,
+    /// The target had nothing to check them on (no exception in flight, say), or the
+    /// runtime does not have what the check reads.
+    Skipped,
+}
+
+/// One check and how it ended.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    /// Its name (`thread-list`, ...).
+    pub name: &'static str,
+    /// What it verifies, for people.
+    pub what: &'static str,
+    /// How it ended.
+    pub status: CheckStatus,
+    /// What it saw (passed), what broke (failed) or why it could not run (skipped).
+    pub detail: String,
+    /// The descriptor values it vouches for (`Type.Field`, `Type` for a size, `global Name`).
+    pub covers: Vec<String>,
+    /// Those of them a shipped descriptor or overlay gave (not the runtime itself).
+    pub covers_shipped: Vec<String>,
+    /// Microseconds since the checks began when this one ended.
+    pub at_us: u64,
+}
+
+/// Every check of one runtime.
+#[derive(Debug, Clone, Serialize)]
+pub struct ValidationReport {
+    /// The checks, in the order they ran.
+    pub checks: Vec<Check>,
+    /// How many values of the descriptor came from shipped files.
+    pub shipped_values: usize,
+    /// Shipped values that no check covers (their fitness rests on the build id or the
+    /// version line alone).
+    pub unchecked_shipped: Vec<String>,
+    /// How long the checks took, in microseconds.
+    pub elapsed_us: u64,
+}
+
+impl ValidationReport {
+    /// The checks that failed.
+    pub fn failed(&self) -> impl Iterator<Item = &Check> {
+        self.checks
+            .iter()
+            .filter(|c| c.status == CheckStatus::Failed)
+    }
+
+    /// One line per failed check, naming it and the shipped values it covers: what a
+    /// command prints as a warning.
+    pub fn warnings(&self) -> Vec<String> {
+        self.failed()
+            .map(|c| {
+                format!(
+                    "check {} failed on this runtime build: {}; the values it covers may be wrong here: {}",
+                    c.name,
+                    c.detail,
+                    if c.covers_shipped.is_empty() {
+                        c.covers.join(", ")
+                    } else {
+                        c.covers_shipped.join(", ")
+                    }
+                )
+            })
+            .collect()
+    }
+}
+
+/// The outcome of one check's body: `Ok(detail)` passed; `Err(Fail(..))` failed;
+/// `Err(Skip(..))` could not run.
+enum Stop {
+    Fail(String),
+    Skip(String),
+}
+
+impl From<ContractError> for Stop {
+    fn from(e: ContractError) -> Stop {
+        match e {
+            // The runtime does not have what the check reads: nothing to check.
+            ContractError::Descriptor(d) => Stop::Skip(d.to_string()),
+            ContractError::Missing { .. } | ContractError::UnsupportedVersion { .. } => {
+                Stop::Skip(e.to_string())
+            }
+            other => Stop::Fail(other.to_string()),
+        }
+    }
+}
+
+impl From<crate::target::ReadError> for Stop {
+    fn from(e: crate::target::ReadError) -> Stop {
+        Stop::Fail(e.to_string())
+    }
+}
+
+impl From<crate::descriptor::DescriptorError> for Stop {
+    fn from(e: crate::descriptor::DescriptorError) -> Stop {
+        Stop::Skip(e.to_string())
+    }
+}
+
+type Outcome = Result<String, Stop>;
+
+fn fail(detail: String) -> Stop {
+    Stop::Fail(detail)
+}
+
+/// Runs every check on `rt`.
+pub fn validate(rt: &Runtime) -> ValidationReport {
+    let started = std::time::Instant::now();
+    let shipped = shipped_values(rt);
+    let mut checks = Vec::new();
+    let threads = Threads::for_runtime(rt);
+    let list = threads.as_ref().ok().and_then(|c| c.threads().ok());
+    let modules = loader::modules(rt.target(), rt.descriptor());
+    let mut run = |name: &'static str, what: &'static str, covers: &[&str], body: Outcome| {
+        let covers: Vec<String> = covers.iter().map(|s| s.to_string()).collect();
+        let covers_shipped = shipped
+            .iter()
+            .filter(|v| covers.iter().any(|c| self::covers(c, v)))
+            .cloned()
+            .collect();
+        let (status, detail) = match body {
+            Ok(d) => (CheckStatus::Passed, d),
+            Err(Stop::Fail(d)) => (CheckStatus::Failed, d),
+            Err(Stop::Skip(d)) => (CheckStatus::Skipped, d),
+        };
+        checks.push(Check {
+            name,
+            what,
+            status,
+            detail,
+            covers,
+            covers_shipped,
+            at_us: started.elapsed().as_micros() as u64,
+        });
+    };
+    run(
+        "thread-list",
+        "the ThreadStore's list is as long as its count, and every thread's OS id is a thread of the target",
+        &[
+            "global ThreadStore",
+            "ThreadStore.FirstThreadLink",
+            "ThreadStore.ThreadCount",
+            "Thread.LinkNext",
+            "Thread.OSId",
+            "Thread.Id",
+        ],
+        check_thread_list(rt, &threads, list.as_ref()),
+    );
+    run(
+        "thread-objects",
+        "each thread's managed Thread object points back at it and has its managed id",
+        &[
+            "Thread.GCHandle",
+            "ThreadObject._DONT_USE_InternalThread",
+            "ThreadObject._managedThreadId",
+            "ThreadObject._name",
+        ],
+        check_thread_objects(rt, &threads, list.as_ref()),
+    );
+    run(
+        "frame-chains",
+        "every thread's explicit Frame chain ends at FRAME_TOP, every Frame is of a known kind, and each active P/Invoke returns into managed code",
+        &[
+            "Thread.Frame",
+            "Frame.Next",
+            "InlinedCallFrame.CallerReturnAddress",
+            "InlinedCallFrame.CallSiteSP",
+            "InlinedCallFrame.CalleeSavedFP",
+            "global *VtableSlotFromEnd",
+            "global *FrameIdentifier",
+        ],
+        check_frame_chains(rt, &threads, list.as_ref()),
+    );
+    run(
+        "modules",
+        "the AppDomain's assembly list holds CoreLib, each module and its assembly point at each other, and each image starts with MZ where the target maps its file",
+        &[
+            "global AppDomain",
+            "AppDomain.DomainAssemblyList",
+            "ArrayListBase.Count",
+            "ArrayListBase.FirstBlock",
+            "ArrayListBlock.Next",
+            "ArrayListBlock.Size",
+            "ArrayListBlock.ArrayStart",
+            "Assembly.Module",
+            "Module.Assembly",
+            "Module.PEAssembly",
+            "PEAssembly.PEImage",
+            "PEImage.LoadedImageLayout",
+            "PEImageLayout.Base",
+            "PEImageLayout.Size",
+        ],
+        check_modules(rt, &modules),
+    );
+    run(
+        "method-tables",
+        "Object, String and Exception's MethodTables: their EEClass points back, String has 2-byte components, Exception descends from Object, and CoreLib defines them",
+        &[
+            "global ObjectMethodTable",
+            "global StringMethodTable",
+            "global ExceptionMethodTable",
+            "MethodTable.MTFlags",
+            "MethodTable.ParentMethodTable",
+            "MethodTable.EEClassOrCanonMT",
+            "MethodTable.Module",
+            "EEClass.MethodTable",
+        ],
+        check_method_tables(rt, &modules),
+    );
+    run(
+        "ready-to-run",
+        "CoreLib's ReadyToRunInfo leads to its image's RTR header, and its runtime functions lie in the image, sorted",
+        &[
+            "Module.ReadyToRunInfo",
+            "ReadyToRunInfo.ReadyToRunHeader",
+            "ReadyToRunInfo.CompositeInfo",
+            "ReadyToRunInfo.RuntimeFunctions",
+            "ReadyToRunInfo.NumRuntimeFunctions",
+        ],
+        check_ready_to_run(rt, &modules),
+    );
+    let mut samples = code_samples(rt, &threads, list.as_ref());
+    samples.extend(corelib_entry_points(rt, &modules));
+    run(
+        "jit-code",
+        "JIT'ed code found through the code heaps and the threads' return addresses resolves to a MethodDesc of a listed module's type, within its GC info's code length and its unwind info, with well-formed debug and exception info",
+        &[
+            "global ExecutionManagerCodeRangeMapAddress",
+            "RangeSectionMap",
+            "RangeSectionMap.TopLevelData",
+            "RangeSectionFragment.*",
+            "RangeSection.*",
+            "global EEJitManagerAddress",
+            "EEJitManager.AllCodeHeaps",
+            "CodeHeapListNode.*",
+            "RealCodeHeader.*",
+            "EEILException.*",
+            "EEExceptionClause.*",
+            "global StubCodeBlockLast",
+            "global GCInfoVersion",
+            "global FeatureOnStackReplacement",
+            "MethodDesc.ChunkIndex",
+            "MethodDesc.Flags",
+            "MethodDescChunk.MethodTable",
+            "global MethodDescAlignment",
+        ],
+        check_code(rt, &samples, &modules, JitType::Jit),
+    );
+    run(
+        "ready-to-run-code",
+        "precompiled code the threads return into resolves through its image's runtime functions and entry-point map to a MethodDesc of a listed module's type, within its code length and unwind info",
+        &[
+            "global ReadyToRunJitManagerAddress",
+            "RuntimeFunction.*",
+            "HashMap.*",
+            "Bucket.*",
+            "global HashMapSlotsPerBucket",
+            "global HashMapValueMask",
+            "ReadyToRunInfo.EntryPointToMethodDescMap",
+            "ReadyToRunInfo.DelayLoadMethodCallThunks",
+            "ReadyToRunInfo.HotColdMap",
+            "ReadyToRunInfo.NumHotColdMap",
+        ],
+        check_code(rt, &samples, &modules, JitType::R2r),
+    );
+    run(
+        "exception-objects",
+        "every exception in flight is of a type that descends from Exception, with a String message (when set), a failure HResult and an exception inside",
+        &[
+            "Exception._message",
+            "Exception._innerException",
+            "Exception._HResult",
+            "String.m_StringLength",
+            "String.m_FirstChar",
+            "Object.m_pMethTab",
+        ],
+        check_exceptions(rt, &threads, list.as_ref()),
+    );
+    let covered: BTreeSet<&str> = checks
+        .iter()
+        .filter(|c| c.status == CheckStatus::Passed)
+        .flat_map(|c| c.covers_shipped.iter().map(String::as_str))
+        .collect();
+    let unchecked_shipped = shipped
+        .iter()
+        .filter(|v| !covered.contains(v.as_str()))
+        .cloned()
+        .collect();
+    ValidationReport {
+        checks,
+        shipped_values: shipped.len(),
+        unchecked_shipped,
+        elapsed_us: started.elapsed().as_micros() as u64,
+    }
+}
+
+/// Every field (`Type.Field`), type size (`Type`) and global (`global Name`) whose value
+/// came from a shipped descriptor or overlay rather than the runtime.
+fn shipped_values(rt: &Runtime) -> BTreeSet<String> {
+    let d = rt.descriptor();
+    let overlays: HashSet<&str> = rt.overlays().iter().map(|o| o.name.as_str()).collect();
+    let whole_shipped = matches!(
+        rt.descriptor_source(),
+        crate::runtime::DescriptorSource::Shipped { .. }
+    );
+    // Layouts every runtime shares by file format (the `formats` overlay) are not the
+    // runtime's to get wrong; everything else a shipped file gave is.
+    let is_shipped =
+        |origin: &str| origin != "formats" && (whole_shipped || overlays.contains(origin));
+    let mut out = BTreeSet::new();
+    for (name, ty) in d.types().iter() {
+        if is_shipped(ty.origin()) && ty.size_if_known().is_some() {
+            out.insert(name.to_string());
+        }
+        for (field, f) in ty.fields().iter() {
+            if is_shipped(&f.origin) {
+                out.insert(format!("{name}.{field}"));
+            }
+        }
+    }
+    for (name, g) in d.globals().iter() {
+        if is_shipped(g.origin()) {
+            out.insert(format!("global {name}"));
+        }
+    }
+    out
+}
+
+/// Whether the cover `pattern` names `value`: exactly, or `Type.*` for a type's size and
+/// every field, or `global *Suffix` for every global ending so.
+fn covers(pattern: &str, value: &str) -> bool {
+    if let Some(ty) = pattern.strip_suffix(".*") {
+        return value == ty
+            || value
+                .strip_prefix(ty)
+                .is_some_and(|rest| rest.starts_with('.'));
+    }
+    if let Some(suffix) = pattern.strip_prefix("global *") {
+        return value.starts_with("global ") && value.ends_with(suffix);
+    }
+    pattern == value
+}
+
+/// The target's OS thread ids, when it can list them.
+fn os_thread_ids(rt: &Runtime) -> Option<HashSet<i64>> {
+    let threads = rt.target().source().threads().ok()?;
+    (!threads.is_empty()).then(|| threads.iter().map(|t| i64::from(t.tid)).collect())
+}
+
+fn check_thread_list(
+    rt: &Runtime,
+    threads: &Result<Threads<'_>, ContractError>,
+    list: Option<&crate::contracts::thread::ThreadList>,
+) -> Outcome {
+    let contract = threads
+        .as_ref()
+        .map_err(|e| Stop::Skip(format!("no Thread contract: {e}")))?;
+    let list = match list {
+        Some(l) => l,
+        None => {
+            return Err(fail(format!(
+                "{}",
+                contract
+                    .threads()
+                    .err()
+                    .map_or_else(String::new, |e| e.to_string())
+            )))
+        }
+    };
+    if let Some(e) = &list.error {
+        return Err(fail(format!("the thread list was cut short: {e}")));
+    }
+    if list.threads.is_empty() {
+        return Err(fail("the ThreadStore lists no thread".into()));
+    }
+    if list.threads.len() as u64 != u64::from(list.store.thread_count) {
+        return Err(fail(format!(
+            "{} threads listed, the ThreadStore counts {}",
+            list.threads.len(),
+            list.store.thread_count
+        )));
+    }
+    let mut ids = HashSet::new();
+    for t in &list.threads {
+        if t.managed_id == 0 || !ids.insert(t.managed_id) {
+            return Err(fail(format!(
+                "thread {:#x} has managed id {} (zero or repeated)",
+                t.address, t.managed_id
+            )));
+        }
+    }
+    let mut matched = 0;
+    if let Some(os) = os_thread_ids(rt) {
+        for t in list.threads.iter().filter(|t| t.os_id != 0) {
+            if !os.contains(&(t.os_id as i64)) {
+                return Err(fail(format!(
+                    "thread {:#x} (managed id {}) has OS id {}, which the target has no thread of",
+                    t.address, t.managed_id, t.os_id
+                )));
+            }
+            matched += 1;
+        }
+    }
+    Ok(format!(
+        "{} threads, as counted; {matched} OS ids are threads of the target",
+        list.threads.len()
+    ))
+}
+
+fn check_thread_objects(
+    rt: &Runtime,
+    threads: &Result<Threads<'_>, ContractError>,
+    list: Option<&crate::contracts::thread::ThreadList>,
+) -> Outcome {
+    let contract = threads
+        .as_ref()
+        .map_err(|e| Stop::Skip(format!("no Thread contract: {e}")))?;
+    let list = list.ok_or_else(|| Stop::Skip("no thread list".into()))?;
+    let f = Fields::new(rt.target(), rt.descriptor());
+    let mut checked = 0;
+    let mut named = 0;
+    for t in &list.threads {
+        let Some(object) = contract.thread_object(t)? else {
+            continue;
+        };
+        let back = f.ptr(object, "ThreadObject", "_DONT_USE_InternalThread")?;
+        if back != t.address {
+            return Err(fail(format!(
+                "the managed Thread {object:#x} of thread {:#x} points back at {back:#x}",
+                t.address
+            )));
+        }
+        let id = f.u32(object, "ThreadObject", "_managedThreadId")?;
+        if id != t.managed_id {
+            return Err(fail(format!(
+                "the managed Thread {object:#x} has id {id}, its thread {}",
+                t.managed_id
+            )));
+        }
+        let name = f.ptr(object, "ThreadObject", "_name")?;
+        if name != 0 {
+            if !is_string(rt, contract, name)? {
+                return Err(fail(format!(
+                    "the managed Thread {object:#x}'s name {name:#x} is not a String"
+                )));
+            }
+            named += 1;
+        }
+        checked += 1;
+    }
+    if checked == 0 {
+        return Err(Stop::Skip("no thread has a managed Thread object".into()));
+    }
+    Ok(format!(
+        "{checked} managed Thread objects point back at their threads with their ids ({named} named)"
+    ))
+}
+
+fn check_frame_chains(
+    rt: &Runtime,
+    threads: &Result<Threads<'_>, ContractError>,
+    list: Option<&crate::contracts::thread::ThreadList>,
+) -> Outcome {
+    let contract = threads
+        .as_ref()
+        .map_err(|e| Stop::Skip(format!("no Thread contract: {e}")))?;
+    let list = list.ok_or_else(|| Stop::Skip("no thread list".into()))?;
+    let em = execution_manager(rt.target(), rt.descriptor()).ok();
+    let (mut frames, mut pinvokes) = (0, 0);
+    for t in &list.threads {
+        if t.frame == FRAME_TOP || t.frame == 0 {
+            continue;
+        }
+        let chain = contract.frame_chain(t.frame);
+        if let Some(e) = chain.error {
+            return Err(fail(format!(
+                "thread {} (managed id {}): its Frame chain does not reach FRAME_TOP: {e}",
+                t.os_id, t.managed_id
+            )));
+        }
+        for fr in &chain.frames {
+            if fr.kind.is_none() {
+                return Err(fail(format!(
+                    "thread {}: Frame {:#x} has tag {:#x}, of no kind the descriptor names",
+                    t.os_id, fr.address, fr.tag
+                )));
+            }
+            frames += 1;
+            if !fr.is_active_pinvoke() {
+                continue;
+            }
+            let ra = fr.return_address.unwrap_or(0);
+            if let (Some(sp), Some(fp)) = (fr.caller_sp, fr.saved_fp) {
+                if sp > fp {
+                    return Err(fail(format!(
+                        "thread {}: InlinedCallFrame {:#x} has call-site SP {sp:#x} above its saved frame pointer {fp:#x}",
+                        t.os_id, fr.address
+                    )));
+                }
+            }
+            if let Some(em) = &em {
+                match em.code_block(ra) {
+                    Ok(Some(_)) => pinvokes += 1,
+                    Ok(None) => {
+                        return Err(fail(format!(
+                            "thread {}: InlinedCallFrame {:#x} returns to {ra:#x}, which is not managed code",
+                            t.os_id, fr.address
+                        )))
+                    }
+                    Err(e) => return Err(fail(format!("{ra:#x}: {e}"))),
+                }
+            }
+        }
+    }
+    if frames == 0 {
+        return Err(Stop::Skip("no thread has an explicit Frame".into()));
+    }
+    Ok(format!(
+        "{frames} Frames of known kinds, every chain ends; {pinvokes} P/Invoke return addresses are managed code"
+    ))
+}
+
+/// Whether `object` is a `System.String`: its MethodTable is the runtime's String one, or
+/// (where the descriptor has no `StringMethodTable`, .NET 8) one of 2-byte components.
+fn is_string(rt: &Runtime, threads: &Threads<'_>, object: u64) -> Result<bool, Stop> {
+    let (t, d) = (rt.target(), rt.descriptor());
+    let f = Fields::new(t, d);
+    let mt = threads.method_table_of(object)?;
+    match f.global("StringMethodTable") {
+        Ok(g) => Ok(t.read_pointer(g)? == mt),
+        Err(_) => {
+            let flags = f.u32(mt, "MethodTable", "MTFlags")?;
+            Ok(flags & 0x8000_0000 != 0 && flags & 0xFFFF == 2)
+        }
+    }
+}
+
+/// CoreLib's module.
+fn corelib(modules: &[ModuleInfo]) -> Option<&ModuleInfo> {
+    modules
+        .iter()
+        .find(|m| m.file_name.as_deref() == Some("System.Private.CoreLib.dll"))
+}
+
+fn check_modules(rt: &Runtime, modules: &Result<Vec<ModuleInfo>, ContractError>) -> Outcome {
+    let modules = match modules {
+        Ok(m) => m,
+        Err(e) => {
+            return Err(match e {
+                ContractError::Descriptor(d) => Stop::Skip(d.to_string()),
+                other => fail(format!("the module list cannot be read: {other}")),
+            })
+        }
+    };
+    if corelib(modules).is_none() {
+        return Err(fail(format!(
+            "none of the {} modules is System.Private.CoreLib.dll",
+            modules.len()
+        )));
+    }
+    let f = Fields::new(rt.target(), rt.descriptor());
+    let files = rt.target().mapped_files();
+    let mut images = 0;
+    for m in modules {
+        let back = f.ptr(m.address, "Module", "Assembly")?;
+        if back != m.assembly {
+            return Err(fail(format!(
+                "module {:#x} names assembly {back:#x}, but came from assembly {:#x}",
+                m.address, m.assembly
+            )));
+        }
+        if m.is_dynamic || m.base == 0 {
+            continue;
+        }
+        let magic = rt.target().read_bytes(m.base, 2);
+        match magic {
+            Ok(b) if b == b"MZ" => {}
+            Ok(b) => {
+                return Err(fail(format!(
+                    "module {:#x}'s image at {:#x} starts with {b:02x?}, not MZ",
+                    m.address, m.base
+                )))
+            }
+            // A dump without the image's pages; the file check below still applies.
+            Err(_) => {}
+        }
+        if let Some(path) = &m.path {
+            let mapped = files
+                .iter()
+                .any(|mf| mf.start <= m.base && m.base < mf.end && &mf.path == path);
+            let any_mapping = files.iter().any(|mf| &mf.path == path);
+            // A flat (IL-only) image is read into memory, not mapped from its file.
+            if m.mapped && any_mapping && !mapped {
+                return Err(fail(format!(
+                    "module {:#x}'s image base {:#x} is not where the target maps {}",
+                    m.address,
+                    m.base,
+                    path.display()
+                )));
+            }
+        }
+        images += 1;
+    }
+    Ok(format!(
+        "{} modules with CoreLib; each points back at its assembly; {images} images start with MZ where mapped",
+        modules.len()
+    ))
+}
+
+fn check_method_tables(rt: &Runtime, modules: &Result<Vec<ModuleInfo>, ContractError>) -> Outcome {
+    let (t, d) = (rt.target(), rt.descriptor());
+    let f = Fields::new(t, d);
+    // .NET 8's descriptor has only Exception's; the others are checked where described.
+    let global_mt = |name: &str| -> Result<Option<u64>, Stop> {
+        match f.global(name) {
+            Ok(g) => Ok(Some(t.read_pointer(g)?)),
+            Err(_) => Ok(None),
+        }
+    };
+    let exception = global_mt("ExceptionMethodTable")?
+        .ok_or_else(|| Stop::Skip("the descriptor has no ExceptionMethodTable".into()))?;
+    let object = global_mt("ObjectMethodTable")?;
+    let string = global_mt("StringMethodTable")?;
+    let corelib = modules
+        .as_ref()
+        .ok()
+        .and_then(|m| corelib(m))
+        .map(|m| m.address);
+    let named = [
+        ("Exception", Some(exception)),
+        ("Object", object),
+        ("String", string),
+    ];
+    for (name, mt) in named.iter().filter_map(|(n, mt)| Some((n, (*mt)?))) {
+        let info = method_table_info(t, d, mt)?;
+        if info.canonical == mt {
+            let class = f.ptr(mt, "MethodTable", "EEClassOrCanonMT")?;
+            let back = f.ptr(class, "EEClass", "MethodTable")?;
+            if back != mt {
+                return Err(fail(format!(
+                    "{name}'s MethodTable {mt:#x} has EEClass {class:#x}, which points at {back:#x}"
+                )));
+            }
+        }
+        if let Some(corelib) = corelib {
+            if info.module != corelib {
+                return Err(fail(format!(
+                    "{name}'s MethodTable {mt:#x} names module {:#x}, not CoreLib's {corelib:#x}",
+                    info.module
+                )));
+            }
+        }
+    }
+    if let Some(string) = string {
+        // String: components of 2 bytes (the low half of the flags, with HasComponentSize).
+        let flags = f.u32(string, "MethodTable", "MTFlags")?;
+        if flags & 0x8000_0000 == 0 || flags & 0xFFFF != 2 {
+            return Err(fail(format!(
+                "String's MethodTable flags {flags:#x} do not say 2-byte components"
+            )));
+        }
+    }
+    // Exception descends from Object (the root: the one without a parent).
+    let mut cur = exception;
+    for _ in 0..8 {
+        let parent = method_table_info(t, d, cur)?.parent;
+        if parent == 0 {
+            return match object {
+                Some(o) if o != cur => Err(fail(format!(
+                    "Exception's MethodTable descends from {cur:#x}, not Object's {o:#x}"
+                ))),
+                _ => Ok(format!(
+                    "{} MethodTables agree with their EEClasses and CoreLib; Exception descends from Object",
+                    named.iter().filter(|(_, mt)| mt.is_some()).count()
+                )),
+            };
+        }
+        cur = parent;
+    }
+    Err(fail(
+        "Exception's MethodTable has more than 8 ancestors".into(),
+    ))
+}
+
+fn check_ready_to_run(rt: &Runtime, modules: &Result<Vec<ModuleInfo>, ContractError>) -> Outcome {
+    let modules = modules
+        .as_ref()
+        .map_err(|e| Stop::Skip(format!("no module list: {e}")))?;
+    let corelib = corelib(modules).ok_or_else(|| Stop::Skip("no CoreLib module".into()))?;
+    if corelib.ready_to_run_info == 0 {
+        return Err(Stop::Skip("CoreLib has no ReadyToRun code".into()));
+    }
+    let (t, d) = (rt.target(), rt.descriptor());
+    let f = Fields::new(t, d);
+    let info = corelib.ready_to_run_info;
+    let header = f.ptr(info, "ReadyToRunInfo", "ReadyToRunHeader")?;
+    let signature = t.read_u32(header)?;
+    if signature != 0x0052_5452 {
+        return Err(fail(format!(
+            "CoreLib's ReadyToRunInfo {info:#x} leads to {header:#x}, which holds {signature:#x}, not RTR"
+        )));
+    }
+    let end = corelib.base.saturating_add(corelib.size);
+    if !(corelib.base..end).contains(&header) {
+        return Err(fail(format!(
+            "CoreLib's RTR header {header:#x} is outside its image [{:#x}, {end:#x})",
+            corelib.base
+        )));
+    }
+    let composite = f.ptr(info, "ReadyToRunInfo", "CompositeInfo")?;
+    let functions = f.ptr(composite, "ReadyToRunInfo", "RuntimeFunctions")?;
+    let count = f.u32(composite, "ReadyToRunInfo", "NumRuntimeFunctions")?;
+    if count == 0 {
+        return Err(fail("CoreLib's image has no runtime functions".into()));
+    }
+    let rf = d.ty("RuntimeFunction")?;
+    let size = u64::from(rf.size()?);
+    let begin_off = rf.offset("BeginAddress")?;
+    let mut last = None;
+    for i in 0..u64::from(count.min(16)) {
+        let begin = t.read_u32(functions.wrapping_add(i * size).wrapping_add(begin_off))?;
+        if last.is_some_and(|l| begin <= l) {
+            return Err(fail(format!(
+                "runtime function {i} of CoreLib begins at RVA {begin:#x}, not after the one before"
+            )));
+        }
+        last = Some(begin);
+    }
+    Ok(format!(
+        "CoreLib's RTR header is in its image; {count} runtime functions, the first sorted"
+    ))
+}
+
+/// Managed code addresses to check: the return addresses of active P/Invokes.
+fn pinvoke_returns(
+    threads: &Result<Threads<'_>, ContractError>,
+    list: Option<&crate::contracts::thread::ThreadList>,
+) -> Vec<u64> {
+    let mut out = Vec::new();
+    if let (Ok(c), Some(list)) = (threads, list) {
+        for t in &list.threads {
+            let chain = c.frame_chain(t.frame);
+            out.extend(
+                chain
+                    .frames
+                    .iter()
+                    .filter(|f| f.is_active_pinvoke())
+                    .filter_map(|f| f.return_address),
+            );
+        }
+    }
+    out
+}
+
+/// Managed code to check: active P/Invoke return addresses and the first method of each
+/// JIT code heap.
+fn code_samples(
+    rt: &Runtime,
+    threads: &Result<Threads<'_>, ContractError>,
+    list: Option<&crate::contracts::thread::ThreadList>,
+) -> Vec<u64> {
+    let mut samples = pinvoke_returns(threads, list);
+    samples.extend(jit_heap_samples(rt));
+    samples.sort_unstable();
+    samples.dedup();
+    samples
+}
+
+/// A few precompiled methods of CoreLib the runtime has prepared: the entries in the first
+/// buckets of its ReadyToRun entry-point map.
+fn corelib_entry_points(
+    rt: &Runtime,
+    modules: &Result<Vec<ModuleInfo>, ContractError>,
+) -> Vec<u64> {
+    let Some(corelib) = modules.as_ref().ok().and_then(|m| corelib(m)) else {
+        return Vec::new();
+    };
+    if corelib.ready_to_run_info == 0 {
+        return Vec::new();
+    }
+    let (t, d) = (rt.target(), rt.descriptor());
+    let Ok(em) = execution_manager(t, d) else {
+        return Vec::new();
+    };
+    let entries = crate::contracts::execution_manager::enumerate::ready_to_run_entry_points(
+        em.as_ref(),
+        t,
+        d,
+        corelib.ready_to_run_info,
+        64,
+    )
+    .unwrap_or_default();
+    entries.iter().take(8).map(|&(e, _)| e).collect()
+}
+
+/// The `kind` code among `samples` resolves to sound methods.
+fn check_code(
+    rt: &Runtime,
+    samples: &[u64],
+    modules: &Result<Vec<ModuleInfo>, ContractError>,
+    kind: JitType,
+) -> Outcome {
+    let (t, d) = (rt.target(), rt.descriptor());
+    let em = execution_manager(t, d)?;
+    let module_set: HashSet<u64> = modules
+        .as_ref()
+        .map(|m| m.iter().map(|m| m.address).collect())
+        .unwrap_or_default();
+    let f = Fields::new(t, d);
+    let mut methods = 0;
+    for &ip in samples {
+        let b = match em.code_block(ip)? {
+            Some(b) if b.jit_type == kind => b,
+            _ => continue,
+        };
+        if methods >= 16 {
+            break;
+        }
+        let md = method_desc_info(t, d, b.method_desc)?;
+        let mt = method_table_info(t, d, md.method_table)?;
+        if mt.canonical == md.method_table {
+            let class = f.ptr(md.method_table, "MethodTable", "EEClassOrCanonMT")?;
+            if f.ptr(class, "EEClass", "MethodTable")? != md.method_table {
+                return Err(fail(format!(
+                    "the code at {ip:#x} belongs to MethodDesc {:#x}, whose MethodTable {:#x} its EEClass does not point back at",
+                    b.method_desc, md.method_table
+                )));
+            }
+        }
+        if !module_set.is_empty() && !module_set.contains(&mt.module) {
+            return Err(fail(format!(
+                "the code at {ip:#x} belongs to a type of module {:#x}, which the AppDomain does not list",
+                mt.module
+            )));
+        }
+        let region = em.method_region_info(&b)?;
+        let size = region.hot_size + region.cold_size;
+        if b.relative_offset >= size {
+            return Err(fail(format!(
+                "{ip:#x} is {:#x} into its method, past the {size} bytes its GC info says it has",
+                b.relative_offset
+            )));
+        }
+        let Some(rf) = em.unwind_info(&b)? else {
+            return Err(fail(format!("no unwind info covers the code at {ip:#x}")));
+        };
+        let base = em.unwind_info_base_address(&b);
+        let rf_ty = d.ty("RuntimeFunction")?;
+        let begin = base.wrapping_add(u64::from(
+            t.read_u32(rf.wrapping_add(rf_ty.offset("BeginAddress")?))?,
+        ));
+        if begin > ip {
+            return Err(fail(format!(
+                "the unwind info for {ip:#x} begins after it, at {begin:#x}"
+            )));
+        }
+        let debug = em.debug_info(&b)?;
+        if debug.address != 0 && matches!(debug.has_flag_byte, Ok(true)) {
+            let flag = t.read_u8(debug.address)?;
+            if flag > 3 {
+                return Err(fail(format!(
+                    "the debug info of the code at {ip:#x} starts with {flag:#x}, not a flag byte"
+                )));
+            }
+        }
+        for c in em.exception_clauses(&b)? {
+            let limit = size as u32;
+            if c.try_start > c.try_end || c.try_end > limit || c.handler_end > limit {
+                return Err(fail(format!(
+                    "an exception clause of the code at {ip:#x} lies outside its {limit} bytes: {c:?}"
+                )));
+            }
+        }
+        methods += 1;
+    }
+    if methods == 0 {
+        return Err(Stop::Skip(format!(
+            "none of the {} sampled managed code addresses is {} code",
+            samples.len(),
+            kind.as_str()
+        )));
+    }
+    Ok(format!(
+        "{methods} {} methods resolve, each to a MethodDesc of a listed module's type, within its code length and unwind info",
+        kind.as_str()
+    ))
+}
+
+/// The first method of each JIT code heap: probe from each heap's start every 256 bytes
+/// (at most 64 probes a heap).
+fn jit_heap_samples(rt: &Runtime) -> Vec<u64> {
+    let (t, d) = (rt.target(), rt.descriptor());
+    let f = Fields::new(t, d);
+    let Ok(em) = execution_manager(t, d) else {
+        return Vec::new();
+    };
+    let Ok(info) = em.ee_jit_manager_info() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut node = info.heap_list;
+    let mut seen = HashSet::new();
+    while node != 0 && seen.insert(node) && seen.len() <= 64 {
+        let Ok(start) = f.ptr(node, "CodeHeapListNode", "StartAddress") else {
+            break;
+        };
+        for k in 0..64u64 {
+            let ip = start.wrapping_add(k * 256);
+            if let Ok(Some(b)) = em.code_block(ip) {
+                out.push(b.start);
+                break;
+            }
+        }
+        node = f.ptr(node, "CodeHeapListNode", "Next").unwrap_or(0);
+    }
+    out
+}
+
+fn check_exceptions(
+    rt: &Runtime,
+    threads: &Result<Threads<'_>, ContractError>,
+    list: Option<&crate::contracts::thread::ThreadList>,
+) -> Outcome {
+    let contract = threads
+        .as_ref()
+        .map_err(|e| Stop::Skip(format!("no Thread contract: {e}")))?;
+    let list = list.ok_or_else(|| Stop::Skip("no thread list".into()))?;
+    let (t, d) = (rt.target(), rt.descriptor());
+    let f = Fields::new(t, d);
+    let mut checked = 0;
+    let objects: Vec<(&ThreadInfo, u64)> = list
+        .threads
+        .iter()
+        .filter_map(|th| Some((th, th.exception()?)))
+        .collect();
+    for (th, object) in objects {
+        if !contract.is_exception_object(object) {
+            return Err(fail(format!(
+                "thread {}'s exception in flight {object:#x} is not of a type that descends from Exception",
+                th.os_id
+            )));
+        }
+        let message = f.ptr(object, "Exception", "_message")?;
+        if message != 0 && !is_string(rt, contract, message)? {
+            return Err(fail(format!(
+                "exception {object:#x}'s message {message:#x} is not a String"
+            )));
+        }
+        let inner = f.ptr(object, "Exception", "_innerException")?;
+        if inner != 0 && !contract.is_exception_object(inner) {
+            return Err(fail(format!(
+                "exception {object:#x}'s inner exception {inner:#x} is not an Exception"
+            )));
+        }
+        let hresult = f.u32(object, "Exception", "_HResult")?;
+        if hresult & 0x8000_0000 == 0 {
+            return Err(fail(format!(
+                "exception {object:#x} has HResult {hresult:#x}, not a failure code"
+            )));
+        }
+        checked += 1;
+    }
+    if checked == 0 {
+        return Err(Stop::Skip("no exception in flight".into()));
+    }
+    Ok(format!(
+        "{checked} exceptions in flight: Exceptions with String messages and failure HResults"
+    ))
+}
