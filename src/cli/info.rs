@@ -201,7 +201,7 @@ pub fn run(args: &InfoArgs) -> Result<(), Box<dyn std::error::Error>> {
     let rt = args.target.open(&args.descriptor)?;
     if let Some(path) = &args.export_descriptor {
         let text = serde_json::to_string_pretty(&rt.descriptor().to_complete_json())?;
-        std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+        super::output_file::write_bytes(path, (text + "\n").as_bytes())?;
     }
     let r = report(&rt);
     if args.json {

@@ -25,6 +25,7 @@ mod code;
 mod info;
 mod mip;
 mod names;
+mod output_file;
 mod r2r;
 mod record;
 mod stacks;

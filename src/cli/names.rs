@@ -214,8 +214,12 @@ pub fn run_methods(args: &MethodsArgs) -> CliResult {
     Ok(())
 }
 
-/// True when process `pid` has `path` open (a map the runtime is writing).
-fn open_in_process(pid: i32, path: &Path) -> bool {
+/// True when process `pid` has `path` open (a map the runtime is writing). Only a regular
+/// file can be such a map (every process has /dev/null open, for one).
+pub(crate) fn open_in_process(pid: i32, path: &Path) -> bool {
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     let Ok(want) = std::fs::canonicalize(path) else {
         return false;
     };
@@ -248,35 +252,39 @@ pub fn run_perfmap(args: &PerfmapArgs) -> CliResult {
         }
     }
     let rt = args.target.open(&args.descriptor)?;
-    let methods = named_methods(&rt)?;
-    let entries: Vec<PerfMapEntry> = methods
-        .into_iter()
-        .map(|m| PerfMapEntry {
-            start: m.entry.start,
-            size: m.entry.size,
-            name: m.name,
-        })
-        .collect();
+    let entries = perf_map_entries(&rt)?;
     if to_stdout {
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
         perf_map::write(&mut out, &entries)?;
         out.flush()?;
     } else {
-        // Write beside the target and rename, so that a reader never sees half a map; the
-        // temporary name is this process's own (two runs may write the same map at once).
-        let mut tmp = output.clone().into_os_string();
-        tmp.push(format!(".cdac-tmp-{}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        {
-            let file =
-                std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-            let mut out = std::io::BufWriter::new(file);
-            perf_map::write(&mut out, &entries)?;
-            out.flush()?;
-        }
-        std::fs::rename(&tmp, &output).map_err(|e| format!("{}: {e}", output.display()))?;
+        write_perf_map(&output, &entries)?;
         status!("wrote {} method(s) to {}", entries.len(), output.display());
     }
     Ok(())
+}
+
+/// The entries `cdac perfmap` writes: every method with code, named.
+pub(crate) fn perf_map_entries(
+    rt: &Runtime,
+) -> Result<Vec<PerfMapEntry>, Box<dyn std::error::Error>> {
+    Ok(named_methods(rt)?
+        .into_iter()
+        .map(|m| PerfMapEntry {
+            start: m.entry.start,
+            size: m.entry.size,
+            name: m.name,
+        })
+        .collect())
+}
+
+/// Writes a perf map to `path` (a reader never sees half a map: see `output_file`).
+pub(crate) fn write_perf_map(
+    path: &Path,
+    entries: &[PerfMapEntry],
+) -> Result<(), super::output_file::OutputError> {
+    super::output_file::write_with(path, super::output_file::DEFAULT_MODE, |mut out| {
+        Ok(perf_map::write(&mut out, entries)?)
+    })
 }
