@@ -246,7 +246,7 @@ pub fn run(args: &InfoArgs) -> CliResult {
     let (rt, checks) = args.target.open_checked(&args.descriptor)?;
     if let Some(path) = &args.export_descriptor {
         let text = serde_json::to_string_pretty(&rt.descriptor().to_complete_json())?;
-        std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+        super::output_file::write_bytes(path, (text + "\n").as_bytes())?;
     }
     let mut r = report(&rt, args.threads);
     r.checks = checks

@@ -92,8 +92,8 @@ fn read(path: &PathBuf) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn write(path: &PathBuf, bytes: &[u8]) -> Result<(), String> {
-    std::fs::write(path, bytes).map_err(|e| format!("{}: {e}", path.display()))
+fn write(path: &std::path::Path, bytes: &[u8]) -> Result<(), super::output_file::OutputError> {
+    super::output_file::write_bytes(path, bytes)
 }
 
 /// Runs `cdac mip ...`.

@@ -26,6 +26,8 @@ mod info;
 mod mip;
 pub(crate) mod model;
 mod names;
+mod output_file;
+mod perf_inject;
 mod r2r;
 mod record;
 mod schema;
@@ -63,6 +65,10 @@ enum Command {
     Methods(names::MethodsArgs),
     /// Write a perf map (`START SIZE name`) so that `perf report` names managed frames.
     Perfmap(names::PerfmapArgs),
+    /// Make `perf report` name .NET frames in a perf.data of a process running with W^X on
+    /// (the default): renames its JIT code and image mappings to //anon and writes
+    /// /tmp/perf-PID.map for each live process.
+    PerfInject(perf_inject::PerfInjectArgs),
     /// Write the ReadyToRun PerfMap (.ni.r2rmap) of a ReadyToRun image, offline.
     R2rmap(r2r::R2rmapArgs),
     /// Look RVAs up in a ReadyToRun PerfMap.
@@ -282,6 +288,7 @@ pub fn main() -> i32 {
         Command::Record(args) => record::run_record(args),
         Command::Top(args) => record::run_top(args),
         Command::Schema(args) => schema::run_schema(args),
+        Command::PerfInject(args) => perf_inject::run_perf_inject(args),
     };
     exit_code(result)
 }

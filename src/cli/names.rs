@@ -218,8 +218,12 @@ pub fn run_methods(args: &MethodsArgs) -> CliResult {
     Ok(methods_outcome(errors))
 }
 
-/// True when process `pid` has `path` open (a map the runtime is writing).
-fn open_in_process(pid: i32, path: &Path) -> bool {
+/// True when process `pid` has `path` open (a map the runtime is writing). Only a regular
+/// file can be such a map (every process has /dev/null open, for one).
+pub(crate) fn open_in_process(pid: i32, path: &Path) -> bool {
+    if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     let Ok(want) = std::fs::canonicalize(path) else {
         return false;
     };
@@ -254,8 +258,26 @@ pub fn run_perfmap(args: &PerfmapArgs) -> CliResult {
         }
     }
     let rt = args.target.open(&args.descriptor)?;
-    let (methods, errors) = named_methods(&rt)?;
-    let entries: Vec<PerfMapEntry> = methods
+    let (entries, errors) = perf_map_entries(&rt)?;
+    if to_stdout {
+        let stdout = std::io::stdout();
+        let mut out = std::io::BufWriter::new(stdout.lock());
+        perf_map::write(&mut out, &entries)?;
+        out.flush()?;
+    } else {
+        write_perf_map(&output, &entries)?;
+        status!("wrote {} method(s) to {}", entries.len(), output.display());
+    }
+    Ok(methods_outcome(errors))
+}
+
+/// The entries `cdac perfmap` writes: every method with code, named; and how many parts
+/// of the code could not be read.
+pub(crate) fn perf_map_entries(
+    rt: &Runtime,
+) -> Result<(Vec<PerfMapEntry>, usize), Box<dyn std::error::Error>> {
+    let (methods, errors) = named_methods(rt)?;
+    let entries = methods
         .into_iter()
         .map(|m| PerfMapEntry {
             start: m.entry.start,
@@ -263,26 +285,15 @@ pub fn run_perfmap(args: &PerfmapArgs) -> CliResult {
             name: m.name,
         })
         .collect();
-    if to_stdout {
-        let stdout = std::io::stdout();
-        let mut out = std::io::BufWriter::new(stdout.lock());
-        perf_map::write(&mut out, &entries)?;
-        out.flush()?;
-    } else {
-        // Write beside the target and rename, so that a reader never sees half a map; the
-        // temporary name is this process's own (two runs may write the same map at once).
-        let mut tmp = output.clone().into_os_string();
-        tmp.push(format!(".cdac-tmp-{}", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        {
-            let file =
-                std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-            let mut out = std::io::BufWriter::new(file);
-            perf_map::write(&mut out, &entries)?;
-            out.flush()?;
-        }
-        std::fs::rename(&tmp, &output).map_err(|e| format!("{}: {e}", output.display()))?;
-        status!("wrote {} method(s) to {}", entries.len(), output.display());
-    }
-    Ok(methods_outcome(errors))
+    Ok((entries, errors))
+}
+
+/// Writes a perf map to `path` (a reader never sees half a map: see `output_file`).
+pub(crate) fn write_perf_map(
+    path: &Path,
+    entries: &[PerfMapEntry],
+) -> Result<(), super::output_file::OutputError> {
+    super::output_file::write_with(path, super::output_file::DEFAULT_MODE, |mut out| {
+        Ok(perf_map::write(&mut out, entries)?)
+    })
 }

@@ -96,7 +96,7 @@ pub fn run_r2rmap(args: &R2rmapArgs) -> CliResult {
     let text = report.map.write();
     match &args.output {
         Some(path) if path.as_os_str() != "-" => {
-            std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+            super::output_file::write_bytes(path, text.as_bytes())?;
         }
         _ => super::emit(&text)?,
     }

@@ -457,11 +457,9 @@ pub fn run_record(args: &RecordArgs) -> CliResult {
         s.rate,
         end.sampler
     );
-    let mut file = std::io::BufWriter::new(
-        std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?,
-    );
-    output::write(profiler.profile(), format, &title, &mut file)?;
-    file.flush()?;
+    super::output_file::write_with(&path, super::output_file::DEFAULT_MODE, |out| {
+        Ok(output::write(profiler.profile(), format, &title, out)?)
+    })?;
     summarize(args, &profiler, &end, &path)
 }
 

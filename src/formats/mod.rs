@@ -1,9 +1,10 @@
 //! File formats cdac reads and writes: ECMA-335 metadata (`ecma`), perf maps (`perf_map`),
-//! LLVM MIP profiles (`mip`), ReadyToRun images and their PerfMaps (`r2r`), portable PDBs
-//! (`pdb`).
+//! perf recordings (`perf_data`), LLVM MIP profiles (`mip`), ReadyToRun images and their
+//! PerfMaps (`r2r`), portable PDBs (`pdb`).
 
 pub mod ecma;
 pub mod mip;
 pub mod pdb;
+pub mod perf_data;
 pub mod perf_map;
 pub mod r2r;

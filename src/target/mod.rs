@@ -12,6 +12,7 @@ pub mod callback;
 pub mod core_dump;
 pub mod elf_image;
 mod error;
+pub mod file_bytes;
 pub mod live;
 pub mod perf_sampler;
 mod perf_sys;

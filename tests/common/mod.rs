@@ -5,8 +5,6 @@
 
 #![allow(dead_code)]
 
-pub mod json_schema;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -347,6 +345,17 @@ pub fn start_testbed_piped(
 type PipedStdio = Option<(ChildStdin, ChildStdout)>;
 
 fn spawn_testbed(variant: Variant, extra: &[&str], piped: bool) -> (Testbed, PipedStdio) {
+    spawn_testbed_env(variant, extra, piped, &[])
+}
+
+/// As [`spawn_testbed`], with environment variables set after the defaults (which they
+/// override).
+fn spawn_testbed_env(
+    variant: Variant,
+    extra: &[&str],
+    piped: bool,
+    env: &[(&str, &str)],
+) -> (Testbed, PipedStdio) {
     let exe = testbed_exe(variant);
     // Each testbed of the process has a folder of its own (twins of one variant too).
     static STARTED: AtomicUsize = AtomicUsize::new(0);
@@ -363,6 +372,7 @@ fn spawn_testbed(variant: Variant, extra: &[&str], piped: bool) -> (Testbed, Pip
         .args(extra)
         .env("DOTNET_PerfMapEnabled", "1")
         .env("DOTNET_PerfMapShowOptimizationTiers", "1")
+        .envs(env.iter().copied())
         .stdin(stdio())
         .stdout(stdio())
         .stderr(std::fs::File::create(dir.join("testbed.log")).expect("log"))
@@ -575,4 +585,21 @@ impl CpuWorkload {
 pub fn start_cpu_workload(variant: Variant) -> CpuWorkload {
     let (tb, stdin, stdout) = start_testbed_piped(variant, &["--cpu-workload"]);
     CpuWorkload { tb, stdin, stdout }
+}
+
+/// As [`start_cpu_workload`], with the runtime's own perf map off
+/// (`DOTNET_PerfMapEnabled=0`): for tests of the maps cdac writes.
+pub fn start_cpu_workload_without_perf_map(variant: Variant) -> CpuWorkload {
+    let (tb, stdio) = spawn_testbed_env(
+        variant,
+        &["--cpu-workload"],
+        true,
+        &[("DOTNET_PerfMapEnabled", "0")],
+    );
+    let (stdin, stdout) = stdio.expect("piped stdio");
+    CpuWorkload {
+        tb,
+        stdin,
+        stdout: BufReader::new(stdout),
+    }
 }
