@@ -2,9 +2,11 @@
 
     (gdb) source /path/to/cdac/gdb/cdac.py
 
-Loads libcdac.so (the C ABI, `cargo build --release -p cdac-capi`; `CDAC_LIB` names another
-copy) with ctypes and feeds it memory through gdb itself, so it works the same on a live
-process gdb is attached to and on a core gdb has open. It adds:
+Loads libcdac.so (the C ABI) with ctypes: $CDAC_LIB, else the installed one
+(PREFIX/lib/libcdac.so next to PREFIX/share/cdac/gdb/cdac.py, `scripts/install`), else the
+repository's `target/release/libcdac.so` (`cargo build --release -p cdac-capi`). It feeds
+it memory through gdb itself, so it works the same on a live process gdb is attached to and
+on a core gdb has open. It adds:
 
   * a frame unwinder: a frame in managed code (JIT'ed or ReadyToRun) is unwound with the
     runtime's own unwind info, so `bt` goes through managed frames into the native ones
@@ -77,10 +79,44 @@ READ_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_uint64,
                            ctypes.POINTER(ctypes.c_uint8), ctypes.c_size_t)
 
 
-def _library():
+def _library_candidates():
+    """Where libcdac.so may be, in order: $CDAC_LIB; the installed layout (scripts/install:
+    PREFIX/share/cdac/gdb/cdac.py -> PREFIX/lib/libcdac.so, only when this file sits in
+    such a share/cdac/ folder); the repository's release build (gdb/cdac.py ->
+    target/release/libcdac.so)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.environ.get("CDAC_LIB") or os.path.join(here, "..", "target", "release", "libcdac.so")
-    lib = ctypes.CDLL(path)
+    paths = []
+    if os.environ.get("CDAC_LIB"):
+        paths.append(os.environ["CDAC_LIB"])
+    share = os.path.dirname(os.path.dirname(here))
+    if os.path.basename(share) == "share" and os.path.basename(os.path.dirname(here)) == "cdac":
+        paths.append(os.path.join(os.path.dirname(share), "lib", "libcdac.so"))
+    paths.append(os.path.normpath(os.path.join(here, "..", "target", "release", "libcdac.so")))
+    return paths
+
+
+def _load_library():
+    """The first of the candidates that loads; an error naming every place looked at."""
+    tried = []
+    for path in _library_candidates():
+        if not os.path.exists(path):
+            tried.append("%s (not found)" % path)
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+            continue
+        if os.environ.get("CDAC_LIB") and path != os.environ["CDAC_LIB"]:
+            print("cdac: CDAC_LIB not loaded (%s); using %s" % (tried[0], path))
+        return lib
+    raise gdb.GdbError("cdac: cannot load libcdac.so; looked at: %s. Install it with "
+                       "`scripts/install`, build it with `cargo build --release -p cdac-capi`, "
+                       "or set CDAC_LIB" % "; ".join(tried))
+
+
+def _library():
+    lib = _load_library()
     h, hp = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
     size_p = ctypes.POINTER(ctypes.c_size_t)
     sigs = {

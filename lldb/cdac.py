@@ -2,14 +2,16 @@
 
     (lldb) command script import /path/to/cdac/lldb/cdac.py
 
-Loads libcdac.so (the C ABI, `cargo build --release -p cdac-capi`; `CDAC_LIB` names another
-copy) with ctypes and feeds it memory through lldb itself (`SBProcess.ReadMemory`), so it
-works the same on a live process (`lldb -p PID`) and on a core (`lldb -c CORE EXE`). The
-mapped files cdac needs (libcoreclr.so above all) come from lldb: its memory regions where
-they carry file names (live processes), placed in the file by the modules' PT_LOAD
-segments, else those segments alone (cores). Memory a core left out is read from lldb's
-module files, or, for the runtime's assemblies (gcore keeps no file-backed pages and lldb 14
-does not read the files a core's NT_FILE note names), from the assembly's file.
+Loads libcdac.so (the C ABI) with ctypes: $CDAC_LIB, else the installed one
+(PREFIX/lib/libcdac.so next to PREFIX/share/cdac/lldb/cdac.py, `scripts/install`), else the
+repository's `target/release/libcdac.so` (`cargo build --release -p cdac-capi`). It feeds it
+memory through lldb itself (`SBProcess.ReadMemory`), so it works the same on a live process
+(`lldb -p PID`) and on a core (`lldb -c CORE EXE`). The mapped files cdac needs
+(libcoreclr.so above all) come from lldb: its memory regions where they carry file names
+(live processes), placed in the file by the modules' PT_LOAD segments, else those segments
+alone (cores). Memory a core left out is read from lldb's module files, or, for the
+runtime's assemblies (gcore keeps no file-backed pages and lldb 14 does not read the files a
+core's NT_FILE note names), from the assembly's file.
 
 lldb 14 has no Python frame unwinder and no frame decorator, so `bt` cannot be changed.
 Its own unwinder follows the frame-pointer chain through JIT'ed code, which passes most
@@ -82,18 +84,48 @@ READ_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.c_uint64,
 _LIB = None
 
 
+def _library_candidates():
+    """Where libcdac.so may be, in order: $CDAC_LIB; the installed layout (scripts/install:
+    PREFIX/share/cdac/lldb/cdac.py -> PREFIX/lib/libcdac.so, only when this file sits in
+    such a share/cdac/ folder); the repository's release build (lldb/cdac.py ->
+    target/release/libcdac.so)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = []
+    if os.environ.get("CDAC_LIB"):
+        paths.append(os.environ["CDAC_LIB"])
+    share = os.path.dirname(os.path.dirname(here))
+    if os.path.basename(share) == "share" and os.path.basename(os.path.dirname(here)) == "cdac":
+        paths.append(os.path.join(os.path.dirname(share), "lib", "libcdac.so"))
+    paths.append(os.path.normpath(os.path.join(here, "..", "target", "release", "libcdac.so")))
+    return paths
+
+
+def _load_library():
+    """The first of the candidates that loads; an error naming every place looked at."""
+    tried = []
+    for path in _library_candidates():
+        if not os.path.exists(path):
+            tried.append("%s (not found)" % path)
+            continue
+        try:
+            so = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+            continue
+        if os.environ.get("CDAC_LIB") and path != os.environ["CDAC_LIB"]:
+            print("cdac: CDAC_LIB not loaded (%s); using %s" % (tried[0], path))
+        return so
+    raise CdacError("cannot load libcdac.so; looked at: %s. Install it with `scripts/install`, "
+                    "build it with `cargo build --release -p cdac-capi`, or set CDAC_LIB"
+                    % "; ".join(tried))
+
+
 def lib():
-    """libcdac.so, loaded on first use ($CDAC_LIB, else ../target/release/ from here)."""
+    """libcdac.so, loaded on first use (where: _library_candidates)."""
     global _LIB
     if _LIB is not None:
         return _LIB
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.environ.get("CDAC_LIB") or os.path.join(here, "..", "target", "release", "libcdac.so")
-    try:
-        so = ctypes.CDLL(path)
-    except OSError as e:
-        raise CdacError("cannot load %s (%s): build it with `cargo build --release -p "
-                        "cdac-capi` or set CDAC_LIB" % (path, e))
+    so = _load_library()
     h, hp = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
     size_p = ctypes.POINTER(ctypes.c_size_t)
     sigs = {
