@@ -15,8 +15,8 @@ use clap::Args;
 use serde::Serialize;
 
 use super::names::{open_in_process, perf_map_entries, write_perf_map};
-use super::{CliResult, Outcome};
 use super::output_file;
+use super::{CliResult, Outcome};
 use cdac::formats::perf_data::{self, PidRewrites, RewriteOptions, RewritePlan};
 use cdac::runtime::{OpenOptions, Runtime, RuntimeError};
 use cdac::target::file_bytes::FileBytes;

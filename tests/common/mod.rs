@@ -162,6 +162,12 @@ pub enum Variant {
     /// .NET 10.0.14 with the ReadyToRun library and part of the framework in one composite
     /// image.
     Net10Composite,
+    /// The newest .NET 10 patch served here (10.0.15): no shipped file was made from it.
+    Net10Latest,
+    /// The newest .NET 9 patch served here (9.0.23).
+    Net9Latest,
+    /// The newest .NET 8 patch served here (8.0.34).
+    Net8Latest,
 }
 
 impl Variant {
@@ -176,6 +182,9 @@ impl Variant {
             Variant::Net8 => "net8",
             Variant::Net8_0_0 => "net8.0.0",
             Variant::Net10Composite => "net10-composite",
+            Variant::Net10Latest => "net10-latest",
+            Variant::Net9Latest => "net9-latest",
+            Variant::Net8Latest => "net8-latest",
         }
     }
 
@@ -186,6 +195,9 @@ impl Variant {
             Variant::Net9 => "9.0.22",
             Variant::Net8 => "8.0.33",
             Variant::Net8_0_0 => "8.0.0",
+            Variant::Net10Latest => "10.0.15",
+            Variant::Net9Latest => "9.0.23",
+            Variant::Net8Latest => "8.0.34",
         }
     }
 
@@ -196,6 +208,9 @@ impl Variant {
             Variant::Net8 => 2,
             Variant::Net8_0_0 => 3,
             Variant::Net10Composite => 4,
+            Variant::Net10Latest => 5,
+            Variant::Net9Latest => 6,
+            Variant::Net8Latest => 7,
         }
     }
 }
@@ -314,13 +329,7 @@ pub fn testbed() -> &'static Testbed {
 /// The shared testbed of a variant: built if needed, started once per test binary, and
 /// stopped when the test process exits (the testbed polls its parent).
 pub fn testbed_of(variant: Variant) -> &'static Testbed {
-    static TESTBEDS: [OnceLock<Testbed>; 5] = [
-        OnceLock::new(),
-        OnceLock::new(),
-        OnceLock::new(),
-        OnceLock::new(),
-        OnceLock::new(),
-    ];
+    static TESTBEDS: [OnceLock<Testbed>; 8] = [const { OnceLock::new() }; 8];
     TESTBEDS[variant.index()].get_or_init(|| start_testbed(variant, &[]))
 }
 
