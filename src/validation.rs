@@ -72,20 +72,19 @@ impl ValidationReport {
             .filter(|c| c.status == CheckStatus::Failed)
     }
 
-    /// One line per failed check, naming it and the shipped values it covers: what a
-    /// command prints as a warning.
+    /// One line per failed check that covers values `cdac` added, naming it and those
+    /// values: what a command prints as a warning. (A check that fails on values the
+    /// runtime describes itself is shown by `cdac info`, but is not a warning about cdac's
+    /// descriptors.)
     pub fn warnings(&self) -> Vec<String> {
         self.failed()
+            .filter(|c| !c.covers_shipped.is_empty())
             .map(|c| {
                 format!(
-                    "check {} failed on this runtime build: {}; the values it covers may be wrong here: {}",
+                    "check {} failed on this runtime build: {}; the values cdac added that it covers may be wrong here: {}",
                     c.name,
                     c.detail,
-                    if c.covers_shipped.is_empty() {
-                        c.covers.join(", ")
-                    } else {
-                        c.covers_shipped.join(", ")
-                    }
+                    c.covers_shipped.join(", ")
                 )
             })
             .collect()
@@ -350,13 +349,16 @@ fn validate_once(rt: &Runtime) -> ValidationReport {
 }
 
 /// Every field (`Type.Field`), type size (`Type`) and global (`global Name`) whose value
-/// came from a shipped descriptor or overlay rather than the runtime.
+/// came from a shipped descriptor or overlay (or a `--descriptor` file) rather than the
+/// runtime.
 fn shipped_values(rt: &Runtime) -> BTreeSet<String> {
     let d = rt.descriptor();
     let overlays: HashSet<&str> = rt.overlays().iter().map(|o| o.name.as_str()).collect();
-    let whole_shipped = matches!(
+    // A shipped descriptor, or a file given with `--descriptor`, stands for the whole
+    // description: none of it is the runtime's own word.
+    let whole_shipped = !matches!(
         rt.descriptor_source(),
-        crate::runtime::DescriptorSource::Shipped { .. }
+        crate::runtime::DescriptorSource::Embedded { .. }
     );
     // Layouts every runtime shares by file format (the `formats` overlay) are not the
     // runtime's to get wrong; everything else a shipped file gave is.
