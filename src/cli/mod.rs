@@ -31,6 +31,7 @@ mod record;
 mod schema;
 mod stacks;
 mod threads;
+mod tiers;
 
 use std::path::PathBuf;
 
