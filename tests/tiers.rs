@@ -8,6 +8,8 @@
 //!   of every code version it logged, by code start;
 //! * ClrMD (the runtime's own DAC) on the full dumps: a method's `NativeCode` is the code of
 //!   its current version (the DAC's `GetMethodDescData`);
+//! * SOS's `dumpmd` (`dotnet-dump analyze`, the DAC again) on the full dumps: each method's
+//!   versions (node, code, tier) and its current code;
 //! * the testbed's manifest: the parked `spin` thread's loop method (entered through
 //!   on-stack replacement), the precompiled methods, the CPU workload's loop methods once
 //!   the perf map shows them at tier 1.
@@ -415,6 +417,141 @@ fn check_current_against_clrmd(variant: Variant) {
     assert!(agreed > 2000, "{}: only {agreed} compared", variant.name());
 }
 
+/// `dotnet-dump` (SOS over the runtime's own DAC), installed by scripts/tools-setup.
+fn dotnet_dump() -> std::path::PathBuf {
+    let out = Command::new(common::repo().join("scripts/tools-setup"))
+        .stderr(std::process::Stdio::null())
+        .output()
+        .expect("run scripts/tools-setup");
+    assert!(out.status.success(), "scripts/tools-setup failed");
+    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    std::path::PathBuf::from(dir).join("dotnet-dump")
+}
+
+/// One method as SOS's `dumpmd` prints it: its current code (0 for none), and each version's code
+/// (0 when not compiled), tier and `NativeCodeVersionNode` (0 for the default one).
+#[derive(Debug)]
+struct SosMethod {
+    current: u64,
+    versions: Vec<(u64, Tier, u64)>,
+}
+
+/// `dumpmd` of each MethodDesc, in one `dotnet-dump analyze` session on `dump`.
+fn sos_dumpmd(dump: &std::path::Path, mds: &[u64]) -> Vec<SosMethod> {
+    let mut cmd = Command::new(dotnet_dump());
+    cmd.arg("analyze").arg(dump);
+    for md in mds {
+        cmd.args(["-c", &format!("dumpmd {md:#x}")]);
+    }
+    let out = cmd.args(["-c", "exit"]).output().expect("run dotnet-dump");
+    assert!(
+        out.status.success(),
+        "dotnet-dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hex_of = |s: &str| u64::from_str_radix(s.trim(), 16).expect("SOS hex");
+    // Each command's answer starts with its "Method Name:" line.
+    let answers: Vec<&str> = text.split("Method Name:").skip(1).collect();
+    assert_eq!(answers.len(), mds.len(), "one dumpmd answer per MethodDesc");
+    answers
+        .iter()
+        .map(|a| {
+            let mut m = SosMethod {
+                current: 0,
+                versions: Vec::new(),
+            };
+            let mut code = None;
+            for line in a.lines().map(str::trim) {
+                if let Some(v) = line.strip_prefix("Current CodeAddr:") {
+                    // -1 when the current version has no code: 0, as cdac's `None`.
+                    m.current = Some(hex_of(v)).filter(|&c| c != u64::MAX).unwrap_or(0);
+                } else if let Some(v) = line.strip_prefix("CodeAddr:") {
+                    let (addr, tier) = v.trim().split_once(' ').expect("CodeAddr ADDR (TIER)");
+                    let tier = tier.trim().trim_start_matches('(').trim_end_matches(')');
+                    let tier = Tier::from_sos(tier).unwrap_or_else(|| panic!("SOS tier {tier}"));
+                    code = Some((hex_of(addr), tier));
+                } else if let Some(v) = line.strip_prefix("NativeCodeVersion:") {
+                    let (addr, tier) = code.take().expect("CodeAddr before NativeCodeVersion");
+                    m.versions.push((addr, tier, hex_of(v)));
+                }
+            }
+            m
+        })
+        .collect()
+}
+
+/// On a full dump, SOS's `dumpmd` (the runtime's DAC) and the CodeVersions contract list
+/// the same versions of each method (node, code, tier) and the same current code: for every
+/// method with several versions and every eighth of the others.
+fn check_against_sos(variant: Variant) {
+    let tb = testbed_of(variant);
+    settle(tb);
+    let dump = tb.dump("full");
+    let blocks = methods(tb, Source::Dump("full"));
+    let mut per_md: BTreeMap<u64, usize> = BTreeMap::new();
+    for b in &blocks {
+        *per_md.entry(b.method_desc).or_default() += 1;
+    }
+    let mds: Vec<u64> = per_md
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, &n))| n > 1 || i % 8 == 0)
+        .map(|(_, (&md, _))| md)
+        .collect();
+    let sos = sos_dumpmd(&dump, &mds);
+
+    let rt = Source::Dump("full").open(tb);
+    let (t, d) = (rt.target(), rt.descriptor());
+    let em = execution_manager(t, d).expect("execution manager");
+    let is_r2r = |code: u64| {
+        em.code_block(code)
+            .ok()
+            .flatten()
+            .is_some_and(|b| b.jit_type == JitType::R2r)
+    };
+    let mut cv = CodeVersions::new(t, d).expect("CodeVersions");
+    let flags = MethodNamer::for_runtime(&rt).impl_flags(&mds);
+    let (mut versions, mut multi) = (0, 0);
+    for ((&md, s), impl_flags) in mds.iter().zip(&sos).zip(flags) {
+        let ours = cv.versions(md, impl_flags, &is_r2r).expect("versions");
+        let mut want: Vec<(u64, Tier, u64)> = ours
+            .versions
+            .iter()
+            .filter_map(|v| Some((v.code?, v.tier, v.node.unwrap_or(0))))
+            .collect();
+        let mut got: Vec<(u64, Tier, u64)> =
+            s.versions.iter().copied().filter(|v| v.0 != 0).collect();
+        want.sort_unstable_by_key(|v| (v.0, v.2));
+        got.sort_unstable_by_key(|v| (v.0, v.2));
+        // SOS prints at most 10 versions; none of the testbed's methods has more.
+        assert_eq!(got, want, "{}: MethodDesc {md:#x}", variant.name());
+        let current = ours
+            .versions
+            .iter()
+            .find(|v| v.current == Some(true))
+            .and_then(|v| v.code);
+        assert_eq!(
+            current.unwrap_or(0),
+            s.current,
+            "{}: MethodDesc {md:#x}'s current code",
+            variant.name()
+        );
+        versions += got.len();
+        multi += usize::from(got.len() > 1);
+    }
+    eprintln!(
+        "{}: SOS and cdac agree on {} methods ({multi} with several versions), {versions} versions",
+        variant.name(),
+        mds.len()
+    );
+    assert!(
+        multi > 300,
+        "{}: {multi} methods with several versions",
+        variant.name()
+    );
+}
+
 /// The CPU workload's loop methods, once the perf map shows them at tier 1: the version
 /// cdac marks current is that tier-1 code (the perf map's tier for the same start).
 fn check_cpu_workload(variant: Variant) {
@@ -512,6 +649,21 @@ fn net9_current_agrees_with_clrmd() {
 #[test]
 fn net8_current_agrees_with_clrmd() {
     check_current_against_clrmd(Variant::Net8);
+}
+
+#[test]
+fn net10_full_dump_agrees_with_sos() {
+    check_against_sos(Variant::Net10);
+}
+
+#[test]
+fn net9_full_dump_agrees_with_sos() {
+    check_against_sos(Variant::Net9);
+}
+
+#[test]
+fn net8_full_dump_agrees_with_sos() {
+    check_against_sos(Variant::Net8);
 }
 
 #[test]
