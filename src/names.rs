@@ -332,6 +332,39 @@ impl<'t> MethodNamer<'t> {
         None
     }
 
+    /// The metadata `ImplFlags` of each MethodDesc's method (`NoOptimization`,
+    /// `AggressiveOptimization`, ...), in order: 0 for dynamic and array methods, which have
+    /// no MethodDef; `None` when the MethodDesc or its module's metadata cannot be read.
+    /// Each module's metadata is parsed once per call.
+    pub fn impl_flags(&mut self, mds: &[u64]) -> Vec<Option<u16>> {
+        let infos: Vec<Option<MethodDescInfo>> = mds
+            .iter()
+            .map(|&md| method_desc_info(self.target, self.descriptor, md).ok())
+            .collect();
+        let mut wanted = BTreeSet::new();
+        for info in infos.iter().flatten() {
+            self.ensure_loaded(info.module);
+            wanted.insert(info.module);
+        }
+        let ctx = Ctx::new(self, &wanted, false);
+        infos
+            .iter()
+            .map(|info| {
+                let info = info.as_ref()?;
+                if matches!(
+                    info.classification,
+                    MethodClassification::Dynamic | MethodClassification::Array
+                ) {
+                    return Some(0);
+                }
+                let md = ctx.metadata(info.module).ok()?;
+                md.method_def(info.token & 0x00FF_FFFF)
+                    .ok()
+                    .map(|row| row.impl_flags)
+            })
+            .collect()
+    }
+
     /// `[module] <token 0x06000123>`.
     fn fallback(&self, info: &MethodDescInfo) -> String {
         let label = self.module_label(info.module);

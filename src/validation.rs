@@ -318,6 +318,28 @@ fn validate_once(rt: &Runtime) -> ValidationReport {
         check_code(rt, &samples, &modules, JitType::R2r),
     );
     run(
+        "code-versions",
+        "the code versions of sampled JIT'ed methods: the code each address is in is one of its method's versions, every explicit version's code resolves back to that method, every tier is known, and at most one version is current",
+        &[
+            "MethodDesc.CodeData",
+            "MethodDescCodeData.*",
+            "MethodDescVersioningState.*",
+            "NativeCodeVersionNode.*",
+            "ILCodeVersioningState.*",
+            "Module.MethodDefToILCodeVersioningStateMap",
+            "ModuleLookupMap.*",
+            "AppDomain.MethodDescVersioningStates",
+            "AppDomain.ILCodeVersioningStates",
+            "SHash.*",
+            "LoaderAllocator.CallCountingManager",
+            "CallCountingManager.*",
+            "CallCountingInfo.*",
+            "global CallCountingStageDisabled",
+            "MethodDesc.Flags3AndTokenRemainder",
+        ],
+        check_code_versions(rt, &samples),
+    );
+    run(
         "exception-objects",
         "every exception in flight is of a type that descends from Exception, with a String message (when set), a failure HResult and an exception inside",
         &[
@@ -1025,6 +1047,68 @@ fn jit_heap_samples(rt: &Runtime) -> Vec<u64> {
         node = f.ptr(node, "CodeHeapListNode", "Next").unwrap_or(0);
     }
     out
+}
+
+fn check_code_versions(rt: &Runtime, samples: &[u64]) -> Outcome {
+    use crate::contracts::code_versions::{CodeVersions, Tier};
+    let (t, d) = (rt.target(), rt.descriptor());
+    let em = execution_manager(t, d)?;
+    let mut cv = CodeVersions::new(t, d)?;
+    let (mut methods, mut versions) = (0, 0);
+    for &ip in samples {
+        let Some(b) = em.code_block(ip)? else {
+            continue;
+        };
+        if b.jit_type != JitType::Jit || methods >= 8 {
+            continue;
+        }
+        let Some(at) = cv.version_at(b.method_desc, b.start, false, None)? else {
+            return Err(fail(format!(
+                "the code at {:#x} is none of MethodDesc {:#x}'s versions",
+                b.start, b.method_desc
+            )));
+        };
+        if at.tier == Tier::Unknown {
+            return Err(fail(format!(
+                "the tier of the code at {:#x} (MethodDesc {:#x}) cannot be told",
+                b.start, b.method_desc
+            )));
+        }
+        let all = cv.versions(b.method_desc, None, &|_| false)?;
+        let current = all
+            .versions
+            .iter()
+            .filter(|v| v.current == Some(true))
+            .count();
+        if current > 1 {
+            return Err(fail(format!(
+                "MethodDesc {:#x} has {current} current versions",
+                b.method_desc
+            )));
+        }
+        for v in all.versions.iter().filter(|v| v.node.is_some()) {
+            let Some(code) = v.code else { continue };
+            match em.code_block(code)? {
+                Some(c) if c.method_desc == b.method_desc && c.start == code => {}
+                other => {
+                    return Err(fail(format!(
+                        "version node {:#x} of MethodDesc {:#x} has code {code:#x}, which resolves to {:?}",
+                        v.node.unwrap_or(0),
+                        b.method_desc,
+                        other.map(|c| (c.method_desc, c.start))
+                    )))
+                }
+            }
+            versions += 1;
+        }
+        methods += 1;
+    }
+    if methods == 0 {
+        return Err(Stop::Skip("no JIT'ed code sampled".into()));
+    }
+    Ok(format!(
+        "{methods} methods: their code is one of their versions, with a known tier; {versions} explicit versions resolve back to them"
+    ))
 }
 
 fn check_exceptions(

@@ -291,11 +291,17 @@ fn damaged_dumps_give_bounded_typed_results() {
     ip2md_addrs.push("0x1000".into()); // not managed code: an error entry, not a failure
     let cmds = commands(&ip2md_addrs, &eh_addr);
 
-    // Every command succeeds on the intact dump.
+    // Every command succeeds on the intact dump; ip2md answers all but 0x1000, which it
+    // names (exit 1: one item not answered).
     let intact = run_all(&cmds, &dump, &work, "intact");
     for (cmd, o) in cmds.iter().zip(&intact) {
+        let answered = if cmd.label.starts_with("ip2md") {
+            o.exit == Some(1) && o.stderr.contains("1 of 11 address(es) not answered")
+        } else {
+            o.ok()
+        };
         assert!(
-            o.ok() && o.bounded().is_ok(),
+            answered && o.bounded().is_ok(),
             "{} on the intact dump: {o:?}",
             cmd.label
         );

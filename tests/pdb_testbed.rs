@@ -129,8 +129,8 @@ const CALLS: &[(&str, &str, &str, &str, &str, &str)] = &[
         "Cdac.Testbed.Crash",
         "CrashOuter",
         "static void CrashOuter(",
-        "CrashInner",
-        "CrashInner();",
+        "CrashMiddle",
+        "CrashMiddle();",
     ),
     (
         "Crash.cs",

@@ -7,7 +7,8 @@ use clap::Args;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::model::{Addr, Method, Unanswered};
+use super::model::{Addr, Method, Tier, Unanswered};
+use super::tiers;
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 use cdac::contracts::execution_manager::exception_clauses::ExceptionClause;
 use cdac::contracts::execution_manager::{execution_manager, CodeBlock, ExecutionManager};
@@ -148,6 +149,9 @@ pub fn ip2md(
             jit_type: b.jit_type.as_str().to_string(),
             cold_start: region.and_then(|r| r.cold_start).map(Addr),
             cold_size: region.map(|r| r.cold_size),
+            // Filled in for a batch of answers (`run_ip2md`).
+            tier: Tier::Unknown,
+            current: None,
         },
         relative_offset: b.relative_offset,
         gc_info: gc.map(|g| Addr(g.address)),
@@ -210,10 +214,30 @@ pub fn run_ip2md(args: &Ip2mdArgs) -> CliResult {
         .map(|r| r.method.method_desc.0)
         .collect();
     let mut names = namer.names(&mds).into_iter();
+    let blocks: Vec<tiers::Block> = found
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .map(|r| tiers::Block {
+            method_desc: r.method.method_desc.0,
+            start: r.method.start.0,
+            ready_to_run: r.method.jit_type == "r2r",
+        })
+        .collect();
+    let mut tiers = tiers::tiers(&rt, &mut namer, &blocks).into_iter();
     let results: Vec<Ip2mdItem> = found
         .into_iter()
         .map(|r| match r {
             Ok(mut r) => {
+                match tiers.next() {
+                    Some(Ok((tier, current))) => {
+                        r.method.tier = tier;
+                        r.method.current = current;
+                    }
+                    Some(Err(e)) => {
+                        r.errors.insert("tier".into(), e);
+                    }
+                    None => {}
+                }
                 r.method.name = names.next();
                 r.method.module = namer
                     .module_of(r.method.method_desc.0)
@@ -274,6 +298,12 @@ fn print_ip2md(item: &Ip2mdItem) -> Result<(), Box<dyn std::error::Error>> {
         r.relative_offset,
         m.jit_type
     );
+    let current = match m.current {
+        Some(true) => "current",
+        Some(false) => "not current",
+        None => "current: unknown",
+    };
+    out!("  tier            {} ({current})", tiers::tier_name(m.tier));
     out!(
         "  hot size        {}",
         m.size.map(|s| s.to_string()).unwrap_or_else(dash)

@@ -33,6 +33,7 @@ mod record;
 mod schema;
 mod stacks;
 mod threads;
+mod tiers;
 
 use std::path::PathBuf;
 

@@ -267,6 +267,52 @@ pub struct Method {
     pub cold_start: Option<Addr>,
     /// Bytes of cold code (0 when not split).
     pub cold_size: Option<u64>,
+    /// The code version's optimization tier (`unknown` when it cannot be told).
+    pub tier: Tier,
+    /// The code version is the method's current one, the code its new calls run (`null`
+    /// when that cannot be told).
+    pub current: Option<bool>,
+}
+
+/// The optimization tier of a code version, in the terms of SOS's `dumpmd`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// Tier 0 (jitted quickly, call counted).
+    QuickJitted,
+    /// Tier 0, instrumented for profile-guided optimization.
+    QuickJittedInstrumented,
+    /// Tier 1 (rejitted optimized once hot).
+    OptimizedTier1,
+    /// Tier 1, instrumented.
+    OptimizedTier1Instrumented,
+    /// On-stack replacement code (entered from a loop of tier-0 code).
+    OptimizedTier1Osr,
+    /// Jitted optimized, without tiering.
+    Optimized,
+    /// Jitted with optimizations disabled.
+    MinOptJitted,
+    /// Precompiled (ReadyToRun).
+    ReadyToRun,
+    /// Not determinable from the target.
+    Unknown,
+}
+
+impl From<cdac::contracts::code_versions::Tier> for Tier {
+    fn from(t: cdac::contracts::code_versions::Tier) -> Tier {
+        use cdac::contracts::code_versions::Tier as T;
+        match t {
+            T::QuickJitted => Tier::QuickJitted,
+            T::QuickJittedInstrumented => Tier::QuickJittedInstrumented,
+            T::OptimizedTier1 => Tier::OptimizedTier1,
+            T::OptimizedTier1Instrumented => Tier::OptimizedTier1Instrumented,
+            T::OptimizedTier1Osr => Tier::OptimizedTier1Osr,
+            T::Optimized => Tier::Optimized,
+            T::MinOptJitted => Tier::MinOptJitted,
+            T::ReadyToRun => Tier::ReadyToRun,
+            T::Unknown => Tier::Unknown,
+        }
+    }
 }
 
 /// A loaded module.

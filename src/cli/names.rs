@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 
-use super::model::{nonzero, Addr, Method, Module};
+use super::model::{nonzero, Addr, Method, Module, Tier};
+use super::tiers;
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs, UsageError};
 use cdac::contracts::execution_manager::enumerate::{enumerate_code, CodeEntry};
+use cdac::contracts::execution_manager::JitType;
 use cdac::contracts::loader;
 use cdac::formats::perf_map::{self, PerfMapEntry};
 use cdac::names::MethodNamer;
@@ -37,7 +39,7 @@ pub struct MethodsArgs {
     #[arg(long, value_name = "REGEX")]
     filter: Option<String>,
     /// Print a JSON array of objects with `start`, `size`, `method_desc`, `name`,
-    /// `jit_type`, `module`.
+    /// `jit_type`, `module`, `tier`, `current`.
     #[arg(long)]
     json: bool,
 }
@@ -125,8 +127,32 @@ struct NamedEntry {
     module: String,
 }
 
-/// Every method with code, named, and how many parts of the code could not be read.
-fn named_methods(rt: &Runtime) -> Result<(Vec<NamedEntry>, usize), Box<dyn std::error::Error>> {
+/// The tier and `current` of each entry's code version (unknown where they cannot be
+/// read; a warning says why when no tier can be read at all).
+fn entry_tiers(
+    rt: &Runtime,
+    namer: &mut MethodNamer<'_>,
+    entries: &[NamedEntry],
+) -> Vec<(Tier, Option<bool>)> {
+    let blocks: Vec<tiers::Block> = entries
+        .iter()
+        .map(|m| tiers::Block {
+            method_desc: m.entry.method_desc,
+            start: m.entry.start,
+            ready_to_run: m.entry.jit_type == JitType::R2r,
+        })
+        .collect();
+    tiers::tiers(rt, namer, &blocks)
+        .into_iter()
+        .map(|r| r.unwrap_or((Tier::Unknown, None)))
+        .collect()
+}
+
+/// Every method with code, named, how many parts of the code could not be read, and the
+/// namer (its modules' metadata stays loaded).
+type Named<'r> = (Vec<NamedEntry>, usize, MethodNamer<'r>);
+
+fn named_methods(rt: &Runtime) -> Result<Named<'_>, Box<dyn std::error::Error>> {
     let (t, d) = (rt.target(), rt.descriptor());
     let en = enumerate_code(t, d)?;
     for e in en.errors.iter().take(10) {
@@ -155,7 +181,7 @@ fn named_methods(rt: &Runtime) -> Result<(Vec<NamedEntry>, usize), Box<dyn std::
             }
         })
         .collect();
-    Ok((named, errors))
+    Ok((named, errors, namer))
 }
 
 /// The outcome of a command that lists every method: partial when parts of the code could
@@ -179,15 +205,17 @@ pub fn run_methods(args: &MethodsArgs) -> CliResult {
         .transpose()
         .map_err(|e| UsageError(format!("--filter: {e}")))?;
     let rt = args.target.open(&args.descriptor)?;
-    let (all, errors) = named_methods(&rt)?;
+    let (all, errors, mut namer) = named_methods(&rt)?;
     let methods: Vec<NamedEntry> = all
         .into_iter()
         .filter(|m| filter.as_ref().is_none_or(|f| f.is_match(&m.name)))
         .collect();
+    let tiers = entry_tiers(&rt, &mut namer, &methods);
     if args.json {
         let list: Vec<Method> = methods
             .iter()
-            .map(|m| Method {
+            .zip(&tiers)
+            .map(|(m, &(tier, current))| Method {
                 method_desc: Addr(m.entry.method_desc),
                 name: Some(m.name.clone()),
                 module: (!m.module.is_empty()).then(|| m.module.clone()),
@@ -196,6 +224,8 @@ pub fn run_methods(args: &MethodsArgs) -> CliResult {
                 jit_type: m.entry.jit_type.as_str().to_string(),
                 cold_start: m.entry.cold_start.map(Addr),
                 cold_size: Some(m.entry.cold_size),
+                tier,
+                current,
             })
             .collect();
         super::emit_json(&list)?;
@@ -203,13 +233,15 @@ pub fn run_methods(args: &MethodsArgs) -> CliResult {
     }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    for m in &methods {
+    for (m, &(tier, current)) in methods.iter().zip(&tiers) {
         writeln!(
             out,
-            "{} {:>6} {:<3} {}",
+            "{} {:>6} {:<3} {} {:<28} {}",
             hex(m.entry.start),
             m.entry.size,
             m.entry.jit_type.as_str(),
+            tiers::current_mark(current),
+            tiers::tier_name(tier),
             m.name
         )?;
     }
@@ -276,7 +308,7 @@ pub fn run_perfmap(args: &PerfmapArgs) -> CliResult {
 pub(crate) fn perf_map_entries(
     rt: &Runtime,
 ) -> Result<(Vec<PerfMapEntry>, usize), Box<dyn std::error::Error>> {
-    let (methods, errors) = named_methods(rt)?;
+    let (methods, errors, _) = named_methods(rt)?;
     let entries = methods
         .into_iter()
         .map(|m| PerfMapEntry {

@@ -5,6 +5,7 @@
 //! implemented here, or to a typed "unsupported contract version" error. The specs, in
 //! our own words, are in `contracts/` at the top of the repository.
 
+pub mod code_versions;
 pub mod debug_info;
 pub mod exception_trace;
 pub mod execution_manager;
