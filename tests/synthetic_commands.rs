@@ -49,13 +49,19 @@ fn cdac_json(command: &str, from: Source<'_>, extra: &[String]) -> Value {
         .output()
         .expect("run cdac");
     let stderr = String::from_utf8_lossy(&out.stderr);
+    // ip2md is asked about a thunk too: that address is answered as not managed code,
+    // which its exit code says (1, "1 of N address(es) not answered").
+    let partial_ok = command == "ip2md"
+        && out.status.code() == Some(1)
+        && stderr.contains("1 of ")
+        && stderr.contains("not answered");
     assert!(
-        out.status.success(),
+        out.status.success() || partial_ok,
         "{} cdac {command}: {stderr}",
         from.what()
     );
     assert!(
-        !stderr.contains("WARN") && !stderr.contains("warning"),
+        !stderr.contains("WARN") && !stderr.contains("warning:"),
         "{} cdac {command} warned: {stderr}",
         from.what()
     );
@@ -118,21 +124,27 @@ fn check_threads(host: &SyntheticHost, from: Source<'_>) {
     assert_eq!(want[0]["os_id"].as_i64(), Some(i64::from(host.pid)));
     for (g, w) in got.iter().zip(want) {
         let id = &w["managed_id"];
+        // One thread shape for every command: the runtime's side under `managed`.
+        let m = &g["managed"];
         assert_eq!(
-            hex(&g["address"]),
+            hex(&m["address"]),
             hex(&w["address"]),
             "{what}: thread {id}"
         );
-        assert_eq!(g["managed_id"], w["managed_id"], "{what}");
+        assert_eq!(m["managed_id"], w["managed_id"], "{what}");
         assert_eq!(g["os_id"], w["os_id"], "{what}: thread {id}");
         assert!(
             Path::new(&format!("/proc/{}/task/{}", host.pid, w["os_id"])).exists(),
             "thread {id}'s OS id is one of the host's threads"
         );
-        assert_eq!(g["state"], w["state"], "{what}: thread {id}");
-        assert_eq!(g["finalizer"], w["finalizer"], "{what}: thread {id}");
-        assert_eq!(g["frames_error"], Value::Null, "{what}: thread {id}");
-        let frames = g["frames"].as_array().unwrap();
+        assert_eq!(
+            hex(&m["state"]["value"]),
+            hex(&w["state"]),
+            "{what}: thread {id}"
+        );
+        assert_eq!(m["finalizer"], w["finalizer"], "{what}: thread {id}");
+        assert_eq!(m.get("explicit_frames_error"), None, "{what}: thread {id}");
+        let frames = m["explicit_frames"].as_array().unwrap();
         let want_frames = w["frames"].as_array().unwrap();
         assert_eq!(frames.len(), want_frames.len(), "{what}: thread {id}");
         for (f, wf) in frames.iter().zip(want_frames) {
@@ -149,21 +161,15 @@ fn check_threads(host: &SyntheticHost, from: Source<'_>) {
             }
         }
         match opt_hex(&w["exception"]) {
-            None => {
-                assert_eq!(g["exception"], Value::Null, "{what}: thread {id}");
-                assert_eq!(g["exception_tracker"], Value::Null, "{what}: thread {id}");
-            }
+            None => assert_eq!(m["exception"], Value::Null, "{what}: thread {id}"),
             Some(obj) => {
-                assert_eq!(opt_hex(&g["current_exception"]), Some(obj), "{what}");
-                assert_eq!(opt_hex(&g["last_thrown"]), Some(obj), "{what}");
-                assert_eq!(
-                    opt_hex(&g["exception_tracker"]),
-                    Some(host.addr("objects", "ex_info"))
-                );
-                check_exception(&g["exception"], &r["exception"], what);
-                assert!(g["nested_exceptions"].as_array().unwrap().is_empty());
+                assert_eq!(hex(&m["exception"]["address"]), obj, "{what}");
+                check_exception(&m["exception"], &r["exception"], what);
+                assert!(m["nested_exceptions"].as_array().unwrap().is_empty());
             }
         }
+        // The worker's managed Thread.Name; the others have none.
+        assert_eq!(g["name"], w["name"], "{what}: thread {id}");
     }
 }
 
@@ -197,7 +203,7 @@ fn check_stacks(host: &SyntheticHost, from: Source<'_>) {
             .unwrap_or_else(|| panic!("{what}: no stack for thread {os}"));
         assert_eq!(t["managed"]["managed_id"], w["managed_id"], "{what}");
         assert_eq!(hex(&t["managed"]["address"]), hex(&w["address"]));
-        assert_eq!(t["end"]["reason"], "complete", "{what}: {os}");
+        assert_eq!(t["stack_end"]["reason"], "complete", "{what}: {os}");
         let frames = t["frames"].as_array().unwrap();
         let managed: Vec<&Value> = frames.iter().filter(|f| f["kind"] == "managed").collect();
         match w["managed_frame"].as_str() {
@@ -225,8 +231,14 @@ fn check_stacks(host: &SyntheticHost, from: Source<'_>) {
                     "{what}: {:?}",
                     frames[index + 1]
                 );
-                if let Source::Live(_) = from {
+                // The managed Thread.Name where the thread has one, else (live) the
+                // kernel's name.
+                if !w["name"].is_null() {
+                    assert_eq!(t["name"], w["name"], "{what}: {os}");
+                    assert_eq!(t["name_source"], "managed", "{what}: {os}");
+                } else if let Source::Live(_) = from {
                     assert!(t["name"].as_str().unwrap().starts_with("syn-"));
+                    assert_eq!(t["name_source"], "kernel", "{what}: {os}");
                 }
             }
         }
