@@ -54,7 +54,9 @@ pub fn cli() -> PathBuf {
     .clone()
 }
 
-/// `cdac ARGS... --json`, parsed.
+/// `cdac ARGS... --json`, parsed. Some items may be unanswered (an `ip2md` address in
+/// native code: exit 1, each such item answered with its error in the JSON); a failure of
+/// the whole command is not accepted.
 pub fn cli_json(args: &[&str], target: &[OsString]) -> Value {
     let out = Command::new(cli())
         .args(args)
@@ -62,10 +64,11 @@ pub fn cli_json(args: &[&str], target: &[OsString]) -> Value {
         .arg("--json")
         .output()
         .expect("run cdac");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let partial = out.status.code() == Some(1) && !stderr.contains("cdac: error:");
     assert!(
-        out.status.success(),
-        "cdac {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+        out.status.success() || partial,
+        "cdac {args:?}: {stderr}"
     );
     serde_json::from_slice(&out.stdout).expect("cdac JSON")
 }
