@@ -121,12 +121,13 @@ fn stacks_chain(pid: i32, tid: u64) -> Vec<String> {
     names
 }
 
-fn thread_of<'a>(w: &'a CpuWorkload, name: &str) -> &'a Value {
+/// The workload thread of a kind (`cpu_split`, `cpu_solo`) as the manifest describes it.
+fn thread_of<'a>(w: &'a CpuWorkload, kind: &str) -> &'a Value {
     w.tb.manifest["cpu_workload"]["threads"]
         .as_array()
         .expect("threads")
         .iter()
-        .find(|t| t["name"] == name)
+        .find(|t| t["kind"] == kind)
         .expect("workload thread")
 }
 
@@ -157,10 +158,13 @@ fn check_record(variant: Variant) {
     // Some hundreds of samples at least, whatever else the machine is doing.
     assert!(samples >= 300, "{what}: {summary}");
     let leaves = leaf_counts(&stacks);
-    let split = thread_of(&w, "cpu-split");
-    let solo = thread_of(&w, "cpu-solo");
-    let split_comm = split["comm"].as_str().expect("comm");
-    let solo_comm = solo["comm"].as_str().expect("comm");
+    let split = thread_of(&w, "cpu_split");
+    let solo = thread_of(&w, "cpu_solo");
+    // Stacks are rooted at the thread's managed name, whole: cpu-split's is longer than
+    // the 15 bytes the kernel keeps (its comm), so this holds only if the profiler reads it.
+    let split_comm = split["name"].as_str().expect("name");
+    let solo_comm = solo["name"].as_str().expect("name");
+    assert!(split_comm.len() > 15 && split["comm"] != split["name"]);
     // cpu-split: almost all samples in its two callees, split 3:1 within a few points.
     let split_total: u64 = leaves
         .iter()
@@ -211,7 +215,7 @@ fn check_record(variant: Variant) {
         // .NET 10 starts threads in managed code (Thread.StartCallback); 9 and 8 from
         // native code, straight into the thread's start method.
         assert!(chain.len() >= 2, "{what}: {chain:?}");
-        let comm = t["comm"].as_str().expect("comm");
+        let comm = t["name"].as_str().expect("name");
         let mut checked = 0;
         for (frames, n) in &stacks {
             if !frames[0].starts_with(&format!("{comm} (")) {
@@ -330,7 +334,7 @@ fn ptrace_sampler_agrees() {
     );
     assert_eq!(summary["sampler"], "ptrace", "{summary}");
     let leaves = leaf_counts(&stacks);
-    let split_comm = thread_of(&w, "cpu-split")["comm"].as_str().expect("comm");
+    let split_comm = thread_of(&w, "cpu_split")["name"].as_str().expect("name");
     let (share, hot) = heavy_share(&leaves, split_comm);
     // Fewer samples (each one stops every thread): a wider margin.
     assert!(hot >= 40, "{leaves:?}");

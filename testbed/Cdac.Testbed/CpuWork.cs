@@ -2,7 +2,8 @@
 // sampling profiler (cdac record, dotnet-trace, perf) can be checked against intended shares, and
 // a throughput counter so that a harness can measure how much a profiler slows the process down.
 //
-//   cpu-split: SplitThread -> SplitLoop -> HeavyPart (3/4 of the thread's time)
+//   cpu-split-heavy-light (named past the kernel's 15 bytes: profilers show the managed name):
+//              SplitThread -> SplitLoop -> HeavyPart (3/4 of the thread's time)
 //                                       -> LightPart (1/4)
 //   cpu-solo:  SoloThread  -> SoloLoop  -> SoloWork  (all of it)
 //
@@ -154,7 +155,7 @@ namespace Cdac.Testbed
         {
             var threads = new List<CpuThread>
             {
-                new("cpu_split", "cpu-split", M(nameof(SplitThread)), M(nameof(SplitLoop)),
+                new("cpu_split", "cpu-split-heavy-light", M(nameof(SplitThread)), M(nameof(SplitLoop)),
                     new[] { (M(nameof(HeavyPart)), 0.75), (M(nameof(LightPart)), 0.25) }),
                 new("cpu_solo", "cpu-solo", M(nameof(SoloThread)), M(nameof(SoloLoop)),
                     new[] { (M(nameof(SoloWork)), 1.0) }),

@@ -66,9 +66,6 @@ pub fn cli_json(args: &[&str], target: &[OsString]) -> Value {
         .expect("run cdac");
     let stderr = String::from_utf8_lossy(&out.stderr);
     let partial = out.status.code() == Some(1) && !stderr.contains("cdac: error:");
-    assert!(
-        out.status.success() || partial,
-        "cdac {args:?}: {stderr}"
-    );
+    assert!(out.status.success() || partial, "cdac {args:?}: {stderr}");
     serde_json::from_slice(&out.stdout).expect("cdac JSON")
 }
