@@ -33,10 +33,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cdac::limits::Limits;
-use cdac::target::cache::{PageCache, PAGE_SIZE};
-use cdac::target::core_dump::CoreDump;
-use cdac::target::live::{LiveProcess, ReadMethod};
-use cdac::target::{DataLayout, MemorySource, Target};
+use cdac::memory::cache::{PageCache, PAGE_SIZE};
+use cdac::memory::core_dump::CoreDump;
+use cdac::memory::live::{LiveProcess, ReadMethod};
+use cdac::memory::{DataLayout, MemorySource, Target};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, Throughput};
 

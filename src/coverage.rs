@@ -18,8 +18,8 @@ use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::formats::ecma::names::PerfMapNameOptions;
 use crate::formats::ecma::{Metadata, TableId};
+use crate::memory::Target;
 use crate::names::MethodNamer;
-use crate::target::Target;
 
 /// One function of a coverage report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -17,7 +17,7 @@
 //! ([`Runtime::attach`](runtime::Runtime::attach)), a core dump
 //! ([`Runtime::open_dump`](runtime::Runtime::open_dump)), memory a debugger reads for us
 //! ([`Runtime::open_host`](runtime::Runtime::open_host)) or any other
-//! [`target::MemorySource`], and loads its data descriptor. Contracts then answer
+//! [`memory::MemorySource`], and loads its data descriptor. Contracts then answer
 //! questions about it:
 //!
 //! ```no_run
@@ -47,12 +47,12 @@
 //!
 //! # Reading memory
 //!
-//! Below the runtime, a [`target::Target`] gives typed, bounds-checked reads of any
-//! source. Tests lay memory out with [`target::builder::MemoryBuilder`]:
+//! Below the runtime, a [`memory::Target`] gives typed, bounds-checked reads of any
+//! source. Tests lay memory out with [`memory::builder::MemoryBuilder`]:
 //!
 //! ```
-//! use cdac::target::builder::MemoryBuilder;
-//! use cdac::target::DataLayout;
+//! use cdac::memory::builder::MemoryBuilder;
+//! use cdac::memory::DataLayout;
 //!
 //! let mut memory = MemoryBuilder::new(DataLayout::LE64);
 //! let node = memory.alloc(16, 8).pointer(0, 0x1234).u32(8, 7).addr;
@@ -62,7 +62,7 @@
 //! // Reads past what is mapped fail with the address that could not be read.
 //! let err = target.read_u64(node + 12).unwrap_err();
 //! assert_eq!(err.address(), node + 16);
-//! # Ok::<(), cdac::target::ReadError>(())
+//! # Ok::<(), cdac::memory::ReadError>(())
 //! ```
 
 #![deny(missing_docs)]
@@ -73,12 +73,14 @@ pub mod descriptor;
 pub mod exception_report;
 pub mod formats;
 pub mod limits;
+pub mod memory;
 pub mod names;
+pub mod process;
 pub mod profile;
+pub mod regs;
 pub mod runtime;
 pub mod source_lines;
 pub mod stacks;
 pub mod symbols;
-pub mod target;
 pub mod unwind;
 pub mod validation;

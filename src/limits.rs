@@ -25,7 +25,7 @@ pub enum Limit {
     DescriptorSize,
     /// Bytes of one read from the target.
     ReadSize,
-    /// Bytes read from the target by one command (one [`crate::target::Target`] and its
+    /// Bytes read from the target by one command (one [`crate::memory::Target`] and its
     /// clones), counted as requested, cached or not.
     TotalRead,
     /// A bound built into cdac (a fixed nesting depth, a run of unreadable chunks, a cap
@@ -105,8 +105,8 @@ pub struct Limits {
     /// its clones until [`Target::reset_bytes_read`] or [`Target::flush`] starts the count
     /// again, which a caller that keeps one target for many operations does between them.
     ///
-    /// [`Target::reset_bytes_read`]: crate::target::Target::reset_bytes_read
-    /// [`Target::flush`]: crate::target::Target::flush
+    /// [`Target::reset_bytes_read`]: crate::memory::Target::reset_bytes_read
+    /// [`Target::flush`]: crate::memory::Target::flush
     pub max_total_read_bytes: u64,
 }
 
@@ -163,16 +163,6 @@ impl Limits {
     pub fn string_cap(&self) -> usize {
         usize::try_from(self.max_string_length).unwrap_or(usize::MAX)
     }
-
-    /// The caps descriptor loading uses, derived from [`Limits::max_descriptor_bytes`].
-    pub fn descriptor(&self) -> crate::descriptor::Limits {
-        let one = u32::try_from(self.max_descriptor_bytes).unwrap_or(u32::MAX);
-        crate::descriptor::Limits {
-            max_descriptor_bytes: one,
-            max_total_descriptor_bytes: self.max_descriptor_bytes.saturating_mul(4),
-            ..crate::descriptor::Limits::default()
-        }
-    }
 }
 
 #[cfg(test)]
@@ -192,21 +182,5 @@ mod tests {
             Limit::ListLength.to_string(),
             "the list-length limit (--max-list-length)"
         );
-    }
-
-    #[test]
-    fn descriptor_caps_follow_the_descriptor_size() {
-        let limits = Limits {
-            max_descriptor_bytes: 1000,
-            ..Limits::default()
-        };
-        let d = limits.descriptor();
-        assert_eq!(d.max_descriptor_bytes, 1000);
-        assert_eq!(d.max_total_descriptor_bytes, 4000);
-        let huge = Limits {
-            max_descriptor_bytes: u64::MAX,
-            ..Limits::default()
-        };
-        assert_eq!(huge.descriptor().max_descriptor_bytes, u32::MAX);
     }
 }

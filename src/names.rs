@@ -38,7 +38,7 @@ use crate::formats::ecma::signature::decode_method_sig_with;
 use crate::formats::ecma::{
     format_perf_map_name, IlFormatter, Metadata, PerfMapNameOptions, SigOptions, TableId, Token,
 };
-use crate::target::Target;
+use crate::memory::Target;
 
 /// The assembly the runtime creates for DynamicMethods without an owner (LCG).
 pub const ANONYMOUS_DYNAMIC_ASSEMBLY: &str = "Anonymously Hosted DynamicMethods Assembly";

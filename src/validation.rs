@@ -103,7 +103,7 @@ impl From<ContractError> for Stop {
         match e {
             // A dump that left the memory out (heap, normal, triage dumps) has nothing to
             // check the values on there.
-            ContractError::Read(crate::target::ReadError::NotCaptured { .. }) => {
+            ContractError::Read(crate::memory::ReadError::NotCaptured { .. }) => {
                 Stop::Skip(e.to_string())
             }
             // The runtime does not have what the check reads: nothing to check.
@@ -116,10 +116,10 @@ impl From<ContractError> for Stop {
     }
 }
 
-impl From<crate::target::ReadError> for Stop {
-    fn from(e: crate::target::ReadError) -> Stop {
+impl From<crate::memory::ReadError> for Stop {
+    fn from(e: crate::memory::ReadError) -> Stop {
         match e {
-            crate::target::ReadError::NotCaptured { .. } => Stop::Skip(e.to_string()),
+            crate::memory::ReadError::NotCaptured { .. } => Stop::Skip(e.to_string()),
             other => Stop::Fail(other.to_string()),
         }
     }
@@ -143,7 +143,7 @@ fn fail(detail: String) -> Stop {
 pub fn validate(rt: &Runtime) -> ValidationReport {
     let live = matches!(
         rt.target().source().kind(),
-        crate::target::TargetKind::Live { .. }
+        crate::memory::TargetKind::Live { .. }
     );
     let mut report = validate_once(rt);
     for _ in 0..2 {
@@ -445,13 +445,12 @@ fn check_thread_list(
     let list = match list {
         Some(l) => l,
         None => {
-            return Err(fail(format!(
-                "{}",
+            return Err(fail(
                 contract
                     .threads()
                     .err()
-                    .map_or_else(String::new, |e| e.to_string())
-            )))
+                    .map_or_else(String::new, |e| e.to_string()),
+            ))
         }
     };
     if let Some(e) = &list.error {

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use cdac::contracts::execution_manager::execution_manager;
 use cdac::contracts::ContractError;
+use cdac::memory::callback::CallbackSource;
+use cdac::memory::core_dump::CoreDump;
+use cdac::memory::{MemorySource, ReadError, TargetKind};
 use cdac::runtime::{OpenOptions, Runtime};
-use cdac::target::callback::CallbackSource;
-use cdac::target::core_dump::CoreDump;
-use cdac::target::{MemorySource, ReadError, TargetKind};
 use common::{perf_map, testbed_of, Variant};
 
 /// A callback source over a core dump, refusing reads that touch `[hole_start, hole_end)`.

@@ -11,8 +11,8 @@ use cdac::contracts::code_versions::{CodeVersions, NativeCodeVersion, Tier};
 use cdac::contracts::ContractError;
 use cdac::descriptor::{json, DataDescriptor};
 use cdac::limits::{Limit, Limits};
-use cdac::target::builder::MemoryBuilder;
-use cdac::target::{DataLayout, Target};
+use cdac::memory::builder::MemoryBuilder;
+use cdac::memory::{DataLayout, Target};
 
 const CHUNK: u64 = 0x10000;
 const MD: u64 = CHUNK + 24;

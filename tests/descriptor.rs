@@ -21,8 +21,8 @@ use cdac::descriptor::shipped::{self, Fit};
 use cdac::descriptor::{
     embedded, json, ContractVersion, DataDescriptor, DescriptorError, Limits, SubDescriptorInfo,
 };
-use cdac::target::builder::MemoryBuilder;
-use cdac::target::{DataLayout, Endian, ReadError, Target};
+use cdac::memory::builder::MemoryBuilder;
+use cdac::memory::{DataLayout, Endian, ReadError, Target};
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------------

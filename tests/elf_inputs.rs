@@ -7,11 +7,11 @@ mod common;
 
 use std::sync::Arc;
 
+use cdac::memory::builder::MemoryBuilder;
+use cdac::memory::core_dump::CoreDump;
+use cdac::memory::elf_image::ElfImage;
+use cdac::memory::{DataLayout, MemorySource};
 use cdac::runtime::{OpenOptions, Runtime};
-use cdac::target::builder::MemoryBuilder;
-use cdac::target::core_dump::CoreDump;
-use cdac::target::elf_image::ElfImage;
-use cdac::target::{DataLayout, MemorySource};
 use object::{Object, ObjectSegment, ObjectSymbol};
 
 const BASE: u64 = 0x7f00_0000_0000;
@@ -198,7 +198,7 @@ fn a_mapping_of_terabytes_does_not_make_discovery_scan_it() {
         .bytes(0, b"no version string here");
     memory.map_file(BASE, BASE + (100u64 << 40), "/fake/path/libcoreclr.so");
     let target = memory.into_target();
-    let modules = cdac::target::elf_image::modules(target.mapped_files());
+    let modules = cdac::memory::elf_image::modules(target.mapped_files());
     assert_eq!(modules.len(), 1);
     assert_eq!(
         cdac::runtime::discovery::read_version(&target, &modules[0]),

@@ -24,8 +24,8 @@ use cdac::contracts::execution_manager::range_section_map::all_range_sections;
 use cdac::contracts::execution_manager::{execution_manager, JitType};
 use cdac::contracts::ContractError;
 use cdac::limits::{Limit, Limits};
+use cdac::memory::DataLayout;
 use cdac::runtime::{OpenOptions, Runtime};
-use cdac::target::DataLayout;
 use common::{hex, perf_map, scratch, testbed, SyntheticHost};
 use em_mock::*;
 

@@ -11,9 +11,9 @@ mod common;
 use std::sync::Arc;
 
 use cdac::contracts::exception_trace::{decode_stack_trace, ExceptionStackTrace, TraceLayout};
-use cdac::target::live::LiveProcess;
-use cdac::target::thread_snapshot::{peek_thread, ThreadActivity};
-use cdac::target::{DataLayout, Target};
+use cdac::memory::live::LiveProcess;
+use cdac::memory::{DataLayout, Target};
+use cdac::process::thread_snapshot::{peek_thread, ThreadActivity};
 use common::Variant;
 
 /// Readable mappings of the process: (start, end).

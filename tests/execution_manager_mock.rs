@@ -24,7 +24,7 @@ use cdac::contracts::execution_manager::{
 use cdac::contracts::ContractError;
 use cdac::descriptor::DataDescriptor;
 use cdac::limits::{Limit, Limits};
-use cdac::target::{DataLayout, Target};
+use cdac::memory::{DataLayout, Target};
 use em_mock::*;
 use proptest::prelude::*;
 

@@ -73,7 +73,7 @@ fn r2r_lookups_method_never_starts_after_the_address() {
 #[test]
 fn perf_records_lost_counts_saturate() {
     let data = fixture("perf_records-lost-overflow.bin");
-    let (samples, stats) = cdac::target::perf_sampler::parse_ring_bytes(&data);
+    let (samples, stats) = cdac::process::perf_sampler::parse_ring_bytes(&data);
     assert!(samples.len() as u64 <= stats.samples);
     assert_eq!(stats.lost, u64::MAX, "{stats:?}");
 }

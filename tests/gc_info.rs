@@ -8,8 +8,8 @@
 use cdac::contracts::gc_info::{code_length, decode_header, GcInfoArch, GcInfoHeader};
 use cdac::contracts::unwind_info::{function_length, unwind_data_size, UnwindArch};
 use cdac::contracts::ContractError;
-use cdac::target::builder::MemoryBuilder;
-use cdac::target::{DataLayout, Endian, Target};
+use cdac::memory::builder::MemoryBuilder;
+use cdac::memory::{DataLayout, Endian, Target};
 use proptest::prelude::*;
 
 // ------------------------------------------------------------------ the test's encoder

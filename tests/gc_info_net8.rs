@@ -16,9 +16,9 @@ use std::path::Path;
 use cdac::contracts::gc_info::{self, code_length, decode_header, GcInfoArch};
 use cdac::contracts::unwind_info::{unwind_data_size, UnwindArch};
 use cdac::contracts::ContractError;
+use cdac::memory::builder::MemoryBuilder;
+use cdac::memory::{DataLayout, Target};
 use cdac::runtime::{OpenOptions, Runtime};
-use cdac::target::builder::MemoryBuilder;
-use cdac::target::{DataLayout, Target};
 use common::{perf_map, testbed};
 
 /// Counts of one pass over the perf map.

@@ -11,8 +11,8 @@ use cdac::contracts::loader::dynamic_metadata;
 use cdac::contracts::ContractError;
 use cdac::descriptor::{json, DataDescriptor};
 use cdac::limits::{Limit, Limits};
-use cdac::target::builder::MemoryBuilder;
-use cdac::target::DataLayout;
+use cdac::memory::builder::MemoryBuilder;
+use cdac::memory::DataLayout;
 
 /// Where `Module.DynamicMetadata` sits in this file's module.
 const MODULE_FIELD: u64 = 0x58;
@@ -74,7 +74,7 @@ fn lay_out(
     form: Form,
     size: u32,
     bytes: Option<&[u8]>,
-) -> (cdac::target::Target, u64) {
+) -> (cdac::memory::Target, u64) {
     let mut m = MemoryBuilder::new(layout);
     let holder = match form {
         Form::Inline => {

@@ -402,7 +402,7 @@ fn parked_threads_net8() {
 struct FakeStack;
 
 impl cdac::unwind::StackMemory for FakeStack {
-    fn read_u64(&self, addr: u64) -> Result<u64, cdac::target::ReadError> {
+    fn read_u64(&self, addr: u64) -> Result<u64, cdac::memory::ReadError> {
         Ok(addr.wrapping_mul(0x9e37_79b9).rotate_left(17) | 1)
     }
 }

@@ -11,9 +11,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use cdac::memory::core_dump::CoreDump;
+use cdac::memory::{DataLayout, Target};
 use cdac::symbols::ElfSymbols;
-use cdac::target::core_dump::CoreDump;
-use cdac::target::{DataLayout, Target};
 use cdac::unwind::native_x64::{NativeFrame, NativeUnwinder};
 use cdac::unwind::UnwindError;
 use common::{testbed_of, Variant};
@@ -479,21 +479,21 @@ fn signal_frames_are_unwound_into_the_interrupted_code() {
 /// The memory of another source with every mapped file renamed to a path that does not
 /// exist: modules must then be read from the target's memory.
 struct FilesElsewhere {
-    inner: Arc<dyn cdac::target::MemorySource>,
-    files: Vec<cdac::target::MappedFile>,
+    inner: Arc<dyn cdac::memory::MemorySource>,
+    files: Vec<cdac::memory::MappedFile>,
 }
 
-impl cdac::target::MemorySource for FilesElsewhere {
-    fn read_exact(&self, addr: u64, buf: &mut [u8]) -> Result<(), cdac::target::ReadError> {
+impl cdac::memory::MemorySource for FilesElsewhere {
+    fn read_exact(&self, addr: u64, buf: &mut [u8]) -> Result<(), cdac::memory::ReadError> {
         self.inner.read_exact(addr, buf)
     }
-    fn mapped_files(&self) -> &[cdac::target::MappedFile] {
+    fn mapped_files(&self) -> &[cdac::memory::MappedFile] {
         &self.files
     }
-    fn threads(&self) -> Result<Vec<cdac::target::ThreadInfo>, cdac::target::ReadError> {
+    fn threads(&self) -> Result<Vec<cdac::memory::ThreadInfo>, cdac::memory::ReadError> {
         self.inner.threads()
     }
-    fn kind(&self) -> cdac::target::TargetKind {
+    fn kind(&self) -> cdac::memory::TargetKind {
         self.inner.kind()
     }
     fn native_layout(&self) -> Option<DataLayout> {
@@ -504,7 +504,7 @@ impl cdac::target::MemorySource for FilesElsewhere {
 #[test]
 fn modules_not_on_disk_are_read_from_memory() {
     let core = testbed_of(Variant::Net10).dump("full");
-    let source: Arc<dyn cdac::target::MemorySource> =
+    let source: Arc<dyn cdac::memory::MemorySource> =
         Arc::new(CoreDump::open(&core).expect("open core"));
     let on_disk = Target::new(source.clone(), DataLayout::LE64);
     let files = source

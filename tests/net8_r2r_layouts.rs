@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use cdac::descriptor::DataDescriptor;
+use cdac::memory::Target;
 use cdac::runtime::{OpenOptions, Runtime};
-use cdac::target::Target;
 use common::{hex, perf_map, testbed};
 use object::read::pe::PeFile64;
 use object::LittleEndian as LE;

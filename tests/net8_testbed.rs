@@ -10,8 +10,8 @@ mod common;
 use std::process::Command;
 
 use cdac::descriptor::shipped::Fit;
+use cdac::memory::Target;
 use cdac::runtime::{DescriptorSource, OpenOptions, Runtime};
-use cdac::target::Target;
 use common::{hex, perf_map, testbed_of, Testbed, Variant};
 
 /// A .NET 8 build the shipped descriptor is verified on.

@@ -22,8 +22,8 @@ use cdac::contracts::execution_manager::nibble_map::{
 use cdac::contracts::ContractError;
 use cdac::descriptor::{json, DataDescriptor};
 use cdac::limits::Limit;
-use cdac::target::builder::{BuiltMemory, MemoryBuilder};
-use cdac::target::{
+use cdac::memory::builder::{BuiltMemory, MemoryBuilder};
+use cdac::memory::{
     DataLayout, MappedFile, MemorySource, ReadError, Target, TargetKind, ThreadInfo,
 };
 use proptest::prelude::*;

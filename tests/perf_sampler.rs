@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cdac::target::perf_sampler::{PerfSampler, SamplerError, SamplerOptions};
+use cdac::process::perf_sampler::{PerfSampler, SamplerError, SamplerOptions};
 
 /// The start and end of the mapping of /proc/self/maps that holds `addr`, and its path.
 fn mapping_of(addr: u64) -> Option<(u64, u64, String)> {
@@ -166,7 +166,7 @@ fn unprivileged_sampling_follows_perf_event_paranoid() {
         eprintln!("skipped: needs root and setpriv to run a child as another user");
         return;
     }
-    let paranoid = cdac::target::perf_sampler::perf_event_paranoid().expect("perf_event_paranoid");
+    let paranoid = cdac::process::perf_sampler::perf_event_paranoid().expect("perf_event_paranoid");
     let out = std::process::Command::new(setpriv)
         .args([
             "--reuid=65534",

@@ -28,8 +28,8 @@ use cdac::contracts::precode_stubs::{
 };
 use cdac::contracts::ContractError;
 use cdac::descriptor::{json, DataDescriptor};
-use cdac::target::builder::MemoryBuilder;
-use cdac::target::{DataLayout, Endian, Target};
+use cdac::memory::builder::MemoryBuilder;
+use cdac::memory::{DataLayout, Endian, Target};
 
 // ---------------------------------------------------------------------------------------------
 // The four layouts
@@ -365,7 +365,7 @@ impl Machine {
     }
 
     /// Writes the object form at `offset` of `r`.
-    fn write(&self, r: &mut cdac::target::builder::Region, offset: usize) {
+    fn write(&self, r: &mut cdac::memory::builder::Region, offset: usize) {
         use pmd::*;
         r.u32(offset + STUB_CODE_PAGE_SIZE, self.page)
             .u8(offset + OFFSET_OF_PRECODE_TYPE, self.offset_of_type)

@@ -23,8 +23,8 @@ use cdac::contracts::execution_manager::range_section_map::{
 };
 use cdac::contracts::ContractError;
 use cdac::descriptor::{json, DataDescriptor};
-use cdac::target::builder::MemoryBuilder;
-use cdac::target::{DataLayout, Target};
+use cdac::memory::builder::MemoryBuilder;
+use cdac::memory::{DataLayout, Target};
 
 // ---------------------------------------------------------------------------------------------
 // The structures, from the spec (digest §7.2, §7.6), not from the library.

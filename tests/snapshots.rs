@@ -64,6 +64,12 @@ fn every_command_text_and_json() {
         filters.push((format!(r"\b{t}\b"), format!("[TID{i}]")));
     }
     filters.push((r"\b[0-9a-f]{40}\b".into(), "[BUILD-ID]".into()));
+    // How long the checks took (text and JSON).
+    filters.push((r"passed in [0-9.]+ ms".into(), "passed in [TIME] ms".into()));
+    filters.push((
+        r#""(checks_us|at_us)": [0-9]+"#.into(),
+        r#""$1": "[TIME]""#.into(),
+    ));
     // Addresses (9 or more digits); smaller values (state words, HResults) stay.
     filters.push((r"0x[0-9a-f]{9,16}\b".into(), "[ADDR]".into()));
     let settings_filters: Vec<(&str, &str)> = filters

@@ -325,13 +325,13 @@ fn stacks_on_net8() {
 /// Stack memory damaged from `from` on (64 KiB): pseudo-random words, or every word
 /// pointing at `from` (frame-pointer loops, return addresses that are not code).
 struct Damaged<'a> {
-    target: &'a cdac::target::Target,
+    target: &'a cdac::memory::Target,
     from: u64,
     selfref: bool,
 }
 
 impl cdac::unwind::StackMemory for Damaged<'_> {
-    fn read_u64(&self, addr: u64) -> Result<u64, cdac::target::ReadError> {
+    fn read_u64(&self, addr: u64) -> Result<u64, cdac::memory::ReadError> {
         if addr >= self.from && addr < self.from + 0x10000 {
             if self.selfref {
                 return Ok(self.from);

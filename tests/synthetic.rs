@@ -10,10 +10,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cdac::descriptor::ContractVersion;
+use cdac::memory::core_dump::CoreDump;
+use cdac::memory::live::LiveProcess;
+use cdac::memory::{DataLayout, MemorySource, OpenError, ReadError, Target};
 use cdac::runtime::{DescriptorSource, OpenOptions, Runtime, RuntimeError};
-use cdac::target::core_dump::CoreDump;
-use cdac::target::live::LiveProcess;
-use cdac::target::{DataLayout, MemorySource, OpenError, ReadError, Target};
 use common::{scratch, SyntheticHost};
 
 /// Checks everything the host reported against what cdac found.
@@ -197,7 +197,7 @@ fn live_reads_of_unmapped_memory_name_the_address() {
     let host = SyntheticHost::start(&[]);
     let live = LiveProcess::open(host.pid).expect("open");
     let t = Target::new(
-        Arc::new(cdac::target::cache::PageCache::new(live)),
+        Arc::new(cdac::memory::cache::PageCache::new(live)),
         DataLayout::LE64,
     );
     let err = t.read_u64(0x10).expect_err("page zero");
@@ -220,7 +220,7 @@ fn live_reads_of_unmapped_memory_name_the_address() {
     }
     // The same read through /proc/PID/mem.
     let live = LiveProcess::open(host.pid).expect("open");
-    live.set_method(cdac::target::live::ReadMethod::ProcMem);
+    live.set_method(cdac::memory::live::ReadMethod::ProcMem);
     let t = Target::new(Arc::new(live), DataLayout::LE64);
     let store = host.addr("objects", "thread_store");
     assert_eq!(

@@ -18,13 +18,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use cdac::target::core_dump::CoreDump;
-use cdac::target::live::LiveProcess;
-use cdac::target::thread_snapshot::{
+use cdac::memory::core_dump::CoreDump;
+use cdac::memory::live::LiveProcess;
+use cdac::memory::{DataLayout, MemorySource, Target};
+use cdac::process::thread_snapshot::{
     peek_thread, peek_threads, snapshot_thread, snapshot_threads, SnapshotError, SnapshotOptions,
     ThreadActivity,
 };
-use cdac::target::{DataLayout, MemorySource, Target};
 use cdac::unwind::{x64_reg, StackMemory};
 use common::{scratch, testbed_exe, testbed_of, Variant};
 
@@ -228,7 +228,7 @@ fn the_non_blocking_mode_gives_the_same_sp_and_pc_for_blocked_threads() {
             "{} (tid {}): /proc says syscall {nr} sp {sp:#x} pc {pc:#x}; ptrace agrees (stopped {:?})",
             p.kind, p.tid, t.stopped_for
         );
-        let info = cdac::target::ThreadInfo::from(&t);
+        let info = cdac::memory::ThreadInfo::from(&t);
         assert_eq!((info.ip, info.sp), (Some(pc), Some(sp)));
     }
     assert_untouched(tb.pid);

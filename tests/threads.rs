@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use cdac::contracts::execution_manager::execution_manager;
 use cdac::contracts::thread::{ThreadList, Threads, FRAME_TOP};
+use cdac::memory::{DataLayout, MappedFile, MemorySource, ReadError, Target, TargetKind};
 use cdac::names::MethodNamer;
 use cdac::runtime::{OpenOptions, Runtime};
-use cdac::target::{DataLayout, MappedFile, MemorySource, ReadError, Target, TargetKind};
 use common::{crash_dump, hex, testbed_of, Testbed, Variant};
 
 fn open_live(tb: &Testbed) -> Runtime {
@@ -469,7 +469,7 @@ impl MemorySource for Patched {
     fn mapped_files(&self) -> &[MappedFile] {
         self.inner.mapped_files()
     }
-    fn threads(&self) -> Result<Vec<cdac::target::ThreadInfo>, ReadError> {
+    fn threads(&self) -> Result<Vec<cdac::memory::ThreadInfo>, ReadError> {
         self.inner.threads()
     }
     fn kind(&self) -> TargetKind {

@@ -29,11 +29,11 @@ use cdac_core::contracts::loader::{self, ModuleInfo};
 use cdac_core::contracts::thread::Threads;
 use cdac_core::contracts::ContractError;
 use cdac_core::exception_report::ExceptionReport;
+use cdac_core::memory::{DataLayout, MappedFile, MemorySource, ReadError, TargetKind, ThreadInfo};
 use cdac_core::names::MethodNamer;
 use cdac_core::runtime::{OpenOptions, Runtime, RuntimeError};
 use cdac_core::source_lines::SourceLines;
 use cdac_core::stacks::walk::{FrameCode, StackWalker};
-use cdac_core::target::{DataLayout, MappedFile, MemorySource, ReadError, TargetKind, ThreadInfo};
 use cdac_core::unwind::managed_x64::step_managed;
 use cdac_core::unwind::{x64_reg, UnwindError, X64Context};
 

@@ -12,9 +12,9 @@ use std::time::Instant;
 
 use cdac::*;
 use cdac_core::contracts::execution_manager::execution_manager;
+use cdac_core::memory::core_dump::CoreDump;
+use cdac_core::memory::MemorySource;
 use cdac_core::runtime::{OpenOptions, Runtime};
-use cdac_core::target::core_dump::CoreDump;
-use cdac_core::target::MemorySource;
 use common::{perf_map, testbed_of, Variant};
 
 /// What the read callback reads, and how it misbehaves on request.

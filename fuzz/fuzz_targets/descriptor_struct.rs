@@ -7,8 +7,8 @@
 #![no_main]
 
 use cdac::descriptor::{embedded, Limits};
-use cdac::target::builder::MemoryBuilder;
-use cdac::target::{DataLayout, Endian};
+use cdac::memory::builder::MemoryBuilder;
+use cdac::memory::{DataLayout, Endian};
 use cdac_fuzz::{layout, memory, Input, BASE};
 use libfuzzer_sys::fuzz_target;
 
@@ -16,7 +16,7 @@ const MAGIC: [u8; 8] = *b"DNCCDAC\0";
 
 /// Writes a header at `at` of `region` for `layout`.
 fn header(
-    r: &mut cdac::target::builder::Region,
+    r: &mut cdac::memory::builder::Region,
     layout: DataLayout,
     at: usize,
     size: u32,

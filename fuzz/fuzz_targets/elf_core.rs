@@ -1,4 +1,4 @@
-//! ELF core dumps (`target::core_dump::CoreDump`): the file is the fuzz input (written to a
+//! ELF core dumps (`memory::core_dump::CoreDump`): the file is the fuzz input (written to a
 //! scratch file, since `CoreDump::open` maps a path), then threads, mapped files and reads
 //! at the addresses the core itself names.
 #![no_main]
@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use cdac::target::core_dump::CoreDump;
-use cdac::target::{DataLayout, MemorySource, Target};
+use cdac::memory::core_dump::CoreDump;
+use cdac::memory::{DataLayout, MemorySource, Target};
 use libfuzzer_sys::fuzz_target;
 
 fn scratch() -> &'static PathBuf {

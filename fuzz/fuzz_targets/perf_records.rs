@@ -1,9 +1,9 @@
-//! The sampling profiler's record parser (`target::perf_sampler::parse_ring_bytes`): any
+//! The sampling profiler's record parser (`process::perf_sampler::parse_ring_bytes`): any
 //! bytes as a ring buffer's new data. Every sample it returns has a stack copy no larger
 //! than the record that carried it.
 #![no_main]
 
-use cdac::target::perf_sampler::parse_ring_bytes;
+use cdac::process::perf_sampler::parse_ring_bytes;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -3,7 +3,7 @@
 //! the native frame-pointer step over the same memory.
 #![no_main]
 
-use cdac::target::DataLayout;
+use cdac::memory::DataLayout;
 use cdac::unwind::managed_x64::virtual_unwind;
 use cdac::unwind::native_x64::NativeUnwinder;
 use cdac::unwind::X64Context;

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use cdac::descriptor::{json, DataDescriptor};
-use cdac::target::builder::MemoryBuilder;
-use cdac::target::{
+use cdac::memory::builder::MemoryBuilder;
+use cdac::memory::{
     check_range, DataLayout, MappedFile, MemorySource, ReadError, Target, TargetKind, ThreadInfo,
 };
 

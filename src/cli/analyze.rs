@@ -12,11 +12,11 @@ use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 
 use cdac::contracts::thread::ExceptionInfo;
 use cdac::exception_report::ExceptionReport;
+use cdac::memory::CrashSignal;
 use cdac::names::MethodNamer;
 use cdac::source_lines::SourceLines;
 use cdac::stacks::{thread_stacks, LiveRegisters, ThreadStack};
 use cdac::symbols::ElfSymbols;
-use cdac::target::CrashSignal;
 
 /// Arguments of `cdac analyze`.
 #[derive(Debug, Args)]

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 use cdac::descriptor::ContractVersion;
+use cdac::memory::{Endian, TargetKind};
 use cdac::runtime::{DescriptorSource, Runtime};
-use cdac::target::{Endian, TargetKind};
 
 /// Arguments of `cdac info`.
 #[derive(Debug, Args)]

@@ -18,10 +18,10 @@ use super::names::{open_in_process, perf_map_entries, write_perf_map};
 use super::output_file;
 use super::{CliResult, Outcome};
 use cdac::formats::perf_data::{self, PidRewrites, RewriteOptions, RewritePlan};
+use cdac::memory::file_bytes::FileBytes;
+use cdac::memory::live::process_gone;
+use cdac::memory::OpenError;
 use cdac::runtime::{OpenOptions, Runtime, RuntimeError};
-use cdac::target::file_bytes::FileBytes;
-use cdac::target::live::process_gone;
-use cdac::target::OpenError;
 
 /// Help shown after the options of `cdac perf-inject --help`.
 const WORKFLOW: &str = "\

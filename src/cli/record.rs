@@ -15,13 +15,13 @@ use serde_json::json;
 
 use super::DescriptorArgs;
 use super::{CliResult, Outcome};
+use cdac::process::perf_sampler::{
+    thread_ids, PerfSampler, Sample, SamplerError, SamplerOptions, UserRegisters,
+};
+use cdac::process::thread_snapshot::{snapshot_thread, stat_fields, SnapshotOptions};
 use cdac::profile::output::{self, Format};
 use cdac::profile::{Profiler, ProfilerOptions};
 use cdac::runtime::{OpenOptions, Runtime};
-use cdac::target::perf_sampler::{
-    thread_ids, PerfSampler, Sample, SamplerError, SamplerOptions, UserRegisters,
-};
-use cdac::target::thread_snapshot::{snapshot_thread, stat_fields, SnapshotOptions};
 use cdac::unwind::x64_reg;
 
 /// How often new threads are looked for.
@@ -204,7 +204,7 @@ fn sample(
     let mut last_follow = started;
     let mut last_tick = started;
     let mut process_exited = false;
-    let alive = |pid: i32| !cdac::target::live::process_gone(pid);
+    let alive = |pid: i32| !cdac::memory::live::process_gone(pid);
     loop {
         let now = Instant::now();
         let elapsed = now.duration_since(started);

@@ -33,7 +33,7 @@ use serde::Serialize;
 use super::execution_manager::{CodeBlock, ExecutionManager};
 use super::ContractError;
 use crate::descriptor::DataDescriptor;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// Most bytes of bounds read for one method.
 const MAX_BOUNDS_BYTES: u64 = 1 << 20;
@@ -679,8 +679,8 @@ mod tests {
 
     #[test]
     fn blob_headers() {
-        use crate::target::builder::MemoryBuilder;
-        use crate::target::DataLayout;
+        use crate::memory::builder::MemoryBuilder;
+        use crate::memory::DataLayout;
         let format = DebugInfoFormat {
             encoding: BoundsEncoding::Nibble,
             patchpoint_info_size: 40,

@@ -21,7 +21,7 @@
 
 use crate::contracts::ContractError;
 use crate::limits::Limit;
-use crate::target::{decode_unsigned, Target};
+use crate::memory::{decode_unsigned, Target};
 
 /// `StackTraceElement.flags`: the element is the last frame of a trace captured elsewhere
 /// (`ExceptionDispatchInfo`), after which "End of stack trace from previous location" goes.
@@ -249,8 +249,8 @@ pub fn decode_stack_trace(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::builder::MemoryBuilder;
-    use crate::target::DataLayout;
+    use crate::memory::builder::MemoryBuilder;
+    use crate::memory::DataLayout;
 
     const BYTE_MT: u64 = 0x5000;
     const OBJ_ARRAY_MT: u64 = 0x6000;

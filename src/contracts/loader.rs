@@ -27,7 +27,7 @@ use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::formats::ecma::pe::{metadata_by_parts, metadata_from_pe, PeLayout};
 use crate::limits::Limit;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// `PEImageLayout.Flags`: the image is laid out as the loader maps it (RVA = offset).
 const LAYOUT_FLAG_MAPPED: u32 = 0x1;
@@ -433,7 +433,7 @@ pub fn module_metadata(
     let Some(path) = &module.path else {
         return Ok(None);
     };
-    match crate::target::map_regular_file(path) {
+    match crate::memory::map_regular_file(path) {
         Ok(map) => match metadata_from_pe(&map, PeLayout::File) {
             Ok(md) => Ok(Some(md.to_vec())),
             Err(e) => {

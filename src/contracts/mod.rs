@@ -21,7 +21,7 @@ pub mod unwind_info;
 
 use crate::descriptor::{ContractVersion, DataDescriptor, DescriptorError};
 use crate::limits::Limit;
-use crate::target::ReadError;
+use crate::memory::ReadError;
 
 /// Why a contract operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -4,7 +4,7 @@
 
 use super::{version_of, ContractError};
 use crate::descriptor::DataDescriptor;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// `CodePointerFlags`: code pointers carry the Thumb bit (bit 0).
 pub const HAS_ARM32_THUMB_BIT: u8 = 0x1;
@@ -73,8 +73,8 @@ pub fn platform_metadata(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::builder::MemoryBuilder;
-    use crate::target::DataLayout;
+    use crate::memory::builder::MemoryBuilder;
+    use crate::memory::DataLayout;
 
     #[test]
     fn flags_from_the_runtime_or_the_architecture() {

@@ -21,7 +21,7 @@ use super::execution_manager::{execution_manager, range_section_map::find_range_
 use super::platform_metadata::{platform_metadata, HAS_ARM32_THUMB_BIT};
 use super::{version_of, ContractError};
 use crate::descriptor::DataDescriptor;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// Contract versions this module implements.
 pub const SUPPORTED_VERSIONS: &[u64] = &[1, 2, 3];

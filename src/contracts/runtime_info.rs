@@ -127,7 +127,7 @@ pub fn runtime_info(descriptor: &DataDescriptor) -> Result<RuntimeInfo, Contract
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::DataLayout;
+    use crate::memory::DataLayout;
 
     fn descriptor(json: &str) -> DataDescriptor {
         let physical = crate::descriptor::json::parse("test", json.as_bytes()).unwrap();

@@ -16,7 +16,7 @@ use super::loader::Fields;
 use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::limits::Limit;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// `MethodDesc.Flags`: classification bits.
 const MDF_CLASSIFICATION: u16 = 0x7;

@@ -30,7 +30,7 @@ use super::loader::Fields;
 use super::{version_of, ContractError};
 use crate::descriptor::DataDescriptor;
 use crate::limits::Limit;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// The Thread contract versions implemented.
 const THREAD_VERSIONS: &[u64] = &[1];

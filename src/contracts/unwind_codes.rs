@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::ContractError;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// x64 register names in unwind-code numbering.
 const REGISTERS: [&str; 16] = [

@@ -18,7 +18,7 @@
 //! - x86: `UNWIND_INFO` is just the 4-byte function length.
 
 use crate::contracts::ContractError;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// Architectures whose unwind data this module reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -239,8 +239,8 @@ pub fn xdata_function_length(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::builder::MemoryBuilder;
-    use crate::target::DataLayout;
+    use crate::memory::builder::MemoryBuilder;
+    use crate::memory::DataLayout;
 
     fn words(layout: DataLayout, ws: &[u32]) -> Target {
         let mut b = MemoryBuilder::new(layout);

@@ -14,7 +14,7 @@ use super::json::{self, GlobalSource};
 use super::model::{resolve_index, DataDescriptor, SubDescriptorInfo};
 use super::Limits;
 use crate::limits::Limit;
-use crate::target::{decode_unsigned, DataLayout, Endian, ReadError, Target};
+use crate::memory::{decode_unsigned, DataLayout, Endian, ReadError, Target};
 
 /// "DNCCDAC\0" as it lies in memory on a little-endian target.
 const MAGIC_LE: [u8; 8] = *b"DNCCDAC\0";

@@ -2,7 +2,7 @@
 //! global involved.
 
 use crate::limits::Limit;
-use crate::target::ReadError;
+use crate::memory::ReadError;
 
 /// Why a descriptor could not be loaded, or a lookup in it failed.
 #[derive(Debug, thiserror::Error)]

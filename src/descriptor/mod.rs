@@ -16,7 +16,7 @@
 //!
 //! ```
 //! use cdac::descriptor::{json, DataDescriptor};
-//! use cdac::target::DataLayout;
+//! use cdac::memory::DataLayout;
 //!
 //! let text = br#"{
 //!     "version": 0,
@@ -68,6 +68,19 @@ pub struct Limits {
     pub max_total_descriptor_bytes: u64,
 }
 
+impl Limits {
+    /// The caps for one command's [`crate::limits::Limits`]: one descriptor may be as large
+    /// as its `max_descriptor_bytes`, the whole tree four times that.
+    pub fn for_command(limits: &crate::limits::Limits) -> Self {
+        let one = u32::try_from(limits.max_descriptor_bytes).unwrap_or(u32::MAX);
+        Limits {
+            max_descriptor_bytes: one,
+            max_total_descriptor_bytes: limits.max_descriptor_bytes.saturating_mul(4),
+            ..Limits::default()
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
@@ -79,5 +92,27 @@ impl Default for Limits {
             max_sub_descriptors: 64,
             max_total_descriptor_bytes: 64 << 20,
         }
+    }
+}
+
+#[cfg(test)]
+mod command_limit_tests {
+    use super::Limits;
+    use crate::limits::Limits as CommandLimits;
+
+    #[test]
+    fn descriptor_caps_follow_the_descriptor_size() {
+        let limits = CommandLimits {
+            max_descriptor_bytes: 1000,
+            ..CommandLimits::default()
+        };
+        let d = Limits::for_command(&limits);
+        assert_eq!(d.max_descriptor_bytes, 1000);
+        assert_eq!(d.max_total_descriptor_bytes, 4000);
+        let huge = CommandLimits {
+            max_descriptor_bytes: u64::MAX,
+            ..CommandLimits::default()
+        };
+        assert_eq!(Limits::for_command(&huge).max_descriptor_bytes, u32::MAX);
     }
 }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::error::DescriptorError;
 use super::json::{ContractVersion, GlobalSource, Literal, PhysicalDescriptor};
-use crate::target::DataLayout;
+use crate::memory::DataLayout;
 
 /// Names to values, looked up many times per method a contract reads (a fast, not
 /// DoS-resistant hash: the names come from the descriptor and from cdac's own code).

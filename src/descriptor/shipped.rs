@@ -25,7 +25,7 @@ use super::error::DescriptorError;
 use super::json::{self, PhysicalDescriptor};
 use super::{DataDescriptor, Limits};
 use crate::limits::Limit;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// The descriptors built into `cdac`, as (file name, text).
 const BUILTIN: &[(&str, &str)] = &[

@@ -1,6 +1,6 @@
 //! The sampling profiler's core: a sample (a thread's user registers and a copy of the top
 //! of its stack, taken by the kernel while the process runs; see
-//! [`crate::target::perf_sampler`]) is unwound with the stack walker of `cdac stacks` (the
+//! [`crate::process::perf_sampler`]) is unwound with the stack walker of `cdac stacks` (the
 //! runtime's unwind data for managed frames, CFI for native ones) over the copy, named at
 //! once (code that tiering or an unloading context frees later keeps the name it had), and
 //! counted by stack in a [`Profile`]. [`output`] writes what was counted.
@@ -14,14 +14,14 @@ use std::time::{Duration, Instant};
 pub use aggregate::{FrameId, FrameShare, Profile};
 
 use crate::contracts::ContractError;
+use crate::memory::live::LiveProcess;
+use crate::memory::{MemorySource, ReadError};
 use crate::names::MethodNamer;
+use crate::process::perf_sampler::Sample;
+use crate::process::thread_snapshot::StackCopy;
 use crate::runtime::Runtime;
 use crate::stacks::walk::{FoundBy, FrameCode, Stack, StackWalker};
 use crate::symbols::ElfSymbols;
-use crate::target::live::LiveProcess;
-use crate::target::perf_sampler::Sample;
-use crate::target::thread_snapshot::StackCopy;
-use crate::target::{MemorySource, ReadError};
 use crate::unwind::{x64_reg, StackMemory, X64Context};
 
 /// How often cached target memory is dropped at the latest, so that code the runtime

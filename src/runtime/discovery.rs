@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use crate::descriptor::CONTRACT_DESCRIPTOR_SYMBOL;
-use crate::target::elf_image::{self, ElfImage, ImageError, ModuleMapping};
-use crate::target::Target;
+use crate::memory::elf_image::{self, ElfImage, ImageError, ModuleMapping};
+use crate::memory::Target;
 
 /// File name of the CoreCLR runtime on Linux.
 pub const RUNTIME_FILE_NAME: &str = "libcoreclr.so";
@@ -177,7 +177,7 @@ fn scan_target(target: &Target, start: u64, end: u64, budget: &mut u64) -> Optio
 }
 
 fn scan_file(path: &Path) -> Option<String> {
-    let data = crate::target::map_regular_file(path).ok()?;
+    let data = crate::memory::map_regular_file(path).ok()?;
     find_version(&data)
 }
 

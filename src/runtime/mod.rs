@@ -15,11 +15,11 @@ use std::sync::Arc;
 use crate::descriptor::shipped::{self, Fit};
 use crate::descriptor::{embedded, DataDescriptor, DescriptorError};
 use crate::limits::{Limit, Limits};
-use crate::target::cache::PageCache;
-use crate::target::core_dump::CoreDump;
-use crate::target::elf_image::ImageError;
-use crate::target::live::LiveProcess;
-use crate::target::{DataLayout, MemorySource, OpenError, Target};
+use crate::memory::cache::PageCache;
+use crate::memory::core_dump::CoreDump;
+use crate::memory::elf_image::ImageError;
+use crate::memory::live::LiveProcess;
+use crate::memory::{DataLayout, MemorySource, OpenError, Target};
 
 pub use discovery::{FoundModule, RuntimeVersion};
 
@@ -111,7 +111,7 @@ pub struct RuntimeModule {
     /// Descriptor architecture name ("x64").
     pub architecture: &'static str,
     /// Exports found, with their addresses.
-    pub exports: Vec<crate::target::elf_image::DynamicSymbol>,
+    pub exports: Vec<crate::memory::elf_image::DynamicSymbol>,
 }
 
 impl RuntimeModule {
@@ -174,12 +174,12 @@ impl Runtime {
     }
 
     /// Opens memory a host program reads for `cdac` (see
-    /// [`CallbackSource`](crate::target::callback::CallbackSource)).
+    /// [`CallbackSource`](crate::memory::callback::CallbackSource)).
     ///
     /// ```no_run
     /// use cdac::runtime::{OpenOptions, Runtime};
-    /// use cdac::target::callback::CallbackSource;
-    /// use cdac::target::{MappedFile, ThreadInfo};
+    /// use cdac::memory::callback::CallbackSource;
+    /// use cdac::memory::{MappedFile, ThreadInfo};
     ///
     /// # fn host_read(addr: u64, buf: &mut [u8]) -> bool { false }
     /// # fn host_modules() -> Vec<MappedFile> { Vec::new() }
@@ -191,7 +191,7 @@ impl Runtime {
     /// # Ok::<(), cdac::runtime::RuntimeError>(())
     /// ```
     pub fn open_host(
-        source: crate::target::callback::CallbackSource,
+        source: crate::memory::callback::CallbackSource,
         options: &OpenOptions,
     ) -> Result<Runtime, RuntimeError> {
         Self::open(Arc::new(source), options)
@@ -209,7 +209,7 @@ impl Runtime {
             }
             return Err(RuntimeError::NoRuntime(format!(
                 "none of the {} mapped modules is {} or exports {} or {}",
-                crate::target::elf_image::modules(target.mapped_files()).len(),
+                crate::memory::elf_image::modules(target.mapped_files()).len(),
                 discovery::RUNTIME_FILE_NAME,
                 crate::descriptor::CONTRACT_DESCRIPTOR_SYMBOL,
                 discovery::DAC_TABLE_SYMBOL
@@ -386,7 +386,7 @@ fn apply_overlays(
             descriptor,
             target,
             &resolve,
-            &options.limits.descriptor(),
+            &crate::descriptor::Limits::for_command(&options.limits),
         )?;
         // A build nobody measured the overlay on is checked by `crate::validation`, which
         // warns when the values fail their checks, not because of the version.
@@ -416,7 +416,7 @@ fn load_descriptor(
     version: Option<&RuntimeVersion>,
     options: &OpenOptions,
 ) -> Result<(DataDescriptor, DescriptorSource), RuntimeError> {
-    let descriptor_limits = options.limits.descriptor();
+    let descriptor_limits = crate::descriptor::Limits::for_command(&options.limits);
     let resolve = |name: &str| {
         module
             .exports
@@ -485,7 +485,7 @@ fn read_descriptor_file(
         path: path.display().to_string(),
         detail,
     };
-    let text = crate::target::map_regular_file(path).map_err(|e| file_err(e.to_string()))?;
+    let text = crate::memory::map_regular_file(path).map_err(|e| file_err(e.to_string()))?;
     if text.len() as u64 > options.limits.max_descriptor_bytes {
         return Err(DescriptorError::TooLarge {
             descriptor: path.display().to_string(),
@@ -504,7 +504,7 @@ fn read_descriptor_file(
 
 fn disk_build_id(path: &Path) -> Option<Vec<u8>> {
     use object::Object;
-    let data = crate::target::map_regular_file(path).ok()?;
+    let data = crate::memory::map_regular_file(path).ok()?;
     let file = object::File::parse(&*data).ok()?;
     file.build_id().ok().flatten().map(<[u8]>::to_vec)
 }

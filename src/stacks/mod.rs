@@ -14,12 +14,12 @@ pub use walk::{logical_frames, FoundBy, FrameCode, Stack, StackEnd, StackFrame, 
 
 use crate::contracts::thread::{ExceptionInfo, ExplicitFrame, ThreadInfo, Threads};
 use crate::contracts::ContractError;
+use crate::memory::TargetKind;
 use crate::names::MethodNamer;
-use crate::runtime::Runtime;
-use crate::target::thread_snapshot::{
+use crate::process::thread_snapshot::{
     peek_threads, snapshot_thread, snapshot_threads, SnapshotError, SnapshotOptions,
 };
-use crate::target::TargetKind;
+use crate::runtime::Runtime;
 use crate::unwind::X64Context;
 
 /// How a live process's registers are read.

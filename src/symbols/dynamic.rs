@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::{demangle, sort, Sym, SymbolTable, MAX_NAME, MAX_SYMBOLS};
-use crate::target::Target;
+use crate::memory::Target;
 use crate::unwind::elf_modules;
 
 const DT_NULL: u64 = 0;
@@ -26,7 +26,7 @@ const STT_GNU_IFUNC: u8 = 10;
 /// The function symbols of the module loaded at `base`, from its dynamic symbol table in
 /// the target's memory.
 pub(super) fn from_memory(target: &Target, base: u64) -> Result<SymbolTable, String> {
-    let err = |e: crate::target::ReadError| e.to_string();
+    let err = |e: crate::memory::ReadError| e.to_string();
     let segments = elf_modules::headers_from_memory(target, base)?;
     let bias = elf_modules::load_bias(base, &segments).ok_or("no PT_LOAD")?;
     let dynamic = segments
@@ -115,7 +115,7 @@ pub(super) fn from_memory(target: &Target, base: u64) -> Result<SymbolTable, Str
 /// The number of symbols of a `DT_GNU_HASH` table: one past the last symbol any chain
 /// reaches.
 fn gnu_hash_count(target: &Target, table: u64) -> Result<u64, String> {
-    let err = |e: crate::target::ReadError| e.to_string();
+    let err = |e: crate::memory::ReadError| e.to_string();
     let nbuckets = u64::from(target.read_u32(table).map_err(err)?);
     let symoffset = u64::from(target.read_u32(table.wrapping_add(4)).map_err(err)?);
     let bloom_size = u64::from(target.read_u32(table.wrapping_add(8)).map_err(err)?);

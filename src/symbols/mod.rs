@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use object::{Object, ObjectSymbol, SymbolKind};
 
-use crate::target::Target;
+use crate::memory::Target;
 use crate::unwind::elf_modules::{self, ModuleMap};
 
 mod dynamic;
@@ -196,7 +196,7 @@ impl ElfSymbols {
 
     /// Reads a module's symbols; an empty table when there are none to be had.
     fn load(&self, path: &Path, base: u64) -> SymbolTable {
-        if let Ok(map) = crate::target::map_regular_file(path) {
+        if let Ok(map) = crate::memory::map_regular_file(path) {
             if elf_modules::file_matches_target(&map, &self.target, base) {
                 match self.read_file_symbols(&map, path, base) {
                     Ok(table) => return table,
@@ -225,7 +225,7 @@ impl ElfSymbols {
         let mut symbols = symtab_of(&file, false);
         if symbols.is_empty() {
             if let Some(debug) = self.debug_file(&file, path) {
-                if let Ok(map) = crate::target::map_regular_file(&debug) {
+                if let Ok(map) = crate::memory::map_regular_file(&debug) {
                     if let Ok(dfile) = object::File::parse(&*map) {
                         symbols = symtab_of(&dfile, false);
                     }

@@ -9,7 +9,7 @@ use object::elf;
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::Endianness;
 
-use crate::target::{MappedFile, Target};
+use crate::memory::{MappedFile, Target};
 
 /// One ELF file mapped into the target.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -20,7 +20,7 @@
 
 use super::{x64_reg, StackMemory, UnwindError, X64Context};
 use crate::contracts::execution_manager::{CodeBlock, ExecutionManager};
-use crate::target::Target;
+use crate::memory::Target;
 
 /// `UNW_FLAG_CHAININFO`: a `RUNTIME_FUNCTION` follows the unwind codes.
 const UNW_FLAG_CHAININFO: u8 = 4;
@@ -594,8 +594,8 @@ pub fn step_managed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::builder::MemoryBuilder;
-    use crate::target::DataLayout;
+    use crate::memory::builder::MemoryBuilder;
+    use crate::memory::DataLayout;
 
     const BASE: u64 = 0x10_0000;
     /// RVA of the RUNTIME_FUNCTION, the UNWIND_INFO, and the function.

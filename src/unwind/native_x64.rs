@@ -40,7 +40,7 @@ use object::{Object, ObjectSection};
 
 use super::elf_modules::{self, ModuleMap, Segment};
 use super::{x64_reg, StackMemory, UnwindError, X64Context};
-use crate::target::Target;
+use crate::memory::Target;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -170,7 +170,7 @@ impl NativeUnwinder {
             match self.target.read_bytes(module.base, 4) {
                 Ok(magic) => magic == b"\x7fELF",
                 // Not in the dump: the file on disk tells.
-                Err(_) => crate::target::map_regular_file(&module.path)
+                Err(_) => crate::memory::map_regular_file(&module.path)
                     .is_ok_and(|map| map.starts_with(b"\x7fELF")),
             }
         })
@@ -304,7 +304,7 @@ enum Stepped {
 /// Reads a module's CFI: from the file on disk when it is there and matches the target,
 /// else from the target's memory.
 fn load_cfi(target: &Target, path: &Path, base: u64) -> Result<ModuleCfi, String> {
-    match crate::target::map_regular_file(path) {
+    match crate::memory::map_regular_file(path) {
         Ok(map) if elf_modules::file_matches_target(&map, target, base) => {
             cfi_from_file(&map, base)
         }
@@ -696,8 +696,8 @@ pub fn read_sigcontext(uc: u64, mem: &dyn StackMemory) -> Result<X64Context, Unw
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::builder::MemoryBuilder;
-    use crate::target::DataLayout;
+    use crate::memory::builder::MemoryBuilder;
+    use crate::memory::DataLayout;
     use gimli::write::{
         self, Address, CallFrameInstruction as I, CommonInformationEntry, EndianVec, Expression,
         FrameDescriptionEntry, FrameTable,

@@ -79,7 +79,7 @@ pub fn split_image(split_funclet: bool) -> R2rSpec {
 pub fn damaged_r2r_world(data: &[u8]) -> (World, [u64; 10]) {
     let mut input = Cursor(data);
     let flags = input.u8();
-    let layout = cdac::target::DataLayout::ALL[usize::from(flags) % 4];
+    let layout = cdac::memory::DataLayout::ALL[usize::from(flags) % 4];
     let version = 1 + u64::from(flags >> 2 & 1);
     let split = flags & 0x08 != 0;
     let mut w = World::new(layout, version);

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 
 use cdac::descriptor::{json, DataDescriptor};
-use cdac::target::builder::MemoryBuilder;
-use cdac::target::{DataLayout, Endian, Target};
+use cdac::memory::builder::MemoryBuilder;
+use cdac::memory::{DataLayout, Endian, Target};
 use serde_json::{json, Map, Value};
 
 pub mod damaged_r2r;

@@ -32,7 +32,7 @@ use super::runtime_type_system::{method_desc_info, MethodClassification};
 use super::{version_of, ContractError};
 use crate::descriptor::DataDescriptor;
 use crate::limits::Limit;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// `MethodDesc.Flags`: a non-vtable slot follows the MethodDesc.
 const MDF_HAS_NON_VTABLE_SLOT: u16 = 0x08;

@@ -47,7 +47,7 @@ use crate::contracts::gc_info::{self, GcInfoArch};
 use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::limits::Limit;
-use crate::target::{decode_unsigned, ReadError, Target};
+use crate::memory::{decode_unsigned, ReadError, Target};
 
 /// Consecutive unreadable chunks (of a nibble map or a bucket array) before its walk stops.
 pub const MAX_READ_FAILURES: u32 = 8;
@@ -256,7 +256,7 @@ pub fn enumerate_code_with(
         stopped: false,
         live: matches!(
             target.source().kind(),
-            crate::target::TargetKind::Live { .. }
+            crate::memory::TargetKind::Live { .. }
         ),
     };
     let start = Instant::now();

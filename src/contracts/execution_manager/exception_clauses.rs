@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::limits::Limit;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// Clause flag bits (`CorExceptionFlag` plus the runtime's own).
 pub mod flags {

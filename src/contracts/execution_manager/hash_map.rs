@@ -9,7 +9,7 @@
 use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::limits::Limit;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// Largest bucket count accepted (a damaged count must not make a lookup probe forever).
 pub const MAX_BUCKETS: u64 = 1 << 28;

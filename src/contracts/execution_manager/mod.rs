@@ -26,7 +26,7 @@ use super::gc_info::GcInfoArch;
 use super::unwind_info::UnwindArch;
 use super::{version_of, ContractError};
 use crate::descriptor::DataDescriptor;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// How a method's code was produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

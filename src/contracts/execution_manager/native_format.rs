@@ -3,7 +3,7 @@
 
 use crate::contracts::ContractError;
 use crate::formats::r2r::native;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// A reader over `[start, end)` of an image; offsets are image-relative (RVAs).
 pub struct NativeReader<'t> {
@@ -63,8 +63,8 @@ impl native::NativeBytes for NativeReader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::builder::MemoryBuilder;
-    use crate::target::DataLayout;
+    use crate::memory::builder::MemoryBuilder;
+    use crate::memory::DataLayout;
 
     fn reader_over(bytes: &[u8]) -> (Target, u64) {
         let mut b = MemoryBuilder::new(DataLayout::LE64);

@@ -23,7 +23,7 @@
 use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::limits::Limit;
-use crate::target::{decode_unsigned, ReadError, Target};
+use crate::memory::{decode_unsigned, ReadError, Target};
 
 /// Bytes of code address space one nibble covers.
 pub const BYTES_PER_BUCKET: u64 = 32;

@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::limits::Limit;
-use crate::target::{ReadError, Target};
+use crate::memory::{ReadError, Target};
 
 /// Entries in one level of the map.
 pub const ENTRIES_PER_LEVEL: usize = 256;

@@ -13,7 +13,7 @@
 
 use crate::contracts::ContractError;
 use crate::limits::Limit;
-use crate::target::{decode_unsigned, Endian, Target};
+use crate::memory::{decode_unsigned, Endian, Target};
 
 /// Default cap on how far past its start a stream may be read: 1 MiB, far more than the
 /// GC information of any method (a header is a few dozen bytes).
@@ -258,8 +258,8 @@ fn mask(n: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::builder::MemoryBuilder;
-    use crate::target::DataLayout;
+    use crate::memory::builder::MemoryBuilder;
+    use crate::memory::DataLayout;
 
     fn target_with(layout: DataLayout, addr: u64, bytes: &[u8]) -> Target {
         let mut b = MemoryBuilder::new(layout);

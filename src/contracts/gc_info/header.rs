@@ -5,7 +5,7 @@
 use super::bit_reader::BitReader;
 use super::platform::GcInfoArch;
 use crate::contracts::ContractError;
-use crate::target::Target;
+use crate::memory::Target;
 
 /// Header flag bits of a fat header (a slim header implies only
 /// [`HAS_STACK_BASE_REGISTER`](flags::HAS_STACK_BASE_REGISTER), from its second bit).
@@ -443,8 +443,8 @@ impl Decoder<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::builder::MemoryBuilder;
-    use crate::target::DataLayout;
+    use crate::memory::builder::MemoryBuilder;
+    use crate::memory::DataLayout;
 
     fn target(bytes: &[u8]) -> Target {
         let mut b = MemoryBuilder::new(DataLayout::LE64);

@@ -42,7 +42,7 @@ fn io(path: &Path, e: std::io::Error) -> PdbError {
 /// Finds the portable PDB of the assembly at `assembly` (a PE file in file layout).
 pub fn find_pdb(assembly: &Path) -> Result<FoundPdb> {
     // Mapped, not read: framework assemblies are large and most have no PDB anywhere.
-    let image = crate::target::map_regular_file(assembly).map_err(|e| io(assembly, e))?;
+    let image = crate::memory::map_regular_file(assembly).map_err(|e| io(assembly, e))?;
     let image: &[u8] = &image;
     let dir = debug_directory(image)?;
     let codeview = dir.codeview(image)?;

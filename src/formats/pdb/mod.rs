@@ -187,7 +187,7 @@ impl PortablePdb {
 
     /// Reads and parses a `.pdb` file (a regular file only: never a FIFO or a device).
     pub fn open(path: &std::path::Path) -> Result<PortablePdb> {
-        let map = crate::target::map_regular_file(path).map_err(|e| PdbError::Io {
+        let map = crate::memory::map_regular_file(path).map_err(|e| PdbError::Io {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;

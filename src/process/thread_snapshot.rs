@@ -23,9 +23,10 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use super::live::{permission_hint, process_gone};
-use super::{sys, ReadError, Target};
-use crate::unwind::{x64_reg, StackMemory, X64Context};
+use crate::memory::live::{permission_hint, process_gone};
+use crate::memory::StackMemory;
+use crate::memory::{sys, ReadError, Target};
+use crate::regs::{x64_reg, X64Context};
 
 /// The x64 red zone: leaf functions may keep data in the 128 bytes below rsp.
 pub const RED_ZONE: u64 = 128;
@@ -171,10 +172,10 @@ impl ThreadSnapshot {
     }
 }
 
-impl From<&ThreadSnapshot> for super::ThreadInfo {
+impl From<&ThreadSnapshot> for crate::memory::ThreadInfo {
     /// The thread as the target layer lists threads: id, ip, sp and every register.
     fn from(t: &ThreadSnapshot) -> Self {
-        super::ThreadInfo {
+        crate::memory::ThreadInfo {
             tid: t.tid,
             ip: Some(t.context.rip),
             sp: Some(t.context.rsp()),
@@ -923,7 +924,7 @@ mod tests {
 
     #[test]
     fn stack_over_target_falls_back() {
-        let mut b = super::super::builder::MemoryBuilder::new(super::super::DataLayout::LE64);
+        let mut b = crate::memory::builder::MemoryBuilder::new(crate::memory::DataLayout::LE64);
         b.region(0x1000, 0x100).u64(0, 0xaaaa).u64(0x40, 0xbbbb);
         let target = b.into_target();
         // The copy holds another value at 0x1000: the value as it was when stopped wins.

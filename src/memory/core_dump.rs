@@ -19,7 +19,7 @@ use super::{
     CrashSignal, DataLayout, Endian, MappedFile, MemorySource, OpenError, ReadError, TargetKind,
     ThreadInfo,
 };
-use crate::unwind::X64Context;
+use crate::regs::X64Context;
 
 /// Most `NT_FILE` entries accepted; a damaged count cannot make us allocate without bound.
 const MAX_FILE_ENTRIES: u64 = 1 << 20;

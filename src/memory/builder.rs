@@ -7,8 +7,8 @@
 //! builder too.
 //!
 //! ```
-//! use cdac::target::builder::MemoryBuilder;
-//! use cdac::target::DataLayout;
+//! use cdac::memory::builder::MemoryBuilder;
+//! use cdac::memory::DataLayout;
 //!
 //! // A 32-bit big-endian target with a two-node list.
 //! let mut memory = MemoryBuilder::new(DataLayout::BE32);
@@ -23,7 +23,7 @@
 //!     at = target.read_pointer(at)?;
 //! }
 //! assert_eq!(values, [1, 2]);
-//! # Ok::<(), cdac::target::ReadError>(())
+//! # Ok::<(), cdac::memory::ReadError>(())
 //! ```
 
 use std::path::PathBuf;

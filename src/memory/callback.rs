@@ -6,8 +6,8 @@
 //! its contracts can be read through the host.
 //!
 //! ```
-//! use cdac::target::callback::CallbackSource;
-//! use cdac::target::{DataLayout, ReadError};
+//! use cdac::memory::callback::CallbackSource;
+//! use cdac::memory::{DataLayout, ReadError};
 //!
 //! // The host's memory: 4 KiB at 0x1000 holding a pointer at 0x1010.
 //! let mut page = vec![0u8; 4096];

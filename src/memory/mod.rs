@@ -14,10 +14,7 @@ pub mod elf_image;
 mod error;
 pub mod file_bytes;
 pub mod live;
-pub mod perf_sampler;
-mod perf_sys;
-mod sys;
-pub mod thread_snapshot;
+pub(crate) mod sys;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -96,7 +93,7 @@ pub struct ThreadInfo {
     /// Stack pointer, when known.
     pub sp: Option<u64>,
     /// All registers of an x64 thread, when known (a core's `NT_PRSTATUS`).
-    pub context: Option<crate::unwind::X64Context>,
+    pub context: Option<crate::regs::X64Context>,
 }
 
 /// What kind of target a source reads.
@@ -538,6 +535,19 @@ pub fn decode_unsigned(bytes: &[u8], endian: Endian) -> u64 {
     match endian {
         Endian::Big => bytes.iter().fold(0, fold),
         Endian::Little => bytes.iter().rev().fold(0, fold),
+    }
+}
+
+/// The memory an unwinder reads: stack slots and saved registers. A [`Target`] is one; a
+/// stack copied while a thread was stopped, over the target, is another.
+pub trait StackMemory {
+    /// The 8 bytes at `addr`, little-endian.
+    fn read_u64(&self, addr: u64) -> Result<u64, ReadError>;
+}
+
+impl StackMemory for Target {
+    fn read_u64(&self, addr: u64) -> Result<u64, ReadError> {
+        Target::read_u64(self, addr)
     }
 }
 

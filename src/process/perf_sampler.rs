@@ -10,9 +10,9 @@ use std::io;
 
 use thiserror::Error;
 
-use super::live::process_gone;
 use super::perf_sys::{self, EventConfig, RingMap};
 use super::thread_snapshot::{list_threads, SnapshotError, StackCopy};
+use crate::memory::live::process_gone;
 
 // PERF_SAMPLE_* bits asked for; the record layout below follows their order.
 const SAMPLE_IP: u64 = 1 << 0;

@@ -195,11 +195,11 @@ impl<S: MemorySource> MemorySource for PageCache<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::builder::MemoryBuilder;
-    use crate::target::DataLayout;
+    use crate::memory::builder::MemoryBuilder;
+    use crate::memory::DataLayout;
 
     /// Two mapped regions with a gap, both spanning several pages, filled with a pattern.
-    fn memory() -> crate::target::builder::BuiltMemory {
+    fn memory() -> crate::memory::builder::BuiltMemory {
         let mut b = MemoryBuilder::new(DataLayout::LE64);
         for (base, len) in [(0x10_0000u64, 5 * 4096 + 100), (0x20_0000, 3 * 4096)] {
             let bytes: Vec<u8> = (0..len)
