@@ -66,6 +66,8 @@
 //! ```
 
 #![deny(missing_docs)]
+// `unsafe` is allowed in two audited modules only: `memory::sys` and `process::perf_sys`.
+#![deny(unsafe_code)]
 
 pub mod contracts;
 pub mod coverage;

@@ -1,5 +1,7 @@
 //! The `cdac` command line, a thin user of the `cdac` library.
 
+#![deny(unsafe_code)]
+
 mod cli;
 
 fn main() {

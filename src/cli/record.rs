@@ -156,25 +156,12 @@ fn open_source(args: &SamplingArgs) -> Result<(Source, Option<String>), SamplerE
     let options = SamplerOptions::for_rate(args.rate.max(1), args.stack_bytes);
     match PerfSampler::open(args.pid, &options) {
         Ok(s) => Ok((Source::Perf(Box::new(s)), None)),
-        Err(e) if args.sampler == SamplerKind::Auto && perf_unavailable(&e) => {
+        Err(e) if args.sampler == SamplerKind::Auto && e.perf_unavailable() => {
             Ok(ptrace(Some(format!(
                 "{e}\ncdac: falling back to the ptrace sampler: each thread is stopped briefly for every sample"
             ))))
         }
         Err(e) => Err(e),
-    }
-}
-
-/// Whether `e` says perf events cannot be had here (refused, or not in this kernel or
-/// sandbox), as opposed to a problem with the process.
-fn perf_unavailable(e: &SamplerError) -> bool {
-    match e {
-        SamplerError::NotPermitted { .. } => true,
-        SamplerError::Io { source, .. } => matches!(
-            source.raw_os_error(),
-            Some(libc::ENOSYS) | Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV)
-        ),
-        SamplerError::NoProcess { .. } => false,
     }
 }
 

@@ -25,6 +25,7 @@ use crate::memory::ReadError;
 
 /// Why a contract operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ContractError {
     /// The runtime does not advertise the contract at all.
     #[error("the runtime does not advertise the {contract} contract")]

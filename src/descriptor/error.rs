@@ -6,6 +6,7 @@ use crate::memory::ReadError;
 
 /// Why a descriptor could not be loaded, or a lookup in it failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum DescriptorError {
     /// Target memory holding part of a descriptor could not be read.
     #[error("reading the {what} of descriptor {descriptor}: {source}")]

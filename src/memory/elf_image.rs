@@ -19,6 +19,7 @@ const MAX_NOTE_BYTES: usize = 64 << 10;
 
 /// Why an image could not be decoded.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ImageError {
     /// Memory of the image could not be read.
     #[error("reading the ELF image at {base:#x}: {source}")]

@@ -6,6 +6,7 @@ use crate::limits::Limit;
 
 /// Why bytes could not be read from the target. Every variant names the address involved.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReadError {
     /// Nothing is mapped at this address in the target.
     #[error("address {addr:#x} is not mapped in the target ({len} bytes requested)")]
@@ -149,6 +150,7 @@ impl ReadError {
 
 /// Why a target could not be opened.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum OpenError {
     /// No process with this pid.
     #[error("no process with pid {pid}")]

@@ -3,8 +3,9 @@
 //!
 //! Every reader implements [`MemorySource`], which only knows how to copy bytes and which
 //! files are mapped. [`Target`] wraps a source with the target's data layout (pointer size
-//! and endianness) and gives typed reads on top. All `unsafe` of the crate lives in
-//! `sys.rs`, the one audited file of system calls and memory maps.
+//! and endianness) and gives typed reads on top. The `unsafe` of this layer lives in `sys.rs`,
+//! the audited file of system calls and memory maps (the crate denies `unsafe` elsewhere,
+//! except in `process::perf_sys`).
 
 pub mod builder;
 pub mod cache;
@@ -14,6 +15,7 @@ pub mod elf_image;
 mod error;
 pub mod file_bytes;
 pub mod live;
+#[allow(unsafe_code)]
 pub(crate) mod sys;
 
 use std::path::PathBuf;

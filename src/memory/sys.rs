@@ -1,5 +1,5 @@
-//! The crate's only `unsafe`: system calls for reading another process, and read-only
-//! memory maps of files. Each block states why it is sound.
+//! The memory layer's `unsafe`: system calls for reading another process, and read-only
+//! memory maps of files (the sampling profiler's is in `process::perf_sys`). Each block states why it is sound.
 
 use std::fs::File;
 use std::io;

@@ -135,6 +135,7 @@ pub struct SamplerStats {
 
 /// Why sampling could not start or go on.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum SamplerError {
     /// The kernel refused perf events to this user.
     #[error(
@@ -164,6 +165,22 @@ pub enum SamplerError {
         /// The error.
         source: io::Error,
     },
+}
+
+impl SamplerError {
+    /// Whether perf events cannot be had here at all (refused, or not in this kernel or
+    /// sandbox), as opposed to a problem with the process: a caller may fall back to
+    /// another sampler.
+    pub fn perf_unavailable(&self) -> bool {
+        match self {
+            SamplerError::NotPermitted { .. } => true,
+            SamplerError::Io { source, .. } => matches!(
+                source.raw_os_error(),
+                Some(libc::ENOSYS | libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV)
+            ),
+            SamplerError::NoProcess { .. } => false,
+        }
+    }
 }
 
 /// Samples every thread of one process.

@@ -217,6 +217,7 @@ impl ProcessSnapshot {
 
 /// Why a snapshot failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SnapshotError {
     /// No process with this pid.
     #[error("no process with pid {pid}")]

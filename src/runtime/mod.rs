@@ -25,6 +25,7 @@ pub use discovery::{FoundModule, RuntimeVersion};
 
 /// Why a runtime could not be opened.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RuntimeError {
     /// The target itself could not be opened.
     #[error(transparent)]

@@ -117,6 +117,7 @@ impl ThreadStack {
 
 /// Why the stacks could not be read at all.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StacksError {
     /// The runtime's data could not be read.
     #[error(transparent)]

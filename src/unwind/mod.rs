@@ -18,6 +18,7 @@ pub use crate::regs::{x64_reg, X64Context};
 
 /// Why a step of unwinding failed. The frames found before it stand.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum UnwindError {
     /// Target memory (the stack, unwind data) could not be read.
     #[error(transparent)]
