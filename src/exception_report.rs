@@ -51,7 +51,7 @@ impl ExceptionReport {
     pub fn new(
         rt: &Runtime,
         exception: &ExceptionInfo,
-        namer: &mut MethodNamer<'_>,
+        namer: &mut MethodNamer,
         lines: &SourceLines,
     ) -> ExceptionReport {
         let mut traces = HashMap::new();
@@ -132,7 +132,7 @@ impl ExceptionReport {
 fn resolve_trace(
     rt: &Runtime,
     e: &ExceptionInfo,
-    namer: &mut MethodNamer<'_>,
+    namer: &mut MethodNamer,
     lines: &SourceLines,
 ) -> Result<Vec<TraceLine>, String> {
     let frames = exception_trace_frames(rt, e.stack_trace).map_err(|err| err.to_string())?;

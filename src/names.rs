@@ -68,9 +68,9 @@ impl From<crate::formats::ecma::MetadataError> for NameError {
 }
 
 /// Names MethodDescs as the runtime's perf map does, caching each module's metadata.
-pub struct MethodNamer<'t> {
-    target: &'t Target,
-    descriptor: &'t DataDescriptor,
+pub struct MethodNamer {
+    target: Target,
+    descriptor: DataDescriptor,
     modules: HashMap<u64, ModuleInfo>,
     /// Metadata blobs by `Module*`; `None`: none could be read.
     blobs: HashMap<u64, Option<Vec<u8>>>,
@@ -95,10 +95,10 @@ pub fn runtime_truncates_names(product_version: Option<&str>) -> bool {
         .is_ok_and(|p| p < FIRST_UNTRUNCATED_NET8_PATCH)
 }
 
-impl<'t> MethodNamer<'t> {
+impl MethodNamer {
     /// A namer over the target's modules (listed once, here). A module list that cannot
     /// be read leaves every method with the fallback name (and a warning).
-    pub fn new(target: &'t Target, descriptor: &'t DataDescriptor) -> MethodNamer<'t> {
+    pub fn new(target: &Target, descriptor: &DataDescriptor) -> MethodNamer {
         let modules = match loader::modules(target, descriptor) {
             Ok(list) => list.into_iter().map(|m| (m.address, m)).collect(),
             Err(e) => {
@@ -107,8 +107,8 @@ impl<'t> MethodNamer<'t> {
             }
         };
         MethodNamer {
-            target,
-            descriptor,
+            target: target.clone(),
+            descriptor: descriptor.clone(),
             modules,
             blobs: HashMap::new(),
             net8_truncation: false,
@@ -117,26 +117,26 @@ impl<'t> MethodNamer<'t> {
 
     /// A namer for a runtime: over its modules, naming methods exactly as that runtime
     /// build's perf map does (early .NET 8 builds truncate some names).
-    pub fn for_runtime(rt: &'t crate::runtime::Runtime) -> MethodNamer<'t> {
+    pub fn for_runtime(rt: &crate::runtime::Runtime) -> MethodNamer {
         let truncates = runtime_truncates_names(rt.version().map(|v| v.product_version.as_str()));
         MethodNamer::new(rt.target(), rt.descriptor()).with_net8_truncation(truncates)
     }
 
     /// Whether names reproduce early .NET 8's one-byte truncation of some names.
-    pub fn with_net8_truncation(mut self, on: bool) -> MethodNamer<'t> {
+    pub fn with_net8_truncation(mut self, on: bool) -> MethodNamer {
         self.net8_truncation = on;
         self
     }
 
     /// A namer over a given module list (for tests and callers that already have one).
     pub fn with_modules(
-        target: &'t Target,
-        descriptor: &'t DataDescriptor,
+        target: &Target,
+        descriptor: &DataDescriptor,
         modules: Vec<ModuleInfo>,
-    ) -> MethodNamer<'t> {
+    ) -> MethodNamer {
         MethodNamer {
-            target,
-            descriptor,
+            target: target.clone(),
+            descriptor: descriptor.clone(),
             modules: modules.into_iter().map(|m| (m.address, m)).collect(),
             blobs: HashMap::new(),
             net8_truncation: false,
@@ -150,7 +150,7 @@ impl<'t> MethodNamer<'t> {
 
     /// The `Module*` of the method's declaring type, when the MethodDesc is readable.
     pub fn module_of(&self, md: u64) -> Option<u64> {
-        method_desc_info(self.target, self.descriptor, md)
+        method_desc_info(&self.target, &self.descriptor, md)
             .ok()
             .map(|i| i.module)
     }
@@ -158,7 +158,7 @@ impl<'t> MethodNamer<'t> {
     /// The file of the method's module (its path in the target) and its MethodDef token,
     /// when the MethodDesc is readable and the module has a path: where a PDB lookup starts.
     pub fn method_def(&self, md: u64) -> Option<(std::path::PathBuf, u32)> {
-        let info = method_desc_info(self.target, self.descriptor, md).ok()?;
+        let info = method_desc_info(&self.target, &self.descriptor, md).ok()?;
         let path = self.modules.get(&info.module)?.path.clone()?;
         (info.token >> 24 == 0x06).then_some((path, info.token))
     }
@@ -206,7 +206,7 @@ impl<'t> MethodNamer<'t> {
         let infos: Vec<Result<MethodDescInfo, String>> = mds
             .iter()
             .map(|&md| {
-                method_desc_info(self.target, self.descriptor, md).map_err(|e| e.to_string())
+                method_desc_info(&self.target, &self.descriptor, md).map_err(|e| e.to_string())
             })
             .collect();
         let mut pending: Vec<usize> = Vec::new();
@@ -298,7 +298,7 @@ impl<'t> MethodNamer<'t> {
     /// named (a warning says why at debug level).
     pub fn type_name(&mut self, method_table: u64) -> Option<String> {
         let mut asked: BTreeSet<u64> = BTreeSet::new();
-        match method_table_info(self.target, self.descriptor, method_table) {
+        match method_table_info(&self.target, &self.descriptor, method_table) {
             Ok(mt) => {
                 self.ensure_loaded(mt.module);
                 asked.insert(mt.module);
@@ -339,7 +339,7 @@ impl<'t> MethodNamer<'t> {
     pub fn impl_flags(&mut self, mds: &[u64]) -> Vec<Option<u16>> {
         let infos: Vec<Option<MethodDescInfo>> = mds
             .iter()
-            .map(|&md| method_desc_info(self.target, self.descriptor, md).ok())
+            .map(|&md| method_desc_info(&self.target, &self.descriptor, md).ok())
             .collect();
         let mut wanted = BTreeSet::new();
         for info in infos.iter().flatten() {
@@ -381,7 +381,7 @@ impl<'t> MethodNamer<'t> {
             return;
         }
         let blob = match self.modules.get(&module) {
-            Some(m) => match loader::module_metadata(self.target, self.descriptor, m) {
+            Some(m) => match loader::module_metadata(&self.target, &self.descriptor, m) {
                 Ok(b) => b,
                 Err(e) => {
                     tracing::warn!("module {module:#x}: metadata: {e}");
@@ -398,8 +398,8 @@ impl<'t> MethodNamer<'t> {
 }
 
 /// Parsed metadata of the loaded modules, for one naming round.
-struct Ctx<'n, 't> {
-    namer: &'n MethodNamer<'t>,
+struct Ctx<'n> {
+    namer: &'n MethodNamer,
     parsed: HashMap<u64, Metadata<'n>>,
     /// Modules whose blobs did not parse (so are never asked for again).
     broken: HashMap<u64, String>,
@@ -407,11 +407,11 @@ struct Ctx<'n, 't> {
     type_names: RefCell<HashMap<u64, String>>,
 }
 
-impl<'n, 't> Ctx<'n, 't> {
+impl<'n> Ctx<'n> {
     /// Parses the loaded metadata of the `wanted` modules, and, when dynamic methods are to
     /// be named (their signatures hold no tokens, so any metadata formats them), that of
     /// the loaded module with the lowest address too.
-    fn new(namer: &'n MethodNamer<'t>, wanted: &BTreeSet<u64>, dynamic: bool) -> Self {
+    fn new(namer: &'n MethodNamer, wanted: &BTreeSet<u64>, dynamic: bool) -> Self {
         let mut parsed = HashMap::new();
         let mut broken = HashMap::new();
         let any = dynamic
@@ -478,7 +478,11 @@ impl<'n, 't> Ctx<'n, 't> {
             return Err(NameError::Fail("array methods are not named yet".into()));
         }
         let md = self.metadata(info.module)?;
-        let mt = method_table_info(self.namer.target, self.namer.descriptor, info.method_table)?;
+        let mt = method_table_info(
+            &self.namer.target,
+            &self.namer.descriptor,
+            info.method_table,
+        )?;
         let rid = info.token & 0x00FF_FFFF;
         let owner = md
             .method_declaring_type(rid)
@@ -487,7 +491,8 @@ impl<'n, 't> Ctx<'n, 't> {
             .generic_params_of(Token::new(TableId::TypeDef, owner))
             .len();
         let args = if count > 0 {
-            let handles = type_instantiation(self.namer.target, self.namer.descriptor, &mt, count)?;
+            let handles =
+                type_instantiation(&self.namer.target, &self.namer.descriptor, &mt, count)?;
             let mut names = Vec::with_capacity(handles.len());
             for h in handles {
                 names.push(self.type_handle_name(h, 0)?);
@@ -570,7 +575,7 @@ impl<'n, 't> Ctx<'n, 't> {
         if handle & TYPE_HANDLE_TYPE_DESC != 0 {
             return Err(NameError::Fail("TypeDesc".into()));
         }
-        let mt = method_table_info(self.namer.target, self.namer.descriptor, handle)?;
+        let mt = method_table_info(&self.namer.target, &self.namer.descriptor, handle)?;
         if mt.is_array() {
             return self.type_handle_name(handle, 0);
         }
@@ -593,7 +598,7 @@ impl<'n, 't> Ctx<'n, 't> {
                 "type argument {handle:#x} is a TypeDesc"
             )));
         }
-        let mt = method_table_info(self.namer.target, self.namer.descriptor, handle)?;
+        let mt = method_table_info(&self.namer.target, &self.namer.descriptor, handle)?;
         let name = if mt.is_array() {
             if !mt.is_sz_array() {
                 return Err(NameError::Fail(
@@ -611,7 +616,7 @@ impl<'n, 't> Ctx<'n, 't> {
                 .len();
             if count > 0 {
                 let handles =
-                    type_instantiation(self.namer.target, self.namer.descriptor, &mt, count)?;
+                    type_instantiation(&self.namer.target, &self.namer.descriptor, &mt, count)?;
                 let mut args = Vec::with_capacity(handles.len());
                 for h in handles {
                     args.push(self.type_handle_name(h, depth + 1)?);

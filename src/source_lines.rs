@@ -10,7 +10,6 @@ use crate::contracts::debug_info::{il_offset, DebugInfoFormat, IlOffset};
 use crate::contracts::exception_trace::{
     decode_stack_trace, TraceFrame, TraceLayout, STEF_IP_ADJUSTED,
 };
-use crate::contracts::execution_manager::execution_manager;
 use crate::contracts::ContractError;
 use crate::formats::pdb::{PdbError, PdbFinder, SourceLocation};
 use crate::runtime::Runtime;
@@ -65,7 +64,7 @@ pub fn exception_trace_frames(
     let major: Option<u32> = rt.version().and_then(|v| v.major());
     let layout = TraceLayout::for_runtime_major(major.unwrap_or(9));
     let trace = decode_stack_trace(rt.target(), stack_trace, layout)?;
-    let em = execution_manager(rt.target(), rt.descriptor())?;
+    let em = rt.contracts().execution_manager()?;
     let format = DebugInfoFormat::for_runtime(rt.descriptor(), major);
     Ok(trace
         .frames
@@ -80,7 +79,7 @@ pub fn exception_trace_frames(
                 .code_block(at)
                 .ok()
                 .flatten()
-                .and_then(|b| il_offset(rt.target(), em.as_ref(), &b, &format, false).ok()?)
+                .and_then(|b| il_offset(rt.target(), em, &b, &format, false).ok()?)
                 .map(|m| m.il_offset);
             ResolvedTraceFrame {
                 frame,

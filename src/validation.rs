@@ -12,7 +12,8 @@ use std::collections::{BTreeSet, HashSet};
 use serde::Serialize;
 
 use crate::contracts::execution_manager::{execution_manager, JitType};
-use crate::contracts::loader::{self, Fields, ModuleInfo};
+use crate::contracts::fields::Fields;
+use crate::contracts::loader::{self, ModuleInfo};
 use crate::contracts::runtime_type_system::{method_desc_info, method_table_info};
 use crate::contracts::thread::{ThreadInfo, Threads, FRAME_TOP};
 use crate::contracts::ContractError;
@@ -150,7 +151,7 @@ pub fn validate(rt: &Runtime) -> ValidationReport {
         if !live || report.failed().next().is_none() {
             break;
         }
-        rt.target().flush();
+        rt.flush();
         std::thread::sleep(std::time::Duration::from_millis(5));
         report = validate_once(rt);
     }
@@ -436,7 +437,7 @@ fn os_thread_ids(rt: &Runtime) -> Option<HashSet<i64>> {
 
 fn check_thread_list(
     rt: &Runtime,
-    threads: &Result<Threads<'_>, ContractError>,
+    threads: &Result<Threads, ContractError>,
     list: Option<&crate::contracts::thread::ThreadList>,
 ) -> Outcome {
     let contract = threads
@@ -495,7 +496,7 @@ fn check_thread_list(
 
 fn check_thread_objects(
     rt: &Runtime,
-    threads: &Result<Threads<'_>, ContractError>,
+    threads: &Result<Threads, ContractError>,
     list: Option<&crate::contracts::thread::ThreadList>,
 ) -> Outcome {
     let contract = threads
@@ -544,14 +545,14 @@ fn check_thread_objects(
 
 fn check_frame_chains(
     rt: &Runtime,
-    threads: &Result<Threads<'_>, ContractError>,
+    threads: &Result<Threads, ContractError>,
     list: Option<&crate::contracts::thread::ThreadList>,
 ) -> Outcome {
     let contract = threads
         .as_ref()
         .map_err(|e| Stop::Skip(format!("no Thread contract: {e}")))?;
     let list = list.ok_or_else(|| Stop::Skip("no thread list".into()))?;
-    let em = execution_manager(rt.target(), rt.descriptor()).ok();
+    let em = rt.contracts().execution_manager().ok();
     let (mut frames, mut pinvokes) = (0, 0);
     for t in &list.threads {
         if t.frame == FRAME_TOP || t.frame == 0 {
@@ -608,7 +609,7 @@ fn check_frame_chains(
 
 /// Whether `object` is a `System.String`: its MethodTable is the runtime's String one, or
 /// (where the descriptor has no `StringMethodTable`, .NET 8) one of 2-byte components.
-fn is_string(rt: &Runtime, threads: &Threads<'_>, object: u64) -> Result<bool, Stop> {
+fn is_string(rt: &Runtime, threads: &Threads, object: u64) -> Result<bool, Stop> {
     let (t, d) = (rt.target(), rt.descriptor());
     let f = Fields::new(t, d);
     let mt = threads.method_table_of(object)?;
@@ -873,7 +874,7 @@ fn check_ready_to_run(rt: &Runtime, modules: &Result<Vec<ModuleInfo>, ContractEr
 
 /// Managed code addresses to check: the return addresses of active P/Invokes.
 fn pinvoke_returns(
-    threads: &Result<Threads<'_>, ContractError>,
+    threads: &Result<Threads, ContractError>,
     list: Option<&crate::contracts::thread::ThreadList>,
 ) -> Vec<u64> {
     let mut out = Vec::new();
@@ -896,7 +897,7 @@ fn pinvoke_returns(
 /// JIT code heap.
 fn code_samples(
     rt: &Runtime,
-    threads: &Result<Threads<'_>, ContractError>,
+    threads: &Result<Threads, ContractError>,
     list: Option<&crate::contracts::thread::ThreadList>,
 ) -> Vec<u64> {
     let mut samples = pinvoke_returns(threads, list);
@@ -1122,7 +1123,7 @@ fn check_code_versions(rt: &Runtime, samples: &[u64]) -> Outcome {
 
 fn check_exceptions(
     rt: &Runtime,
-    threads: &Result<Threads<'_>, ContractError>,
+    threads: &Result<Threads, ContractError>,
     list: Option<&crate::contracts::thread::ThreadList>,
     exception_by_name: Option<u64>,
 ) -> Outcome {

@@ -284,7 +284,8 @@ fn cli_r2rmap_and_symbolize() {
         .arg("0x10")
         .output()
         .expect("run cdac symbolize");
-    assert!(output.status.success());
+    // One of the two RVAs has no method: answered in part, exit 1 (docs/cli.md).
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
     let v: serde_json::Value = serde_json::from_slice(&output.stdout).expect("json");
     assert_eq!(v["os"], "Linux");
     assert_eq!(v["architecture"], "X64");

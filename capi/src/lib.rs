@@ -22,9 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use cdac_core::contracts::debug_info::{il_offset, DebugInfoFormat, IlOffset};
 use cdac_core::contracts::execution_manager::exception_clauses::ClauseKind;
-use cdac_core::contracts::execution_manager::{
-    execution_manager, CodeBlock, ExecutionManager, JitType,
-};
+use cdac_core::contracts::execution_manager::{CodeBlock, ExecutionManager, JitType};
 use cdac_core::contracts::loader::{self, ModuleInfo};
 use cdac_core::contracts::thread::Threads;
 use cdac_core::contracts::ContractError;
@@ -256,47 +254,37 @@ impl MemorySource for CallbackSource {
     }
 }
 
-/// An opened target: the runtime and the readers made over it on first use.
-///
-/// `rt` is leaked from a box so that the readers can borrow it for `'static`; `Drop`
-/// drops every reader before the runtime.
+/// An opened target: the runtime (whose contracts are made on first use and cached) and
+/// the readers made over it on first use. Each reader owns what it reads.
 pub struct CdacHandle {
-    rt: &'static Runtime,
-    em: Option<Box<dyn ExecutionManager + 'static>>,
-    namer: Option<MethodNamer<'static>>,
+    rt: Runtime,
+    namer: Option<MethodNamer>,
     modules: Option<Vec<ModuleInfo>>,
-    walker: Option<StackWalker<'static>>,
+    walker: Option<StackWalker>,
     lines: SourceLines,
     debug_format: DebugInfoFormat,
 }
 
 impl CdacHandle {
     fn new(rt: Runtime) -> CdacHandle {
-        let rt: &'static Runtime = Box::leak(Box::new(rt));
         let major = rt.version().and_then(|v| v.major());
+        let debug_format = DebugInfoFormat::for_runtime(rt.descriptor(), major);
         CdacHandle {
             rt,
-            em: None,
             namer: None,
             modules: None,
             walker: None,
             lines: SourceLines::new(),
-            debug_format: DebugInfoFormat::for_runtime(rt.descriptor(), major),
+            debug_format,
         }
     }
 
-    fn em(&mut self) -> Result<&dyn ExecutionManager, Failure> {
-        if self.em.is_none() {
-            self.em = Some(execution_manager(self.rt.target(), self.rt.descriptor())?);
-        }
-        match &self.em {
-            Some(em) => Ok(em.as_ref()),
-            None => Err(Failure::new(CDAC_E_RUNTIME_DATA, "no ExecutionManager")),
-        }
+    fn em(&self) -> Result<&dyn ExecutionManager, Failure> {
+        Ok(self.rt.contracts().execution_manager()?)
     }
 
-    fn namer(&mut self) -> &mut MethodNamer<'static> {
-        let rt = self.rt;
+    fn namer(&mut self) -> &mut MethodNamer {
+        let rt = &self.rt;
         self.namer
             .get_or_insert_with(|| MethodNamer::for_runtime(rt))
     }
@@ -305,18 +293,6 @@ impl CdacHandle {
         self.em()?
             .code_block(ip)?
             .ok_or_else(|| Failure::new(CDAC_NOT_FOUND, format!("{ip:#x} is not managed code")))
-    }
-}
-
-impl Drop for CdacHandle {
-    fn drop(&mut self) {
-        self.walker = None;
-        self.namer = None;
-        self.em = None;
-        let rt: *const Runtime = self.rt;
-        // SAFETY: `rt` came from `Box::leak` in `CdacHandle::new` and is freed only here;
-        // every reader borrowing it was dropped just above, and no borrow leaves the handle.
-        drop(unsafe { Box::from_raw(rt.cast_mut()) });
     }
 }
 
@@ -712,7 +688,7 @@ pub unsafe extern "C" fn cdac_source_line(
         }
         let b = h.block(ip)?;
         let map = {
-            let rt = h.rt;
+            let rt = h.rt.clone();
             let fmt = h.debug_format;
             let em = h.em()?;
             il_offset(rt.target(), em, &b, &fmt, false)?
@@ -828,7 +804,7 @@ pub unsafe extern "C" fn cdac_unwind_step(
             ctx.rip
         };
         let b = h.block(lookup)?;
-        let rt = h.rt;
+        let rt = h.rt.clone();
         let em = h.em()?;
         let caller = step_managed(rt.target(), em, &b, &ctx, rt.target())?;
         put(regs_out, regs_of(&caller));
@@ -866,7 +842,7 @@ pub unsafe extern "C" fn cdac_stack(
         // SAFETY: `regs` is non-NULL and the header requires a readable cdac_x64_regs.
         let ctx = context_of(unsafe { &*regs })?;
         if h.walker.is_none() {
-            h.walker = Some(StackWalker::new(h.rt)?);
+            h.walker = Some(StackWalker::new(&h.rt)?);
         }
         let Some(walker) = &h.walker else {
             return Err(Failure::new(CDAC_E_RUNTIME_DATA, "no stack walker"));
@@ -1075,8 +1051,8 @@ pub unsafe extern "C" fn cdac_exception_text(
         if buf.is_null() && len > 0 {
             return Err(null("buf"));
         }
-        let rt = h.rt;
-        let threads = Threads::for_runtime(rt)?;
+        let rt = h.rt.clone();
+        let threads = Threads::for_runtime(&rt)?;
         let object = if object != 0 {
             if !threads.is_exception_object(object) {
                 return Err(Failure::new(
@@ -1105,8 +1081,8 @@ pub unsafe extern "C" fn cdac_exception_text(
         let mut namer = h
             .namer
             .take()
-            .unwrap_or_else(|| MethodNamer::for_runtime(rt));
-        let report = ExceptionReport::new(rt, &exception, &mut namer, &h.lines);
+            .unwrap_or_else(|| MethodNamer::for_runtime(&rt));
+        let report = ExceptionReport::new(&rt, &exception, &mut namer, &h.lines);
         h.namer = Some(namer);
         let text = report.text(0);
         return_text(&text, "the text", buf, len, needed)

@@ -11,7 +11,7 @@ use super::model::{Addr, Method, Tier, Unanswered};
 use super::tiers;
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 use cdac::contracts::execution_manager::exception_clauses::ExceptionClause;
-use cdac::contracts::execution_manager::{execution_manager, CodeBlock, ExecutionManager};
+use cdac::contracts::execution_manager::{CodeBlock, ExecutionManager};
 use cdac::contracts::{unwind_codes, ContractError};
 use cdac::names::MethodNamer;
 use cdac::runtime::Runtime;
@@ -97,7 +97,7 @@ pub struct Ip2md {
 /// method's name is filled in.
 pub fn ip2md(
     em: &dyn ExecutionManager,
-    namer: Option<&mut MethodNamer<'_>>,
+    namer: Option<&mut MethodNamer>,
     ip: u64,
 ) -> Result<Option<Ip2md>, ContractError> {
     let Some(b) = em.code_block(ip)? else {
@@ -184,7 +184,7 @@ fn read_addresses(args: &[String]) -> Result<Vec<String>, Box<dyn std::error::Er
 /// Runs `cdac ip2md`.
 pub fn run_ip2md(args: &Ip2mdArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
-    let em = execution_manager(rt.target(), rt.descriptor())?;
+    let em = rt.contracts().execution_manager()?;
     let mut namer = MethodNamer::for_runtime(&rt);
     // Every address is looked up first and the methods named in one batch: naming parses
     // each module's metadata once per batch, not once per address.
@@ -195,7 +195,7 @@ pub fn run_ip2md(args: &Ip2mdArgs) -> CliResult {
                 address: text,
                 error: e,
             }),
-            Ok(ip) => match ip2md(&*em, None, ip) {
+            Ok(ip) => match ip2md(em, None, ip) {
                 Ok(Some(r)) => Ok(r),
                 Ok(None) => Err(Unanswered {
                     address: hex(ip),
@@ -385,8 +385,8 @@ pub struct EhReport {
 /// Runs `cdac eh`.
 pub fn run_eh(args: &AddressArgs) -> CliResult {
     let rt = open(args)?;
-    let em = execution_manager(rt.target(), rt.descriptor())?;
-    let b = block_at(&*em, args.address)?;
+    let em = rt.contracts().execution_manager()?;
+    let b = block_at(em, args.address)?;
     let clauses = em.exception_clauses(&b)?;
     if args.json {
         let report = EhReport {
@@ -500,8 +500,8 @@ pub struct UnwindReport {
 /// Runs `cdac unwind`.
 pub fn run_unwind(args: &AddressArgs) -> CliResult {
     let rt = open(args)?;
-    let em = execution_manager(rt.target(), rt.descriptor())?;
-    let b = block_at(&*em, args.address)?;
+    let em = rt.contracts().execution_manager()?;
+    let b = block_at(em, args.address)?;
     let rf = em
         .unwind_info(&b)?
         .ok_or_else(|| format!("no unwind info covers {}", hex(b.ip)))?;

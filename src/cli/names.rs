@@ -131,7 +131,7 @@ struct NamedEntry {
 /// read; a warning says why when no tier can be read at all).
 fn entry_tiers(
     rt: &Runtime,
-    namer: &mut MethodNamer<'_>,
+    namer: &mut MethodNamer,
     entries: &[NamedEntry],
 ) -> Vec<(Tier, Option<bool>)> {
     let blocks: Vec<tiers::Block> = entries
@@ -150,7 +150,7 @@ fn entry_tiers(
 
 /// Every method with code, named, how many parts of the code could not be read, and the
 /// namer (its modules' metadata stays loaded).
-type Named<'r> = (Vec<NamedEntry>, usize, MethodNamer<'r>);
+type Named<'r> = (Vec<NamedEntry>, usize, MethodNamer);
 
 fn named_methods(rt: &Runtime) -> Result<Named<'_>, Box<dyn std::error::Error>> {
     let (t, d) = (rt.target(), rt.descriptor());

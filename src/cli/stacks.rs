@@ -59,7 +59,7 @@ pub(super) struct Named<'a> {
 /// symbols.
 pub(super) fn name_frames<'a>(
     threads: &'a [ThreadStack],
-    namer: &mut MethodNamer<'_>,
+    namer: &mut MethodNamer,
     symbols: &ElfSymbols,
 ) -> Vec<Vec<Named<'a>>> {
     let mds: Vec<u64> = threads

@@ -25,7 +25,7 @@ pub struct Block {
 /// current. When the runtime's code versions cannot be read at all, one warning says why.
 pub fn tiers(
     rt: &Runtime,
-    namer: &mut MethodNamer<'_>,
+    namer: &mut MethodNamer,
     blocks: &[Block],
 ) -> Vec<Result<(Tier, Option<bool>), String>> {
     let mut cv = match CodeVersions::new(rt.target(), rt.descriptor()) {

@@ -31,6 +31,7 @@
 use serde::Serialize;
 
 use super::execution_manager::{CodeBlock, ExecutionManager};
+use super::registry::{self, Contract, ContractContext};
 use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::memory::Target;
@@ -69,6 +70,29 @@ pub struct DebugInfoFormat {
 const PATCHPOINT_NET8: (u64, u64) = (32, 8);
 /// .NET 10 adds a pointer after the register mask.
 const PATCHPOINT_NET10: (u64, u64) = (40, 16);
+
+impl Contract for DebugInfoFormat {
+    const NAME: &'static str = "DebugInfo";
+    const VERSIONS: &'static [u64] = &[1];
+
+    fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
+        match version {
+            1 => Ok(DebugInfoFormat::for_runtime(
+                &context.descriptor,
+                context.major,
+            )),
+            other => registry::unsupported(Self::NAME, other, Self::VERSIONS),
+        }
+    }
+
+    // .NET 8 and 9 do not name the contract; their format follows from their version.
+    fn when_absent(context: &ContractContext) -> Option<Result<Self, ContractError>> {
+        Some(Ok(DebugInfoFormat::for_runtime(
+            &context.descriptor,
+            context.major,
+        )))
+    }
+}
 
 impl DebugInfoFormat {
     /// The format of a runtime of major version `major` (from its version string). The

@@ -19,6 +19,7 @@
 //! [`Limits::max_list_length`](crate::limits::Limits), and the one payload read against the
 //! read-size limit; damage is a [`ContractError::Corrupt`] naming the address.
 
+use crate::contracts::registry::{self, Contract, ContractContext};
 use crate::contracts::ContractError;
 use crate::limits::Limit;
 use crate::memory::{decode_unsigned, Target};
@@ -42,6 +43,26 @@ pub enum TraceLayout {
     /// .NET 9 and later: `{ uint32 size; uint32 keepAliveItemsCount; Thread* thread; }`,
     /// `_stackTrace` is the byte array or an `object[]` holding it in slot 0.
     Net9Plus,
+}
+
+impl Contract for TraceLayout {
+    const NAME: &'static str = "Exception";
+    const VERSIONS: &'static [u64] = &[1];
+
+    fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
+        match version {
+            // Runtimes that name the contract (.NET 9 and later) write the newer header.
+            1 => Ok(context
+                .major
+                .map_or(TraceLayout::Net9Plus, TraceLayout::for_runtime_major)),
+            other => registry::unsupported(Self::NAME, other, Self::VERSIONS),
+        }
+    }
+
+    // .NET 8 does not name the contract: its version string tells the layout.
+    fn when_absent(context: &ContractContext) -> Option<Result<Self, ContractError>> {
+        context.major.map(|m| Ok(TraceLayout::for_runtime_major(m)))
+    }
 }
 
 impl TraceLayout {

@@ -23,6 +23,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::fields::{Fields, FlagWidth};
+use super::registry::{self, Contract, ContractContext};
 use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::formats::ecma::pe::{metadata_by_parts, metadata_from_pe, PeLayout};
@@ -62,87 +64,45 @@ pub struct ModuleInfo {
     pub ready_to_run_info: u64,
 }
 
-/// Field reads by descriptor name, failing with the contract's error type.
-pub(crate) struct Fields<'a> {
-    pub t: &'a Target,
-    pub d: &'a DataDescriptor,
+/// The Loader contract (version 1) of one runtime: its modules and their metadata. The
+/// free functions below do the same over borrowed memory and descriptor.
+#[derive(Debug, Clone)]
+pub struct Loader {
+    target: Target,
+    descriptor: DataDescriptor,
 }
 
-impl<'a> Fields<'a> {
-    pub fn new(t: &'a Target, d: &'a DataDescriptor) -> Self {
-        Fields { t, d }
-    }
+impl Contract for Loader {
+    const NAME: &'static str = "Loader";
+    const VERSIONS: &'static [u64] = &[1];
 
-    pub fn off(&self, ty: &str, field: &str) -> Result<u64, ContractError> {
-        Ok(self.d.ty(ty)?.offset(field)?)
-    }
-
-    pub fn size(&self, ty: &str) -> Result<u64, ContractError> {
-        Ok(self.d.ty(ty)?.size()? as u64)
-    }
-
-    pub fn has(&self, ty: &str, field: &str) -> bool {
-        self.d.ty(ty).is_ok_and(|t| t.has_field(field))
-    }
-
-    pub fn global(&self, name: &str) -> Result<u64, ContractError> {
-        Ok(self.d.global_value(name)?)
-    }
-
-    pub fn ptr(&self, addr: u64, ty: &str, field: &str) -> Result<u64, ContractError> {
-        Ok(self
-            .t
-            .read_pointer(addr.wrapping_add(self.off(ty, field)?))?)
-    }
-
-    pub fn u8(&self, addr: u64, ty: &str, field: &str) -> Result<u8, ContractError> {
-        Ok(self.t.read_u8(addr.wrapping_add(self.off(ty, field)?))?)
-    }
-
-    pub fn u16(&self, addr: u64, ty: &str, field: &str) -> Result<u16, ContractError> {
-        Ok(self.t.read_u16(addr.wrapping_add(self.off(ty, field)?))?)
-    }
-
-    pub fn u32(&self, addr: u64, ty: &str, field: &str) -> Result<u32, ContractError> {
-        Ok(self.t.read_u32(addr.wrapping_add(self.off(ty, field)?))?)
-    }
-
-    /// A flag read with the width the descriptor declares (`bool`/`uint8`: one byte,
-    /// `uint16`: two, `uint32`/`int32`: four: .NET 8's `BOOL`s are four bytes, later
-    /// runtimes' `bool`s one). A field without a type has the width `untyped` the
-    /// contract gives it (runtimes publish most fields untyped).
-    pub fn flag(
-        &self,
-        addr: u64,
-        ty: &str,
-        field: &str,
-        untyped: FlagWidth,
-    ) -> Result<bool, ContractError> {
-        let f = self.d.ty(ty)?.field(field)?;
-        let at = addr.wrapping_add(u64::from(f.offset));
-        let width = match f.type_name.as_deref() {
-            Some("bool" | "uint8" | "int8") => FlagWidth::One,
-            Some("uint16" | "int16") => FlagWidth::Two,
-            Some("uint32" | "int32") => FlagWidth::Four,
-            _ => untyped,
-        };
-        Ok(match width {
-            FlagWidth::One => self.t.read_u8(at)? != 0,
-            FlagWidth::Two => self.t.read_u16(at)? != 0,
-            FlagWidth::Four => self.t.read_u32(at)? != 0,
-        })
+    fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
+        match version {
+            1 => Ok(Loader {
+                target: context.target.clone(),
+                descriptor: context.descriptor.clone(),
+            }),
+            other => registry::unsupported(Self::NAME, other, Self::VERSIONS),
+        }
     }
 }
 
-/// Bytes a flag field takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FlagWidth {
-    One,
-    Two,
-    Four,
-}
+impl Loader {
+    /// The `DomainAssembly*`s of the AppDomain's assembly list ([`domain_assemblies`]).
+    pub fn domain_assemblies(&self) -> Result<Vec<u64>, ContractError> {
+        domain_assemblies(&self.target, &self.descriptor)
+    }
 
-impl Fields<'_> {}
+    /// Every loaded module ([`modules`]).
+    pub fn modules(&self) -> Result<Vec<ModuleInfo>, ContractError> {
+        modules(&self.target, &self.descriptor)
+    }
+
+    /// The metadata of a module ([`module_metadata`]).
+    pub fn module_metadata(&self, module: &ModuleInfo) -> Result<Option<Vec<u8>>, ContractError> {
+        module_metadata(&self.target, &self.descriptor, module)
+    }
+}
 
 /// The `DomainAssembly*`s of the AppDomain's assembly list, in list order, without
 /// duplicates or null entries.

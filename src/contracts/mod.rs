@@ -1,25 +1,28 @@
 //! Versioned contract implementations over the runtime's data descriptor.
 //!
 //! A contract is an algorithm plus the data it reads; the runtime names the version of
-//! each contract it satisfies, and [`version_of`] maps that name to one of the versions
-//! implemented here, or to a typed "unsupported contract version" error. The specs, in
+//! each contract it satisfies, and [`registry`] checks it against the versions implemented
+//! here (one list, [`registry::SUPPORTED`]), making the contract or a typed "unsupported
+//! contract version" error. The specs, in
 //! our own words, are in `contracts/` at the top of the repository.
 
 pub mod code_versions;
 pub mod debug_info;
 pub mod exception_trace;
 pub mod execution_manager;
+pub(crate) mod fields;
 pub mod gc_info;
 pub mod loader;
 pub mod platform_metadata;
 pub mod precode_stubs;
+pub mod registry;
 pub mod runtime_info;
 pub mod runtime_type_system;
 pub mod thread;
 pub mod unwind_codes;
 pub mod unwind_info;
 
-use crate::descriptor::{ContractVersion, DataDescriptor, DescriptorError};
+use crate::descriptor::DescriptorError;
 use crate::limits::Limit;
 use crate::memory::ReadError;
 
@@ -41,8 +44,8 @@ pub enum ContractError {
         contract: &'static str,
         /// The version found.
         version: String,
-        /// What this reader supports.
-        supported: &'static str,
+        /// The versions cdac implements ("1 and 2").
+        supported: String,
     },
 
     /// The contract has no implementation for the target's architecture.
@@ -103,29 +106,5 @@ impl ContractError {
             ContractError::Read(e) => e.limit(),
             _ => None,
         }
-    }
-}
-
-/// The CoreCLR version number of `contract` as the runtime advertises it, checked against
-/// the versions this build implements.
-pub fn version_of(
-    descriptor: &DataDescriptor,
-    contract: &'static str,
-    implemented: &[u64],
-    supported: &'static str,
-) -> Result<u64, ContractError> {
-    let advertised = descriptor
-        .contract(contract)
-        .ok_or(ContractError::Missing { contract })?;
-    match advertised.coreclr_number() {
-        Some(n) if implemented.contains(&n) => Ok(n),
-        _ => Err(ContractError::UnsupportedVersion {
-            contract,
-            version: match advertised {
-                ContractVersion::Number(n) => n.to_string(),
-                ContractVersion::Tag(t) => t.clone(),
-            },
-            supported,
-        }),
     }
 }

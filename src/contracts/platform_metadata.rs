@@ -2,7 +2,8 @@
 //! (the Thumb bit on ARM32, pointer authentication on arm64e). Spec:
 //! `contracts/PlatformMetadata.md`.
 
-use super::{version_of, ContractError};
+use super::registry::{self, Contract, ContractContext};
+use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::memory::Target;
 
@@ -40,22 +41,41 @@ impl PlatformMetadata {
     }
 }
 
-/// Reads PlatformMetadata. Runtimes that do not advertise the contract (such as .NET 8
-/// through its shipped descriptor) get the conventions of their architecture: the Thumb
-/// bit on ARM32, nothing elsewhere.
+/// Reads PlatformMetadata, through the [`registry`]. Runtimes that do not advertise the
+/// contract (such as .NET 8 through its shipped descriptor) get the conventions of their
+/// architecture: the Thumb bit on ARM32, nothing elsewhere.
 pub fn platform_metadata(
     target: &Target,
     descriptor: &DataDescriptor,
 ) -> Result<PlatformMetadata, ContractError> {
-    if descriptor.contract("PlatformMetadata").is_none() {
-        let arm32 = descriptor.global_string("Architecture").ok() == Some("arm");
-        return Ok(PlatformMetadata {
+    registry::create(&ContractContext::new(target, descriptor))
+}
+
+impl Contract for PlatformMetadata {
+    const NAME: &'static str = "PlatformMetadata";
+    const VERSIONS: &'static [u64] = &[1];
+
+    fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
+        match version {
+            1 => read_v1(&context.target, &context.descriptor),
+            other => registry::unsupported(Self::NAME, other, Self::VERSIONS),
+        }
+    }
+
+    fn when_absent(context: &ContractContext) -> Option<Result<Self, ContractError>> {
+        let arm32 = context.descriptor.global_string("Architecture").ok() == Some("arm");
+        Some(Ok(PlatformMetadata {
             precode_machine_descriptor: None,
             code_pointer_flags: if arm32 { HAS_ARM32_THUMB_BIT } else { 0 },
-        });
+        }))
     }
-    version_of(descriptor, "PlatformMetadata", &[1], "1")?;
-    // The global is the address of the runtime's metadata object itself.
+}
+
+/// Version 1: the runtime's metadata object, which the global points at.
+fn read_v1(
+    target: &Target,
+    descriptor: &DataDescriptor,
+) -> Result<PlatformMetadata, ContractError> {
     let object = descriptor.global_value("PlatformMetadata")?;
     let ty = descriptor.ty("PlatformMetadata")?;
     Ok(PlatformMetadata {

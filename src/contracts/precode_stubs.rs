@@ -19,12 +19,10 @@ use serde::Serialize;
 
 use super::execution_manager::{execution_manager, range_section_map::find_range_section};
 use super::platform_metadata::{platform_metadata, HAS_ARM32_THUMB_BIT};
-use super::{version_of, ContractError};
+use super::registry::{self, Contract, ContractContext};
+use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::memory::Target;
-
-/// Contract versions this module implements.
-pub const SUPPORTED_VERSIONS: &[u64] = &[1, 2, 3];
 
 /// Prefix of the literal globals that stand in for a `PrecodeMachineDescriptor` object in
 /// descriptors of runtimes that have none (`PrecodeMachineDescriptor.StubCodePageSize`, …).
@@ -379,32 +377,54 @@ pub struct Precode {
 
 /// The PrecodeStubs contract of one runtime.
 #[derive(Debug, Clone)]
-pub struct PrecodeStubs<'a> {
-    target: &'a Target,
-    descriptor: &'a DataDescriptor,
+pub struct PrecodeStubs {
+    target: Target,
+    descriptor: DataDescriptor,
     version: u64,
     machine: MachineDescriptor,
 }
 
 /// The PrecodeStubs contract of the version the runtime advertises (1, 2 or 3).
-pub fn precode_stubs<'a>(
-    target: &'a Target,
-    descriptor: &'a DataDescriptor,
-) -> Result<PrecodeStubs<'a>, ContractError> {
+pub fn precode_stubs(
+    target: &Target,
+    descriptor: &DataDescriptor,
+) -> Result<PrecodeStubs, ContractError> {
     PrecodeStubs::new(target, descriptor)
 }
 
-impl<'a> PrecodeStubs<'a> {
-    /// Reads the advertised version and the machine descriptor.
+impl Contract for PrecodeStubs {
+    const NAME: &'static str = "PrecodeStubs";
+    const VERSIONS: &'static [u64] = &[1, 2, 3];
+
+    fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
+        // The versions share one reader: 1 reads the MethodDesc of a fixup precode
+        // differently, 3 adds precode kinds told apart by their code bytes.
+        match version {
+            1..=3 => PrecodeStubs::read(&context.target, &context.descriptor, version),
+            other => registry::unsupported(Self::NAME, other, Self::VERSIONS),
+        }
+    }
+}
+
+impl PrecodeStubs {
+    /// The contract of the version the runtime advertises, made through the [`registry`].
     pub fn new(
-        target: &'a Target,
-        descriptor: &'a DataDescriptor,
-    ) -> Result<PrecodeStubs<'a>, ContractError> {
-        let version = version_of(descriptor, "PrecodeStubs", SUPPORTED_VERSIONS, "1, 2 and 3")?;
+        target: &Target,
+        descriptor: &DataDescriptor,
+    ) -> Result<PrecodeStubs, ContractError> {
+        registry::create(&ContractContext::new(target, descriptor))
+    }
+
+    /// Reads the machine descriptor for contract `version`.
+    fn read(
+        target: &Target,
+        descriptor: &DataDescriptor,
+        version: u64,
+    ) -> Result<PrecodeStubs, ContractError> {
         let machine = MachineDescriptor::read(target, descriptor)?;
         Ok(PrecodeStubs {
-            target,
-            descriptor,
+            target: target.clone(),
+            descriptor: descriptor.clone(),
             version,
             machine,
         })

@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use super::{version_of, ContractError};
+use super::registry::{self, Contract, ContractContext};
+use super::ContractError;
 use crate::descriptor::DataDescriptor;
 
 /// Target architecture (values as in `System.Runtime.InteropServices.Architecture`).
@@ -75,7 +76,29 @@ pub struct RuntimeInfo {
 /// Reads RuntimeInfo (version 1). A global that is missing or names nothing known gives
 /// `Unknown`, as the contract says.
 pub fn runtime_info(descriptor: &DataDescriptor) -> Result<RuntimeInfo, ContractError> {
-    version_of(descriptor, "RuntimeInfo", &[1], "1")?;
+    match registry::advertised_version(descriptor, RuntimeInfo::NAME, RuntimeInfo::VERSIONS)? {
+        Some(1) => Ok(read_v1(descriptor)),
+        Some(other) => registry::unsupported(RuntimeInfo::NAME, other, RuntimeInfo::VERSIONS),
+        None => Err(ContractError::Missing {
+            contract: RuntimeInfo::NAME,
+        }),
+    }
+}
+
+impl Contract for RuntimeInfo {
+    const NAME: &'static str = "RuntimeInfo";
+    const VERSIONS: &'static [u64] = &[1];
+
+    fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
+        match version {
+            1 => Ok(read_v1(&context.descriptor)),
+            other => registry::unsupported(Self::NAME, other, Self::VERSIONS),
+        }
+    }
+}
+
+/// Version 1: the runtime's globals, as text.
+fn read_v1(descriptor: &DataDescriptor) -> RuntimeInfo {
     let text = |name: &str| {
         descriptor
             .global_string(name)
@@ -117,11 +140,11 @@ pub fn runtime_info(descriptor: &DataDescriptor) -> Result<RuntimeInfo, Contract
         None => RuntimeFlavor::CoreClr,
         Some(_) => RuntimeFlavor::Unknown,
     };
-    Ok(RuntimeInfo {
+    RuntimeInfo {
         architecture,
         operating_system,
         flavor,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 
 use serde::Serialize;
 
-use super::loader::Fields;
+use super::fields::Fields;
+use super::registry::{self, Contract, ContractContext};
 use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::limits::Limit;
@@ -108,6 +109,51 @@ pub struct MethodDescInfo {
     /// The stored signature of dynamic, array and EE-implemented methods (may hold
     /// `ELEMENT_TYPE_INTERNAL` type handles).
     pub stored_sig: Option<Vec<u8>>,
+}
+
+/// The RuntimeTypeSystem contract (version 1) of one runtime: MethodDescs and
+/// MethodTables, as far as naming and code versions need them. The free functions below do
+/// the same over borrowed memory and descriptor.
+#[derive(Debug, Clone)]
+pub struct RuntimeTypeSystem {
+    target: Target,
+    descriptor: DataDescriptor,
+}
+
+impl Contract for RuntimeTypeSystem {
+    const NAME: &'static str = "RuntimeTypeSystem";
+    const VERSIONS: &'static [u64] = &[1];
+
+    fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
+        match version {
+            1 => Ok(RuntimeTypeSystem {
+                target: context.target.clone(),
+                descriptor: context.descriptor.clone(),
+            }),
+            other => registry::unsupported(Self::NAME, other, Self::VERSIONS),
+        }
+    }
+}
+
+impl RuntimeTypeSystem {
+    /// A MethodDesc ([`method_desc_info`]).
+    pub fn method_desc(&self, md: u64) -> Result<MethodDescInfo, ContractError> {
+        method_desc_info(&self.target, &self.descriptor, md)
+    }
+
+    /// A MethodTable ([`method_table_info`]).
+    pub fn method_table(&self, mt: u64) -> Result<MethodTableInfo, ContractError> {
+        method_table_info(&self.target, &self.descriptor, mt)
+    }
+
+    /// A generic instantiation's type arguments ([`type_instantiation`]).
+    pub fn instantiation(
+        &self,
+        mt: &MethodTableInfo,
+        count: usize,
+    ) -> Result<Vec<u64>, ContractError> {
+        type_instantiation(&self.target, &self.descriptor, mt, count)
+    }
 }
 
 /// Reads what naming needs from a MethodDesc.

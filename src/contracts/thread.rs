@@ -26,14 +26,13 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use super::loader::Fields;
-use super::{version_of, ContractError};
+use super::fields::Fields;
+use super::registry::{self, Contract, ContractContext};
+use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::limits::Limit;
 use crate::memory::Target;
 
-/// The Thread contract versions implemented.
-const THREAD_VERSIONS: &[u64] = &[1];
 /// The value ending a Frame chain (FRAME_TOP).
 pub const FRAME_TOP: u64 = u64::MAX;
 /// Most frames walked on one thread's chain.
@@ -237,23 +236,47 @@ pub struct ExceptionInfo {
 }
 
 /// Reads threads, frames and exceptions of one runtime.
-pub struct Threads<'a> {
-    target: &'a Target,
-    descriptor: &'a DataDescriptor,
+#[derive(Debug, Clone)]
+pub struct Threads {
+    target: Target,
+    descriptor: DataDescriptor,
     /// Frame tag → kind.
     kinds: Vec<(u64, &'static str)>,
 }
 
-impl<'a> Threads<'a> {
+impl Contract for Threads {
+    const NAME: &'static str = "Thread";
+    const VERSIONS: &'static [u64] = &[1];
+
+    fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
+        match version {
+            1 => Threads::v1(&context.target, &context.descriptor, context.dac_table),
+            other => registry::unsupported(Self::NAME, other, Self::VERSIONS),
+        }
+    }
+}
+
+impl Threads {
     /// The Thread contract of a runtime: checks its version, and learns how its Frames are
     /// told apart. `dac_table` is the exported `g_dacTable` (address and size in bytes),
     /// where .NET 8 and 9 keep their Frame vtables.
     pub fn new(
-        target: &'a Target,
-        descriptor: &'a DataDescriptor,
+        target: &Target,
+        descriptor: &DataDescriptor,
         dac_table: Option<(u64, u64)>,
-    ) -> Result<Threads<'a>, ContractError> {
-        version_of(descriptor, "Thread", THREAD_VERSIONS, "1")?;
+    ) -> Result<Threads, ContractError> {
+        let mut context = ContractContext::new(target, descriptor);
+        context.dac_table = dac_table;
+        registry::create(&context)
+    }
+
+    /// Version 1: learns the Frame kinds from the descriptor's identifiers, or from the
+    /// vtables in `g_dacTable`.
+    fn v1(
+        target: &Target,
+        descriptor: &DataDescriptor,
+        dac_table: Option<(u64, u64)>,
+    ) -> Result<Threads, ContractError> {
         let mut kinds = Vec::new();
         for &kind in FRAME_KINDS {
             if let Ok(v) = descriptor.global_value(&format!("{kind}Identifier")) {
@@ -279,25 +302,19 @@ impl<'a> Threads<'a> {
             }
         }
         Ok(Threads {
-            target,
-            descriptor,
+            target: target.clone(),
+            descriptor: descriptor.clone(),
             kinds,
         })
     }
 
-    /// The Thread contract of an opened runtime.
-    pub fn for_runtime(rt: &'a crate::runtime::Runtime) -> Result<Threads<'a>, ContractError> {
-        let dac_table = rt
-            .module()
-            .exports
-            .iter()
-            .find(|s| s.name == crate::runtime::discovery::DAC_TABLE_SYMBOL)
-            .map(|s| (s.address, s.size));
-        Threads::new(rt.target(), rt.descriptor(), dac_table)
+    /// The Thread contract of an opened runtime (a copy of the one it caches).
+    pub fn for_runtime(rt: &crate::runtime::Runtime) -> Result<Threads, ContractError> {
+        rt.contracts().threads().cloned()
     }
 
-    fn f(&self) -> Fields<'a> {
-        Fields::new(self.target, self.descriptor)
+    fn f(&self) -> Fields<'_> {
+        Fields::new(&self.target, &self.descriptor)
     }
 
     /// The kind a Frame's first word names.
@@ -744,7 +761,7 @@ impl<'a> Threads<'a> {
     pub fn exception(
         &self,
         object: u64,
-        namer: &mut crate::names::MethodNamer<'_>,
+        namer: &mut crate::names::MethodNamer,
     ) -> Result<ExceptionInfo, ContractError> {
         let mut seen = HashSet::new();
         self.exception_at(object, namer, &mut seen, 0)
@@ -753,7 +770,7 @@ impl<'a> Threads<'a> {
     fn exception_at(
         &self,
         object: u64,
-        namer: &mut crate::names::MethodNamer<'_>,
+        namer: &mut crate::names::MethodNamer,
         seen: &mut HashSet<u64>,
         depth: usize,
     ) -> Result<ExceptionInfo, ContractError> {

@@ -182,8 +182,17 @@ impl FillReport {
 }
 
 /// The logical descriptor of a runtime.
+///
+/// Cheap to clone (the parts are shared, copied only if a clone is changed), so that every
+/// contract can own the descriptor it reads instead of borrowing it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataDescriptor {
+    parts: std::sync::Arc<DescriptorParts>,
+}
+
+/// What a [`DataDescriptor`] holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct DescriptorParts {
     layout: DataLayout,
     types: NameMap<TypeLayout>,
     globals: NameMap<Global>,
@@ -194,10 +203,15 @@ pub struct DataDescriptor {
 }
 
 impl DataDescriptor {
+    /// The parts to change, copied first if a clone shares them.
+    fn parts_mut(&mut self) -> &mut DescriptorParts {
+        std::sync::Arc::make_mut(&mut self.parts)
+    }
+
     /// An empty descriptor for a target of this layout; parts are added with
     /// [`merge`](Self::merge).
     pub fn new(layout: DataLayout) -> DataDescriptor {
-        DataDescriptor {
+        let parts = DescriptorParts {
             layout,
             types: NameMap::default(),
             globals: NameMap::default(),
@@ -205,6 +219,9 @@ impl DataDescriptor {
             contract_origin: BTreeMap::new(),
             sub_descriptors: Vec::new(),
             extras: BTreeMap::new(),
+        };
+        DataDescriptor {
+            parts: std::sync::Arc::new(parts),
         }
     }
 
@@ -231,17 +248,17 @@ impl DataDescriptor {
         }
         // Check everything before changing anything, so a failed merge leaves self intact.
         for name in physical.types.keys() {
-            if let Some(t) = self.types.get(name) {
+            if let Some(t) = self.parts.types.get(name) {
                 return Err(duplicate("type", name, &t.origin, origin));
             }
         }
         for name in physical.globals.keys() {
-            if let Some(g) = self.globals.get(name) {
+            if let Some(g) = self.parts.globals.get(name) {
                 return Err(duplicate("global", name, &g.origin, origin));
             }
         }
         for name in physical.contracts.keys() {
-            if let Some(first) = self.contract_origin.get(name) {
+            if let Some(first) = self.parts.contract_origin.get(name) {
                 return Err(duplicate("contract", name, first, origin));
             }
         }
@@ -268,10 +285,10 @@ impl DataDescriptor {
             });
         }
         for g in globals {
-            self.globals.insert(g.name.clone(), g);
+            self.parts_mut().globals.insert(g.name.clone(), g);
         }
         for (name, raw) in &physical.types {
-            self.types.insert(
+            self.parts_mut().types.insert(
                 name.clone(),
                 TypeLayout {
                     name: name.clone(),
@@ -295,12 +312,18 @@ impl DataDescriptor {
             );
         }
         for (name, version) in &physical.contracts {
-            self.contracts.insert(name.clone(), version.clone());
-            self.contract_origin
+            self.parts_mut()
+                .contracts
+                .insert(name.clone(), version.clone());
+            self.parts_mut()
+                .contract_origin
                 .insert(name.clone(), origin.to_string());
         }
         for (k, v) in &physical.extras {
-            self.extras.entry(k.clone()).or_insert_with(|| v.clone());
+            self.parts_mut()
+                .extras
+                .entry(k.clone())
+                .or_insert_with(|| v.clone());
         }
         Ok(())
     }
@@ -347,7 +370,7 @@ impl DataDescriptor {
             });
         }
         for g in globals {
-            match self.globals.get(&g.name) {
+            match self.parts.globals.get(&g.name) {
                 Some(have) if have.value != g.value || have.text != g.text => {
                     if have.value.is_some() && g.value.is_some() {
                         report.conflicts.push(format!(
@@ -365,7 +388,7 @@ impl DataDescriptor {
                 Some(_) => {}
                 None => {
                     report.added_globals.push(g.name.clone());
-                    self.globals.insert(g.name.clone(), g);
+                    self.parts_mut().globals.insert(g.name.clone(), g);
                 }
             }
         }
@@ -375,10 +398,10 @@ impl DataDescriptor {
                 type_name: rf.type_name.clone(),
                 origin: origin.to_string(),
             };
-            match self.types.get_mut(name) {
+            match self.parts_mut().types.get_mut(name) {
                 None => {
                     report.added_types.push(name.clone());
-                    self.types.insert(
+                    self.parts_mut().types.insert(
                         name.clone(),
                         TypeLayout {
                             name: name.clone(),
@@ -422,10 +445,13 @@ impl DataDescriptor {
             }
         }
         for (name, version) in &physical.contracts {
-            match self.contracts.get(name) {
+            match self.parts.contracts.get(name) {
                 None => {
-                    self.contracts.insert(name.clone(), version.clone());
-                    self.contract_origin
+                    self.parts_mut()
+                        .contracts
+                        .insert(name.clone(), version.clone());
+                    self.parts_mut()
+                        .contract_origin
                         .insert(name.clone(), origin.to_string());
                     report.added_contracts.push(name.clone());
                 }
@@ -446,7 +472,7 @@ impl DataDescriptor {
     pub fn to_complete_json(&self) -> serde_json::Value {
         use serde_json::{json, Map, Value};
         let mut types = Map::new();
-        for (name, t) in &self.types {
+        for (name, t) in &self.parts.types {
             let mut fields = Map::new();
             if let Some(size) = t.size {
                 fields.insert("!".into(), json!(size));
@@ -461,7 +487,7 @@ impl DataDescriptor {
             types.insert(name.clone(), Value::Object(fields));
         }
         let mut globals = Map::new();
-        for (name, g) in &self.globals {
+        for (name, g) in &self.parts.globals {
             let value = match (g.value, &g.text) {
                 (Some(v), _) => Value::String(format!("{v:#x}")),
                 (None, Some(t)) => Value::String(t.clone()),
@@ -474,6 +500,7 @@ impl DataDescriptor {
             globals.insert(name.clone(), v);
         }
         let contracts: Map<String, Value> = self
+            .parts
             .contracts
             .iter()
             .map(|(k, v)| {
@@ -495,22 +522,23 @@ impl DataDescriptor {
 
     /// Name of the descriptor that advertised contract `name`.
     pub fn contract_origin(&self, name: &str) -> Option<&str> {
-        self.contract_origin.get(name).map(String::as_str)
+        self.parts.contract_origin.get(name).map(String::as_str)
     }
 
     /// Records what became of a sub-descriptor.
     pub fn record_sub_descriptor(&mut self, info: SubDescriptorInfo) {
-        self.sub_descriptors.push(info);
+        self.parts_mut().sub_descriptors.push(info);
     }
 
     /// Pointer size and byte order of the runtime.
     pub fn layout(&self) -> DataLayout {
-        self.layout
+        self.parts.layout
     }
 
     /// The type `name`, or an error naming it.
     pub fn ty(&self, name: &str) -> Result<&TypeLayout, DescriptorError> {
-        self.types
+        self.parts
+            .types
             .get(name)
             .ok_or_else(|| DescriptorError::MissingType {
                 name: name.to_string(),
@@ -519,7 +547,8 @@ impl DataDescriptor {
 
     /// The global `name`, or an error naming it.
     pub fn global(&self, name: &str) -> Result<&Global, DescriptorError> {
-        self.globals
+        self.parts
+            .globals
             .get(name)
             .ok_or_else(|| DescriptorError::MissingGlobal {
                 name: name.to_string(),
@@ -538,32 +567,32 @@ impl DataDescriptor {
 
     /// The version of contract `name`, if the runtime advertises it.
     pub fn contract(&self, name: &str) -> Option<&ContractVersion> {
-        self.contracts.get(name)
+        self.parts.contracts.get(name)
     }
 
     /// All types by name.
     pub fn types(&self) -> &NameMap<TypeLayout> {
-        &self.types
+        &self.parts.types
     }
 
     /// All globals by name.
     pub fn globals(&self) -> &NameMap<Global> {
-        &self.globals
+        &self.parts.globals
     }
 
     /// All contracts by name.
     pub fn contracts(&self) -> &BTreeMap<String, ContractVersion> {
-        &self.contracts
+        &self.parts.contracts
     }
 
     /// Sub-descriptors met while loading.
     pub fn sub_descriptors(&self) -> &[SubDescriptorInfo] {
-        &self.sub_descriptors
+        &self.parts.sub_descriptors
     }
 
     /// Top-level keys the format does not define (first definition wins).
     pub fn extras(&self) -> &BTreeMap<String, serde_json::Value> {
-        &self.extras
+        &self.parts.extras
     }
 }
 

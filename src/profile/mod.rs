@@ -94,8 +94,8 @@ impl StackMemory for SampleMemory<'_> {
 /// Unwinds, names and counts samples of one runtime's process.
 pub struct Profiler<'a> {
     rt: &'a Runtime,
-    walker: StackWalker<'a>,
-    namer: MethodNamer<'a>,
+    walker: StackWalker,
+    namer: MethodNamer,
     symbols: ElfSymbols,
     live: Option<LiveProcess>,
     options: ProfilerOptions,
@@ -209,7 +209,7 @@ impl<'a> Profiler<'a> {
 
     /// Drops cached target memory (and restarts the per-command read count).
     pub fn refresh(&mut self) {
-        self.rt.target().flush();
+        self.rt.flush();
         self.last_refresh = Instant::now();
         self.stats.refreshes += 1;
     }

@@ -9,6 +9,7 @@
 
 pub mod discovery;
 
+use crate::contracts::registry::{ContractContext, Contracts};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -140,14 +141,60 @@ pub struct AppliedOverlay {
 #[derive(Debug, Clone)]
 pub struct Runtime {
     target: Target,
-    module: RuntimeModule,
+    module: Arc<RuntimeModule>,
     version: Option<RuntimeVersion>,
     descriptor: DataDescriptor,
     source: DescriptorSource,
     overlays: Vec<AppliedOverlay>,
+    /// Its contracts, made on first use (shared by clones).
+    contracts: Arc<Contracts>,
 }
 
 impl Runtime {
+    /// A runtime of these parts, with an empty contract cache.
+    fn assemble(
+        target: Target,
+        module: RuntimeModule,
+        version: Option<RuntimeVersion>,
+        descriptor: DataDescriptor,
+        source: DescriptorSource,
+        overlays: Vec<AppliedOverlay>,
+    ) -> Runtime {
+        let dac_table = module
+            .exports
+            .iter()
+            .find(|s| s.name == discovery::DAC_TABLE_SYMBOL)
+            .map(|s| (s.address, s.size));
+        let contracts = Contracts::new(ContractContext {
+            target: target.clone(),
+            descriptor: descriptor.clone(),
+            dac_table,
+            major: version.as_ref().and_then(RuntimeVersion::major),
+        });
+        Runtime {
+            target,
+            module: Arc::new(module),
+            version,
+            descriptor,
+            source,
+            overlays,
+            contracts: Arc::new(contracts),
+        }
+    }
+
+    /// Forgets cached target memory and what the contracts remember of it: for a live
+    /// process that ran on since it was read.
+    pub fn flush(&self) {
+        self.target.flush();
+        self.contracts.flush();
+    }
+
+    /// The runtime's contracts, each made (version checked, through the registry) on first
+    /// use and then kept.
+    pub fn contracts(&self) -> &Contracts {
+        &self.contracts
+    }
+
     /// Attaches to live process `pid` (read-only; the process keeps running).
     pub fn attach(pid: i32, options: &OpenOptions) -> Result<Runtime, RuntimeError> {
         let live = LiveProcess::open(pid)?;
@@ -249,14 +296,9 @@ impl Runtime {
             _ => apply_overlays(&target, &module, version.as_ref(), &mut descriptor, options)?,
         };
         let target = target.with_layout(descriptor.layout());
-        Ok(Runtime {
-            target,
-            module,
-            version,
-            descriptor,
-            source,
-            overlays,
-        })
+        Ok(Runtime::assemble(
+            target, module, version, descriptor, source, overlays,
+        ))
     }
 
     /// A runtime whose module cannot be identified (a core without `NT_FILE`, memory a
@@ -314,16 +356,16 @@ impl Runtime {
             exports: Vec::new(),
         };
         let target = target.with_layout(descriptor.layout());
-        Ok(Runtime {
+        Ok(Runtime::assemble(
             target,
             module,
-            version: None,
+            None,
             descriptor,
-            source: DescriptorSource::Override {
+            DescriptorSource::Override {
                 path: path.to_path_buf(),
             },
-            overlays: Vec::new(),
-        })
+            Vec::new(),
+        ))
     }
 
     /// The target, read with the runtime's layout.

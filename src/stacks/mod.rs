@@ -176,7 +176,7 @@ pub fn thread_stacks(
     }
     let wanted =
         |os: i32| filter.is_none_or(|f| f(os, managed.get(&os).map(|(t, _)| t.managed_id)));
-    let managed_of = |os: i32, namer: &mut MethodNamer<'_>| {
+    let managed_of = |os: i32, namer: &mut MethodNamer| {
         let (t, frames) = managed.get(&os)?;
         let (exception, exception_error) = match (&contract, t.exception()) {
             (Ok(c), Some(obj)) => match c.exception(obj, namer) {

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use crate::contracts::debug_info::{il_offset, DebugInfoFormat, IlOffset};
-use crate::contracts::execution_manager::{execution_manager, CodeBlock, ExecutionManager};
+use crate::contracts::execution_manager::{CodeBlock, ExecutionManager};
 use crate::contracts::thread::ExplicitFrame;
 use crate::contracts::ContractError;
 use crate::runtime::Runtime;
@@ -133,39 +133,40 @@ pub struct Stack {
 }
 
 /// Walks the stacks of one runtime's threads.
-pub struct StackWalker<'a> {
-    rt: &'a Runtime,
-    em: Box<dyn ExecutionManager + 'a>,
+pub struct StackWalker {
+    rt: Runtime,
+    em: std::sync::Arc<dyn ExecutionManager>,
     native: NativeUnwinder,
     debug_format: DebugInfoFormat,
     max_frames: usize,
     il_offsets: bool,
 }
 
-impl<'a> StackWalker<'a> {
+impl StackWalker {
     /// A walker over `rt`'s code.
-    pub fn new(rt: &'a Runtime) -> Result<StackWalker<'a>, ContractError> {
-        let em = execution_manager(rt.target(), rt.descriptor())?;
-        let major = rt.version().and_then(|v| v.major());
+    /// It keeps a handle to the runtime (a cheap clone) and uses its cached contracts.
+    pub fn new(rt: &Runtime) -> Result<StackWalker, ContractError> {
+        let em = rt.contracts().shared_execution_manager()?;
+        let debug_format = rt.contracts().debug_info()?;
         Ok(StackWalker {
-            rt,
+            rt: rt.clone(),
             em,
             native: NativeUnwinder::new(rt.target()),
-            debug_format: DebugInfoFormat::for_runtime(rt.descriptor(), major),
+            debug_format,
             max_frames: DEFAULT_MAX_FRAMES,
             il_offsets: true,
         })
     }
 
     /// Sets the most frames a walk returns.
-    pub fn with_max_frames(mut self, max_frames: usize) -> StackWalker<'a> {
+    pub fn with_max_frames(mut self, max_frames: usize) -> StackWalker {
         self.max_frames = max_frames.max(1);
         self
     }
 
     /// Whether managed frames get their IL offset (decoding a method's debug info per
     /// frame); a profiler that only names methods turns it off.
-    pub fn with_il_offsets(mut self, on: bool) -> StackWalker<'a> {
+    pub fn with_il_offsets(mut self, on: bool) -> StackWalker {
         self.il_offsets = on;
         self
     }

@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::tables::shash_elements;
-use crate::contracts::loader::Fields;
+use crate::contracts::fields::Fields;
 use crate::contracts::ContractError;
 
 /// `NativeCodeVersion` storage kind of a default (synthetic) version.

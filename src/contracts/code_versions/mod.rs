@@ -27,9 +27,10 @@ use serde::Serialize;
 use self::call_counting::CallCounting;
 pub use self::tier::Tier;
 use self::tier::{default_tier, DefaultTierInputs};
-use super::loader::Fields;
+use super::fields::Fields;
+use super::registry::{self, Contract, ContractContext};
 use super::runtime_type_system::{method_desc_info, MethodClassification};
-use super::{version_of, ContractError};
+use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::limits::Limit;
 use crate::memory::Target;
@@ -103,21 +104,42 @@ struct MethodFacts {
 /// Reads code versions (see the module documentation). It caches the tables it reads
 /// (call-counting records per LoaderAllocator, .NET 8's versioning tables): make a new one
 /// after flushing a live target.
-pub struct CodeVersions<'a> {
-    f: Fields<'a>,
+pub struct CodeVersions {
+    target: Target,
+    descriptor: DataDescriptor,
     storage: Storage,
     call_counting: CallCounting,
 }
 
-impl<'a> CodeVersions<'a> {
+impl Contract for CodeVersions {
+    const NAME: &'static str = "CodeVersions";
+    const VERSIONS: &'static [u64] = &[1];
+
+    fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
+        match version {
+            1 => CodeVersions::v1(&context.target, &context.descriptor),
+            other => registry::unsupported(Self::NAME, other, Self::VERSIONS),
+        }
+    }
+}
+
+impl CodeVersions {
+    fn f(&self) -> Fields<'_> {
+        Fields::new(&self.target, &self.descriptor)
+    }
+
     /// The contract over a runtime's descriptor: `CodeVersions` 1 (advertised by .NET 10;
     /// cdac's .NET 9 overlay and .NET 8 descriptor add it), in the form the descriptor
     /// describes (`MethodDesc.CodeData`, or `AppDomain.MethodDescVersioningStates`).
     pub fn new(
-        target: &'a Target,
-        descriptor: &'a DataDescriptor,
-    ) -> Result<CodeVersions<'a>, ContractError> {
-        version_of(descriptor, "CodeVersions", &[1], "1")?;
+        target: &Target,
+        descriptor: &DataDescriptor,
+    ) -> Result<CodeVersions, ContractError> {
+        registry::create(&ContractContext::new(target, descriptor))
+    }
+
+    /// Version 1, in the form the descriptor describes.
+    fn v1(target: &Target, descriptor: &DataDescriptor) -> Result<CodeVersions, ContractError> {
         let f = Fields::new(target, descriptor);
         let storage = if f.has("MethodDesc", "CodeData") {
             Storage::PerMethodDesc
@@ -130,7 +152,8 @@ impl<'a> CodeVersions<'a> {
             }
         };
         Ok(CodeVersions {
-            f,
+            target: target.clone(),
+            descriptor: descriptor.clone(),
             storage,
             call_counting: CallCounting::default(),
         })
@@ -152,7 +175,7 @@ impl<'a> CodeVersions<'a> {
         let current = |il: u64, active: bool| active_il.map(|a| active && il == a);
         let mut versions = Vec::new();
         let default_code = match facts.native_code_slot {
-            Some(slot) => Some(self.f.t.read_pointer(slot)?).filter(|&c| c != 0),
+            Some(slot) => Some(self.f().t.read_pointer(slot)?).filter(|&c| c != 0),
             None => None,
         };
         let default_active = self.default_is_active(state)?;
@@ -218,7 +241,7 @@ impl<'a> CodeVersions<'a> {
             }));
         }
         if let Some(slot) = facts.native_code_slot {
-            if self.f.t.read_pointer(slot)? != start {
+            if self.f().t.read_pointer(slot)? != start {
                 return Ok(None);
             }
         }
@@ -234,7 +257,7 @@ impl<'a> CodeVersions<'a> {
     }
 
     fn facts(&self, md: u64) -> Result<MethodFacts, ContractError> {
-        let f = &self.f;
+        let f = &self.f();
         let info = method_desc_info(f.t, f.d, md)?;
         let flags = f.u16(md, "MethodDesc", "Flags")?;
         let flags3 = f.u16(md, "MethodDesc", "Flags3AndTokenRemainder")?;
@@ -268,8 +291,12 @@ impl<'a> CodeVersions<'a> {
     ) -> Result<Tier, ContractError> {
         // Only an eligible jitted method's tier depends on its call-counting record.
         let call_counting_disabled = if facts.eligible && !ready_to_run {
-            let la = self.f.ptr(facts.module, "Module", "LoaderAllocator")?;
-            match self.call_counting.default_disabled(&self.f, la, md) {
+            let la = self.f().ptr(facts.module, "Module", "LoaderAllocator")?;
+            match self.call_counting.default_disabled(
+                &Fields::new(&self.target, &self.descriptor),
+                la,
+                md,
+            ) {
                 Ok(d) => Some(d),
                 Err(e) => {
                     tracing::debug!("call counting of MethodDesc {md:#x}: {e}");
@@ -291,16 +318,16 @@ impl<'a> CodeVersions<'a> {
     fn versioning_state(&mut self, md: u64) -> Result<u64, ContractError> {
         match &mut self.storage {
             Storage::PerMethodDesc => {
-                let code_data = self.f.ptr(md, "MethodDesc", "CodeData")?;
+                let code_data = self.f().ptr(md, "MethodDesc", "CodeData")?;
                 if code_data == 0 {
                     return Ok(0);
                 }
-                self.f
+                self.f()
                     .ptr(code_data, "MethodDescCodeData", "VersioningState")
             }
             Storage::DomainTables { states, .. } => {
                 if states.is_none() {
-                    *states = Some(domain_states(&self.f)?);
+                    *states = Some(domain_states(&Fields::new(&self.target, &self.descriptor))?);
                 }
                 Ok(states
                     .as_ref()
@@ -314,7 +341,7 @@ impl<'a> CodeVersions<'a> {
         if state == 0 {
             return Ok(true);
         }
-        let flags = self.f.u8(state, "MethodDescVersioningState", "Flags")?;
+        let flags = self.f().u8(state, "MethodDescVersioningState", "Flags")?;
         Ok(flags & STATE_DEFAULT_IS_ACTIVE_CHILD != 0)
     }
 
@@ -324,7 +351,7 @@ impl<'a> CodeVersions<'a> {
         if state == 0 {
             return Ok(Vec::new());
         }
-        let f = &self.f;
+        let f = &self.f();
         let cap = f.t.limits().max_list_length;
         let mut out = Vec::new();
         let mut seen = HashSet::new();
@@ -377,7 +404,7 @@ impl<'a> CodeVersions<'a> {
         if !has_method_def || rid == 0 {
             return Ok((Some(0), None));
         }
-        let f = &self.f;
+        let f = &Fields::new(&self.target, &self.descriptor);
         match &mut self.storage {
             Storage::PerMethodDesc => {
                 let map = facts

@@ -2,7 +2,7 @@
 //! `SHash` of pointers (.NET 8's versioning states, every runtime's call-counting records)
 //! and a module's RID-indexed `ModuleLookupMap` (.NET 9+'s IL versioning states).
 
-use crate::contracts::loader::Fields;
+use crate::contracts::fields::Fields;
 use crate::contracts::ContractError;
 use crate::limits::Limit;
 

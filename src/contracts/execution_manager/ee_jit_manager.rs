@@ -10,7 +10,7 @@ use crate::limits::Limit;
 
 /// The JIT'ed method that `ip` is in.
 pub(super) fn code_block(
-    core: &Core<'_>,
+    core: &Core,
     section: RangeSection,
     ip: u64,
 ) -> Result<Option<CodeBlock>, ContractError> {
@@ -18,12 +18,12 @@ pub(super) fn code_block(
         return Ok(None);
     }
     let map = NibbleMap::from_heap_list_node(
-        core.target,
-        core.descriptor,
+        &core.target,
+        &core.descriptor,
         core.nibble,
         section.heap_list,
     )?;
-    let Some(start) = map.find_method_start(core.target, ip)? else {
+    let Some(start) = map.find_method_start(&core.target, ip)? else {
         return Ok(None);
     };
     let ps = u64::from(core.target.pointer_size());
@@ -55,7 +55,7 @@ pub(super) fn code_block(
 
 /// The RUNTIME_FUNCTION among the header's unwind infos that covers the block's ip.
 pub(super) fn unwind_info(
-    core: &Core<'_>,
+    core: &Core,
     block: &CodeBlock,
     header: u64,
 ) -> Result<Option<u64>, ContractError> {
@@ -94,7 +94,7 @@ pub(super) fn unwind_info(
 /// is returned even when the `StoreRichDebugInfo` byte cannot be read (a dump without the
 /// EEJitManager's memory): only the flag's answer is then an error.
 pub(super) fn debug_info(
-    core: &Core<'_>,
+    core: &Core,
     block: &CodeBlock,
     header: u64,
 ) -> Result<DebugInfoRef, ContractError> {
@@ -120,7 +120,7 @@ pub(super) fn debug_info(
 /// The EEJitManager's `StoreRichDebugInfo` setting. Runtimes that do not describe it (.NET
 /// 10) count as off: they have on-stack replacement on every 64-bit target, which already
 /// implies the flag byte.
-fn store_rich_debug_info(core: &Core<'_>, block: &CodeBlock) -> Result<bool, ContractError> {
+fn store_rich_debug_info(core: &Core, block: &CodeBlock) -> Result<bool, ContractError> {
     match core.descriptor.ty("EEJitManager") {
         Ok(manager) if manager.has_field("StoreRichDebugInfo") => {
             let at = block

@@ -312,7 +312,7 @@ impl JitLayout {
             ContractError::UnsupportedVersion {
                 contract: "ExecutionManager",
                 version: em.version().to_string(),
-                supported: "1 and 2",
+                supported: "1 and 2".into(),
             },
         )?;
         let node = d.ty("CodeHeapListNode")?;

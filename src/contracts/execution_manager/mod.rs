@@ -23,8 +23,9 @@ use self::exception_clauses::ExceptionClause;
 use self::nibble_map::NibbleMapVersion;
 use self::range_section_map::RangeSection;
 use super::gc_info::GcInfoArch;
+use super::registry::{self, Contract, ContractContext};
 use super::unwind_info::UnwindArch;
-use super::{version_of, ContractError};
+use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::memory::Target;
 
@@ -136,7 +137,7 @@ pub struct EeJitManagerInfo {
 }
 
 /// The ExecutionManager contract's operations.
-pub trait ExecutionManager {
+pub trait ExecutionManager: Send + Sync {
     /// The contract version implemented.
     fn version(&self) -> u64;
 
@@ -185,20 +186,29 @@ pub trait ExecutionManager {
     fn flush(&self);
 }
 
-/// The ExecutionManager of the version the runtime advertises (1 or 2).
-pub fn execution_manager<'a>(
-    target: &'a Target,
-    descriptor: &'a DataDescriptor,
-) -> Result<Box<dyn ExecutionManager + 'a>, ContractError> {
-    let version = version_of(descriptor, "ExecutionManager", &[1, 2], "1 and 2")?;
-    let nibble = NibbleMapVersion::for_contract_version(version).ok_or(
-        ContractError::UnsupportedVersion {
-            contract: "ExecutionManager",
-            version: version.to_string(),
-            supported: "1 and 2",
-        },
-    )?;
-    Ok(Box::new(Core::new(target, descriptor, version, nibble)?))
+/// The ExecutionManager of the version the runtime advertises (1 or 2), made through the
+/// [`registry`].
+pub fn execution_manager(
+    target: &Target,
+    descriptor: &DataDescriptor,
+) -> Result<Box<dyn ExecutionManager>, ContractError> {
+    registry::create(&ContractContext::new(target, descriptor))
+}
+
+impl Contract for Box<dyn ExecutionManager> {
+    const NAME: &'static str = "ExecutionManager";
+    const VERSIONS: &'static [u64] = &[1, 2];
+
+    fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
+        // Versions 1 and 2 differ in how the nibble map finds a method's start.
+        let nibble = match version {
+            1 => NibbleMapVersion::Linear,
+            2 => NibbleMapVersion::Constant,
+            other => return registry::unsupported(Self::NAME, other, Self::VERSIONS),
+        };
+        let core = Core::new(&context.target, &context.descriptor, version, nibble)?;
+        Ok(Box::new(core))
+    }
 }
 
 /// Most methods remembered by one ExecutionManager.
@@ -246,9 +256,9 @@ impl Resolved {
 }
 
 /// The implementation shared by both versions; `nibble` is what differs.
-pub(crate) struct Core<'a> {
-    pub(crate) target: &'a Target,
-    pub(crate) descriptor: &'a DataDescriptor,
+pub(crate) struct Core {
+    pub(crate) target: Target,
+    pub(crate) descriptor: DataDescriptor,
     version: u64,
     pub(crate) nibble: NibbleMapVersion,
     pub(crate) unwind_arch: UnwindArch,
@@ -275,17 +285,17 @@ fn platform_or_default(
     })
 }
 
-impl<'a> Core<'a> {
+impl Core {
     fn new(
-        target: &'a Target,
-        descriptor: &'a DataDescriptor,
+        target: &Target,
+        descriptor: &DataDescriptor,
         version: u64,
         nibble: NibbleMapVersion,
-    ) -> Result<Core<'a>, ContractError> {
+    ) -> Result<Core, ContractError> {
         let arch = descriptor.global_string("Architecture")?;
         Ok(Core {
-            target,
-            descriptor,
+            target: target.clone(),
+            descriptor: descriptor.clone(),
             version,
             nibble,
             unwind_arch: UnwindArch::from_name(arch)?,
@@ -313,11 +323,11 @@ impl<'a> Core<'a> {
     }
 }
 
-impl Core<'_> {
+impl Core {
     /// The full lookup, without the cache of resolved methods.
     fn look_up(&self, ip: u64) -> Result<Option<CodeBlock>, ContractError> {
         let Some(section) =
-            range_section_map::find_range_section(self.target, self.descriptor, ip)?
+            range_section_map::find_range_section(&self.target, &self.descriptor, ip)?
         else {
             return Ok(None);
         };
@@ -332,7 +342,7 @@ impl Core<'_> {
     }
 }
 
-impl Core<'_> {
+impl Core {
     /// The addresses around a freshly resolved block whose lookups give the same answer:
     /// for JIT'ed code the method's hot code (the nibble map finds its start from any of
     /// it); for ReadyToRun code only the RUNTIME_FUNCTION holding the address, since a
@@ -360,7 +370,7 @@ impl Core<'_> {
     }
 }
 
-impl ExecutionManager for Core<'_> {
+impl ExecutionManager for Core {
     fn version(&self) -> u64 {
         self.version
     }
@@ -386,8 +396,12 @@ impl ExecutionManager for Core<'_> {
         match block.origin {
             Origin::Jit { .. } => {
                 let gc = self.gc_info(block)?;
-                let hot =
-                    super::gc_info::code_length(self.target, gc.address, gc.version, self.gc_arch)?;
+                let hot = super::gc_info::code_length(
+                    &self.target,
+                    gc.address,
+                    gc.version,
+                    self.gc_arch,
+                )?;
                 Ok(RegionInfo {
                     hot_size: u64::from(hot),
                     cold_start: None,
@@ -439,7 +453,7 @@ impl ExecutionManager for Core<'_> {
         match block.origin {
             Origin::Jit { real_code_header } => {
                 let eh = self.ptr(real_code_header, "RealCodeHeader", "EHInfo")?;
-                exception_clauses::read_jit_clauses(self.target, self.descriptor, eh)
+                exception_clauses::read_jit_clauses(&self.target, &self.descriptor, eh)
             }
             Origin::ReadyToRun { .. } => r2r_jit_manager::exception_clauses(self, block),
         }

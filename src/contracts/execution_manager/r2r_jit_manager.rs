@@ -21,8 +21,8 @@ const SECTION_EXCEPTION_INFO: u32 = 104;
 const SECTION_DEBUG_INFO: u32 = 105;
 
 /// What a lookup needs of an image's `ReadyToRunInfo`.
-struct Image<'c, 'a> {
-    core: &'c Core<'a>,
+struct Image<'c> {
+    core: &'c Core,
     info: u64,
     base: u64,
     functions: u64,
@@ -30,8 +30,8 @@ struct Image<'c, 'a> {
     stride: u64,
 }
 
-impl<'c, 'a> Image<'c, 'a> {
-    fn read(core: &'c Core<'a>, info: u64, base: u64) -> Result<Self, ContractError> {
+impl<'c> Image<'c> {
+    fn read(core: &'c Core, info: u64, base: u64) -> Result<Self, ContractError> {
         let count = core.u32(info, "ReadyToRunInfo", "NumRuntimeFunctions")?;
         let max_list = core.target.limits().max_list_length;
         if u64::from(count) > max_list {
@@ -72,7 +72,7 @@ impl<'c, 'a> Image<'c, 'a> {
     /// Length of runtime function `i`'s code.
     fn length(&self, i: u64) -> Result<u64, ContractError> {
         unwind_info::function_length(
-            self.core.target,
+            &self.core.target,
             self.base,
             self.function(i),
             self.core.unwind_arch,
@@ -172,18 +172,18 @@ impl<'c, 'a> Image<'c, 'a> {
                 .ty("ReadyToRunInfo")?
                 .offset("EntryPointToMethodDescMap")?,
         );
-        hash_map::lookup_pointer(self.core.target, self.core.descriptor, map, entry)
+        hash_map::lookup_pointer(&self.core.target, &self.core.descriptor, map, entry)
     }
 }
 
-fn image(core: &Core<'_>, section: &RangeSection) -> Result<Option<u64>, ContractError> {
+fn image(core: &Core, section: &RangeSection) -> Result<Option<u64>, ContractError> {
     let info = core.ptr(section.r2r_module, "Module", "ReadyToRunInfo")?;
     Ok((info != 0).then_some(info))
 }
 
 /// The image's delay-load method-call thunk range, as addresses.
 pub(super) fn thunk_range(
-    core: &Core<'_>,
+    core: &Core,
     block: &CodeBlock,
 ) -> Result<Option<(u64, u64)>, ContractError> {
     let (info, _, _) = parts(block);
@@ -199,7 +199,7 @@ pub(super) fn thunk_range(
 
 /// The precompiled method that `ip` is in.
 pub(super) fn code_block(
-    core: &Core<'_>,
+    core: &Core,
     section: RangeSection,
     ip: u64,
 ) -> Result<Option<CodeBlock>, ContractError> {
@@ -319,7 +319,7 @@ fn zero_size(type_name: &str) -> ContractError {
 
 /// Hot code length of the method whose main RUNTIME_FUNCTION is `index`: its GC-info
 /// code length less its cold part, if it is split.
-fn hot_length_of(core: &Core<'_>, img: &Image<'_, '_>, index: u64) -> Result<u64, ContractError> {
+fn hot_length_of(core: &Core, img: &Image<'_>, index: u64) -> Result<u64, ContractError> {
     let total = code_length_of(core, img, index)?;
     let Some(cold) = img.hot_and_cold(index)?.1 else {
         return Ok(total);
@@ -333,15 +333,15 @@ fn hot_length_of(core: &Core<'_>, img: &Image<'_, '_>, index: u64) -> Result<u64
 }
 
 /// Code length of the method whose main RUNTIME_FUNCTION is `index`, from its GC info.
-fn code_length_of(core: &Core<'_>, img: &Image<'_, '_>, index: u64) -> Result<u64, ContractError> {
+fn code_length_of(core: &Core, img: &Image<'_>, index: u64) -> Result<u64, ContractError> {
     let unwind = img.base.wrapping_add(
         core.u32(img.function(index), "RuntimeFunction", "UnwindData")?
             .into(),
     );
-    let size = unwind_info::unwind_data_size(core.target, unwind, core.unwind_arch)?;
+    let size = unwind_info::unwind_data_size(&core.target, unwind, core.unwind_arch)?;
     let version = r2r_gc_version(core, img.info)?;
     Ok(gc_info::code_length(
-        core.target,
+        &core.target,
         unwind.wrapping_add(size),
         version,
         core.gc_arch,
@@ -350,7 +350,7 @@ fn code_length_of(core: &Core<'_>, img: &Image<'_, '_>, index: u64) -> Result<u6
 }
 
 /// GCInfo version of an image's code, from its ReadyToRun version.
-fn r2r_gc_version(core: &Core<'_>, info: u64) -> Result<u32, ContractError> {
+fn r2r_gc_version(core: &Core, info: u64) -> Result<u32, ContractError> {
     let header = core.ptr(info, "ReadyToRunInfo", "ReadyToRunHeader")?;
     let ty = core.descriptor.ty("ReadyToRunHeader")?;
     let read = |field: &str| -> Result<u16, ContractError> {
@@ -378,10 +378,7 @@ fn parts(block: &CodeBlock) -> (u64, u64, Option<u64>) {
 
 /// The RUNTIME_FUNCTION covering the block's ip (a funclet's, a cold part's, or the
 /// method's own).
-pub(super) fn unwind_info(
-    core: &Core<'_>,
-    block: &CodeBlock,
-) -> Result<Option<u64>, ContractError> {
+pub(super) fn unwind_info(core: &Core, block: &CodeBlock) -> Result<Option<u64>, ContractError> {
     let (info, _, _) = parts(block);
     let img = Image::read(core, info, block.section.range_begin)?;
     let rel = block.ip.wrapping_sub(img.base);
@@ -391,7 +388,7 @@ pub(super) fn unwind_info(
 /// The address range of the RUNTIME_FUNCTION covering the block's ip: a lookup of any
 /// address in it walks to the same method.
 pub(super) fn function_range(
-    core: &Core<'_>,
+    core: &Core,
     block: &CodeBlock,
 ) -> Result<Option<(u64, u64)>, ContractError> {
     let (info, _, _) = parts(block);
@@ -418,11 +415,7 @@ pub(super) fn function_range(
 }
 
 /// The RUNTIME_FUNCTION at `index` of the image.
-pub(super) fn runtime_function(
-    core: &Core<'_>,
-    info: u64,
-    index: u64,
-) -> Result<u64, ContractError> {
+pub(super) fn runtime_function(core: &Core, info: u64, index: u64) -> Result<u64, ContractError> {
     let functions = core.ptr(info, "ReadyToRunInfo", "RuntimeFunctions")?;
     let stride = u64::from(core.descriptor.ty("RuntimeFunction")?.size()?);
     Ok(functions.wrapping_add(index * stride))
@@ -430,14 +423,14 @@ pub(super) fn runtime_function(
 
 /// The method's GC info: right after the unwind data of its main RUNTIME_FUNCTION; its
 /// version follows from the image's ReadyToRun major version.
-pub(super) fn gc_info(core: &Core<'_>, block: &CodeBlock) -> Result<GcInfoRef, ContractError> {
+pub(super) fn gc_info(core: &Core, block: &CodeBlock) -> Result<GcInfoRef, ContractError> {
     let (info, method_index, _) = parts(block);
     let rf = runtime_function(core, info, method_index)?;
     let unwind = block
         .section
         .range_begin
         .wrapping_add(core.u32(rf, "RuntimeFunction", "UnwindData")?.into());
-    let size = unwind_info::unwind_data_size(core.target, unwind, core.unwind_arch)?;
+    let size = unwind_info::unwind_data_size(&core.target, unwind, core.unwind_arch)?;
     Ok(GcInfoRef {
         address: unwind.wrapping_add(size),
         version: r2r_gc_version(core, info)?,
@@ -445,11 +438,11 @@ pub(super) fn gc_info(core: &Core<'_>, block: &CodeBlock) -> Result<GcInfoRef, C
 }
 
 /// Hot size from the GC info; cold start and size from the hot/cold map.
-pub(super) fn region_info(core: &Core<'_>, block: &CodeBlock) -> Result<RegionInfo, ContractError> {
+pub(super) fn region_info(core: &Core, block: &CodeBlock) -> Result<RegionInfo, ContractError> {
     let (info, _, cold_index) = parts(block);
     let gc = gc_info(core, block)?;
     let total = u64::from(gc_info::code_length(
-        core.target,
+        &core.target,
         gc.address,
         gc.version,
         core.gc_arch,
@@ -476,10 +469,7 @@ pub(super) fn region_info(core: &Core<'_>, block: &CodeBlock) -> Result<RegionIn
 /// Debug info of precompiled code: element `method index` of the NativeArray in the
 /// image's DebugInfo section holds a look-back distance to a shared blob, or the blob
 /// follows it. The blob never has a flag byte.
-pub(super) fn debug_info(
-    core: &Core<'_>,
-    block: &CodeBlock,
-) -> Result<DebugInfoRef, ContractError> {
+pub(super) fn debug_info(core: &Core, block: &CodeBlock) -> Result<DebugInfoRef, ContractError> {
     let (info, method_index, _) = parts(block);
     let none = || DebugInfoRef {
         address: 0,
@@ -489,7 +479,8 @@ pub(super) fn debug_info(
     let Some((va, size)) = located else {
         return Ok(none());
     };
-    let reader = native_format::NativeReader::new(core.target, block.section.range_begin, va, size);
+    let reader =
+        native_format::NativeReader::new(&core.target, block.section.range_begin, va, size);
     let Some(element) = reader.array_get(va, method_index)? else {
         return Ok(none());
     };
@@ -514,7 +505,7 @@ pub(super) fn debug_info(
 /// (RVA, size) of one of the image's sections: newer runtimes point at its directory from a
 /// `ReadyToRunInfo` field; .NET 8 is reached through the image's section table.
 fn image_section(
-    core: &Core<'_>,
+    core: &Core,
     info: u64,
     field: &str,
     kind: u32,
@@ -541,7 +532,7 @@ const R2R_HEADER_PREFIX: u64 = 8;
 /// runtimes that do not describe that field through the header of the image that holds
 /// the code (`CompositeInfo`'s: a component of a composite image keeps these sections in
 /// the composite's header, a plain image is its own `CompositeInfo`).
-fn core_header(core: &Core<'_>, info: u64) -> Result<u64, ContractError> {
+fn core_header(core: &Core, info: u64) -> Result<u64, ContractError> {
     let r2r_info = core.descriptor.ty("ReadyToRunInfo")?;
     if r2r_info.has_field("Composite") {
         let composite = core.ptr(info, "ReadyToRunInfo", "Composite")?;
@@ -556,7 +547,7 @@ fn core_header(core: &Core<'_>, info: u64) -> Result<u64, ContractError> {
 }
 
 /// The image's section directory entry of `kind`, through the core header's section table.
-fn section(core: &Core<'_>, info: u64, kind: u32) -> Result<Option<(u64, u64)>, ContractError> {
+fn section(core: &Core, info: u64, kind: u32) -> Result<Option<(u64, u64)>, ContractError> {
     let header = core_header(core, info)?;
     let core_header = core.descriptor.ty("ReadyToRunCoreHeader")?;
     let count = core.u32(header, "ReadyToRunCoreHeader", "NumberOfSections")?;
@@ -590,7 +581,7 @@ fn section(core: &Core<'_>, info: u64, kind: u32) -> Result<Option<(u64, u64)>, 
 /// RVA, clauses RVA) sorted by method, ending with a sentinel; a method's clauses run to
 /// the next entry's.
 pub(super) fn exception_clauses(
-    core: &Core<'_>,
+    core: &Core,
     block: &CodeBlock,
 ) -> Result<Vec<ExceptionClause>, ContractError> {
     let (info, _, _) = parts(block);
@@ -642,8 +633,8 @@ pub(super) fn exception_clauses(
     }
     let count = to.saturating_sub(from) / clause_size;
     exception_clauses::read_r2r_clauses(
-        core.target,
-        core.descriptor,
+        &core.target,
+        &core.descriptor,
         base.wrapping_add(from),
         count,
     )

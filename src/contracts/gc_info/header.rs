@@ -163,14 +163,14 @@ pub fn check_version(version: u32, arch: GcInfoArch) -> Result<(), ContractError
         return Err(ContractError::UnsupportedVersion {
             contract: "GCInfo",
             version: version.to_string(),
-            supported: "GCInfo versions 1 to 4",
+            supported: "GCInfo versions 1 to 4".into(),
         });
     }
     if arch == GcInfoArch::Interpreter && version < 4 {
         return Err(ContractError::UnsupportedVersion {
             contract: "GCInfo",
             version: format!("{version} for interpreter code"),
-            supported: "interpreter GC info of version 4",
+            supported: "interpreter GC info of version 4".into(),
         });
     }
     Ok(())
