@@ -8,6 +8,7 @@ use cdac::formats::mip::{
     NamesEncoding, Profile, ProfileFlags, ProfileFunction, RawCounters, RawProfile, RawRecord,
     ResolvedOffsets, Width,
 };
+use cdac::formats::Truncation;
 use proptest::prelude::*;
 
 // ---------------------------------------------------------------------------------------
@@ -507,10 +508,10 @@ fn raw_last_record_may_lack_its_padding() {
     padded.pop();
     assert!(matches!(
         RawProfile::parse(&padded, &[1]),
-        Err(MipError::Truncated {
+        Err(MipError::Truncated(Truncation {
             what: "raw record padding",
             ..
-        })
+        }))
     ));
 }
 
@@ -1146,12 +1147,13 @@ fn truncated_header_at_every_length() {
                 4..=23 => 24,
                 _ => 32,
             };
-            let expected = MipError::Truncated {
+            // The whole input is what is left from offset 0.
+            let expected = MipError::Truncated(Truncation {
                 what: "header",
                 offset: 0,
                 needed,
-                len,
-            };
+                available: len as u64,
+            });
             assert_eq!(
                 Header::parse(&bytes[..len]),
                 Err(expected.clone()),
@@ -1210,12 +1212,12 @@ fn truncated_body_at_every_length() {
     let names_at = full.len() - 13 - 8;
     assert_eq!(
         Profile::parse(&full[..names_at + 4]),
-        Err(MipError::Truncated {
+        Err(MipError::Truncated(Truncation {
             what: "profile function names length",
-            offset: names_at,
+            offset: names_at as u64,
             needed: 8,
-            len: names_at + 4
-        })
+            available: 4
+        }))
     );
 }
 
@@ -1364,7 +1366,7 @@ fn counts_past_the_end() {
     // More records than the file holds.
     assert!(matches!(
         RawProfile::parse(&old_raw_blocks(), &[2, 0, 1, 0]),
-        Err(MipError::Truncated { offset: 0x1e, .. })
+        Err(MipError::Truncated(Truncation { offset: 0x1e, .. }))
     ));
     // Fewer records than the file holds.
     assert_eq!(
@@ -1410,10 +1412,10 @@ fn name_lengths_past_the_end() {
     b[at] = 4;
     assert!(matches!(
         Profile::parse(&b),
-        Err(MipError::Truncated {
+        Err(MipError::Truncated(Truncation {
             what: "profile function name",
             ..
-        })
+        }))
     ));
     // The last name without its NUL.
     let mut b = old_profile();

@@ -12,6 +12,7 @@ use cdac::formats::perf_data::{
     patched_chunks, plan_rewrite, Header, Layout, PerfDataError, PidRewrites, RewriteOptions,
     RewritePlan,
 };
+use cdac::formats::Truncation;
 
 const MEMFD: &[u8] = b"/memfd:doublemapper (deleted)";
 const CORELIB: &[u8] =
@@ -470,10 +471,10 @@ fn damaged_records_are_typed_errors_not_hangs() {
     bytes[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
     assert!(matches!(
         plan_rewrite(&bytes, &opts),
-        Err(PerfDataError::Truncated {
+        Err(PerfDataError::Truncated(Truncation {
             what: "AUXTRACE payload",
             ..
-        })
+        }))
     ));
     // An MMAP2 record too small for its fixed part, and one whose name has no NUL.
     let mut b = Builder::new(false);

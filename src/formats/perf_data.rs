@@ -41,6 +41,8 @@ use std::ops::Range;
 
 use serde::Serialize;
 
+use crate::formats::cursor::{Cursor, Endian, Truncation};
+
 /// The magic of a version 2 perf.data, as a little-endian machine writes it.
 const MAGIC: &[u8; 8] = b"PERFILE2";
 /// The magic of the version 1 format, which perf stopped writing long ago.
@@ -146,18 +148,11 @@ pub enum PerfDataError {
          not supported; record without --threads"
     )]
     DirectoryFormat,
-    /// A record, or the payload after one, runs past the end of the records.
-    #[error("{what} at offset {offset:#x} needs {need} bytes, only {have} are left")]
-    Truncated {
-        /// What was being read ("record header", "record", "AUXTRACE payload", ...).
-        what: &'static str,
-        /// Where it starts.
-        offset: u64,
-        /// Bytes it needs.
-        need: u64,
-        /// Bytes left in the records.
-        have: u64,
-    },
+    /// A record, or the payload after one, runs past the end of the records ("record
+    /// header", "record", "AUXTRACE payload", ...; offsets in the file, what is left
+    /// counted to the end of the records).
+    #[error(transparent)]
+    Truncated(#[from] Truncation),
     /// A record whose size is smaller than its fixed part (a size below 8 would never move
     /// a walk forward).
     #[error("record of type {kind} at offset {offset:#x} has size {size}, less than the {min} bytes it needs")]
@@ -195,25 +190,11 @@ pub enum ByteOrder {
     Big,
 }
 
-impl ByteOrder {
-    fn u16(self, b: [u8; 2]) -> u16 {
-        match self {
-            ByteOrder::Little => u16::from_le_bytes(b),
-            ByteOrder::Big => u16::from_be_bytes(b),
-        }
-    }
-
-    fn u32(self, b: [u8; 4]) -> u32 {
-        match self {
-            ByteOrder::Little => u32::from_le_bytes(b),
-            ByteOrder::Big => u32::from_be_bytes(b),
-        }
-    }
-
-    fn u64(self, b: [u8; 8]) -> u64 {
-        match self {
-            ByteOrder::Little => u64::from_le_bytes(b),
-            ByteOrder::Big => u64::from_be_bytes(b),
+impl From<ByteOrder> for Endian {
+    fn from(order: ByteOrder) -> Endian {
+        match order {
+            ByteOrder::Little => Endian::Little,
+            ByteOrder::Big => Endian::Big,
         }
     }
 }
@@ -226,11 +207,6 @@ pub enum Layout {
     File,
     /// A stream (`perf record -o -`), here saved to a file: records to the end.
     Pipe,
-}
-
-/// `N` bytes at `at`, if the slice has them.
-fn array<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
-    bytes.get(at..at.checked_add(N)?)?.try_into().ok()
 }
 
 /// A perf.data header: byte order, layout and where the records are.
@@ -248,7 +224,9 @@ impl Header {
     /// Reads the header of `bytes` (a whole perf.data file).
     pub fn parse(bytes: &[u8]) -> Result<Header, PerfDataError> {
         let too_short = || PerfDataError::TooShort { len: bytes.len() };
-        let magic: [u8; 8] = array(bytes, 0).ok_or_else(too_short)?;
+        let magic: [u8; 8] = Cursor::new(bytes)
+            .read_array("magic")
+            .map_err(|_| too_short())?;
         let mut reversed = magic;
         reversed.reverse();
         let order = if &magic == MAGIC {
@@ -260,7 +238,8 @@ impl Header {
         } else {
             return Err(PerfDataError::NotPerfData { magic });
         };
-        let u64_at = |at: usize| array(bytes, at).map(|b| order.u64(b)).ok_or_else(too_short);
+        let c = Cursor::new(bytes).with_endian(order.into());
+        let u64_at = |at: usize| c.at(at).read_u64("header").map_err(|_| too_short());
         let size = u64_at(8)?;
         if size == PIPE_HEADER_SIZE {
             return Ok(Header {
@@ -319,40 +298,33 @@ pub struct Record<'a> {
 
 /// The records of a perf.data, in file order; after an error, nothing more.
 pub struct Records<'a> {
-    bytes: &'a [u8],
+    /// Over the file up to the end of the records, at the next record.
+    c: Cursor<'a>,
     order: ByteOrder,
-    pos: usize,
-    end: usize,
     failed: bool,
 }
 
 impl<'a> Records<'a> {
     /// The records of `bytes` (a whole file) as `header` locates them.
     pub fn new(bytes: &'a [u8], header: &Header) -> Records<'a> {
+        let end = header.records.end.min(bytes.len());
         Records {
-            bytes,
+            c: Cursor::new(&bytes[..end])
+                .with_endian(header.order.into())
+                .at(header.records.start),
             order: header.order,
-            pos: header.records.start,
-            end: header.records.end.min(bytes.len()),
             failed: false,
         }
     }
 
     fn next_record(&mut self) -> Result<Record<'a>, PerfDataError> {
-        let offset = self.pos as u64;
-        let left = self.end.saturating_sub(self.pos);
-        let truncated = |what, need: u64| PerfDataError::Truncated {
-            what,
-            offset,
-            need,
-            have: left as u64,
-        };
-        let head: [u8; 8] = array(&self.bytes[..self.end], self.pos)
-            .ok_or_else(|| truncated("record header", RECORD_HEADER_SIZE as u64))?;
-        let order = self.order;
-        let kind = order.u32([head[0], head[1], head[2], head[3]]);
-        let misc = order.u16([head[4], head[5]]);
-        let size = order.u16([head[6], head[7]]);
+        let mut c = self.c;
+        let offset = c.offset();
+        // The header first, then the whole record from its start.
+        let mut head = { c }.split(RECORD_HEADER_SIZE, "record header")?;
+        let kind = head.read_u32("record type")?;
+        let misc = head.read_u16("record misc")?;
+        let size = head.read_u16("record size")?;
         let too_small = |min| PerfDataError::RecordTooSmall {
             offset,
             kind,
@@ -362,36 +334,24 @@ impl<'a> Records<'a> {
         if usize::from(size) < RECORD_HEADER_SIZE {
             return Err(too_small(RECORD_HEADER_SIZE));
         }
-        if usize::from(size) > left {
-            return Err(truncated("record", size.into()));
-        }
-        let bytes = &self.bytes[self.pos..self.pos + usize::from(size)];
+        let bytes = c.read_bytes(usize::from(size), "record")?;
         // Payload that follows the record without being counted in its size.
+        let mut fixed = Cursor::new(bytes).with_endian(self.order.into()).at(8);
         let payload = match kind {
             record_type::AUXTRACE => {
-                let b = array(bytes, 8).ok_or_else(|| too_small(16))?;
-                Some(("AUXTRACE payload", order.u64(b)))
+                let n = fixed.read_u64("AUXTRACE size");
+                Some(("AUXTRACE payload", n.map_err(|_| too_small(16))?))
             }
             record_type::HEADER_TRACING_DATA => {
-                let b = array(bytes, 8).ok_or_else(|| too_small(12))?;
-                Some(("tracing data", u64::from(order.u32(b))))
+                let n = fixed.read_u32("tracing data size");
+                Some(("tracing data", u64::from(n.map_err(|_| too_small(12))?)))
             }
             _ => None,
         };
-        let mut next = self.pos + usize::from(size);
         if let Some((what, n)) = payload {
-            let have = (self.end - next) as u64;
-            if n > have {
-                return Err(PerfDataError::Truncated {
-                    what,
-                    offset: next as u64,
-                    need: n,
-                    have,
-                });
-            }
-            next += n as usize;
+            c.skip(n, what)?;
         }
-        self.pos = next;
+        self.c = c;
         Ok(Record {
             offset,
             kind,
@@ -405,7 +365,7 @@ impl<'a> Iterator for Records<'a> {
     type Item = Result<Record<'a>, PerfDataError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.failed || self.pos >= self.end {
+        if self.failed || self.c.remaining() == 0 {
             return None;
         }
         let r = self.next_record();
@@ -437,11 +397,12 @@ impl<'a> Mapping<'a> {
     /// The mapping an MMAP or MMAP2 record describes (`None` for other records).
     pub fn of(record: &Record<'a>, order: ByteOrder) -> Result<Option<Mapping<'a>>, PerfDataError> {
         let b = record.bytes;
+        let fields = Cursor::new(b).with_endian(order.into());
         let (name_offset, executable, zero_id) = match record.kind {
             record_type::MMAP => (MMAP_NAME, record.misc & MISC_MMAP_DATA == 0, false),
             record_type::MMAP2 => {
-                let prot = array(b, MMAP2_PROT).map(|p| order.u32(p));
-                let prot = prot.ok_or(PerfDataError::RecordTooSmall {
+                let prot = fields.at(MMAP2_PROT).read_u32("MMAP2 prot");
+                let prot = prot.map_err(|_| PerfDataError::RecordTooSmall {
                     offset: record.offset,
                     kind: record.kind,
                     size: b.len() as u16,
@@ -463,8 +424,9 @@ impl<'a> Mapping<'a> {
         let nul = memchr::memchr(0, tail).ok_or(PerfDataError::UnterminatedName {
             offset: record.offset,
         })?;
-        let u64_at = |at| array(b, at).map(|v| order.u64(v)).unwrap_or(0);
-        let pid = array(b, 8).map(|v| order.u32(v)).unwrap_or(0);
+        // The name offset is past these fields, so they are there.
+        let u64_at = |at| fields.at(at).read_u64("mapping field").unwrap_or(0);
+        let pid = fields.at(8).read_u32("mapping pid").unwrap_or(0);
         Ok(Some(Mapping {
             pid,
             start: u64_at(16),

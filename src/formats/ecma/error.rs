@@ -2,6 +2,7 @@
 //! stream, the heap offset, or the table, row and column.
 
 use super::tables::{CodedIndex, TableId};
+use crate::formats::cursor::Truncation;
 
 /// A heap of the metadata, for error messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,18 +31,10 @@ impl std::fmt::Display for Heap {
 /// Something wrong in the metadata (or in the PE image holding it).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MetadataError {
-    /// Fewer bytes than a structure needs.
-    #[error("{what}: needs {needed} byte(s) at offset {offset:#x}, only {len:#x} byte(s) in all")]
-    Truncated {
-        /// What was being read.
-        what: &'static str,
-        /// Byte offset where it happened.
-        offset: usize,
-        /// Bytes needed.
-        needed: usize,
-        /// Size of the whole input, in bytes.
-        len: usize,
-    },
+    /// The input ends before a structure it holds (offsets within the metadata, or within
+    /// the table stream for its header and row counts).
+    #[error(transparent)]
+    Truncated(#[from] Truncation),
     /// The metadata root does not start with the `BSJB` signature.
     #[error("metadata signature is {found:#010x}, not 0x424a5342 (\"BSJB\")")]
     BadSignature {
@@ -229,12 +222,9 @@ pub enum MetadataError {
 /// Something wrong inside one signature blob. Offsets are within the blob.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SignatureError {
-    /// The blob ends inside an element.
-    #[error("ends early at offset {offset}")]
-    Truncated {
-        /// Byte offset where it happened.
-        offset: usize,
-    },
+    /// The blob ends inside an element (offsets within the blob).
+    #[error(transparent)]
+    Truncated(#[from] Truncation),
     /// A compressed integer has an invalid first byte.
     #[error("invalid compressed integer at offset {offset}")]
     BadCompressedInt {

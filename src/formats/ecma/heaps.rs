@@ -3,8 +3,8 @@
 
 use std::borrow::Cow;
 
-use super::bytes::decompress_u32;
 use super::error::{Heap, MetadataError, Result};
+use crate::formats::cursor::Cursor;
 
 /// Longest `#Strings` entry accepted (identifiers; real ones are far shorter).
 pub const MAX_STRING_LENGTH: usize = 64 * 1024;
@@ -66,19 +66,21 @@ fn prefixed(heap: Heap, data: &[u8], index: u32) -> Result<&[u8]> {
     if i == 0 && data.is_empty() {
         return Ok(&[]);
     }
-    let rest =
-        data.get(i..)
-            .filter(|r| !r.is_empty())
-            .ok_or(MetadataError::HeapIndexOutOfBounds {
-                heap,
-                index,
-                len: data.len(),
-            })?;
-    let (length, used) =
-        decompress_u32(rest).ok_or(MetadataError::BadBlobLength { heap, index })?;
-    rest.get(used..)
-        .and_then(|r| r.get(..length as usize))
-        .ok_or(MetadataError::BlobOverrun {
+    if i >= data.len() {
+        return Err(MetadataError::HeapIndexOutOfBounds {
+            heap,
+            index,
+            len: data.len(),
+        });
+    }
+    let mut c = Cursor::new(data).at(i);
+    let length = c
+        .read_compressed_u32("blob length")
+        .ok()
+        .flatten()
+        .ok_or(MetadataError::BadBlobLength { heap, index })?;
+    c.read_bytes(length as usize, "blob")
+        .map_err(|_| MetadataError::BlobOverrun {
             heap,
             index,
             length,
@@ -108,15 +110,14 @@ impl GuidHeap<'_> {
             return Ok(None);
         }
         let start = (index.0 as usize - 1).saturating_mul(16);
-        let bytes = self.0.get(start..start.saturating_add(16)).ok_or(
-            MetadataError::HeapIndexOutOfBounds {
+        let g = Cursor::new(self.0)
+            .at(start)
+            .read_array::<16>("GUID")
+            .map_err(|_| MetadataError::HeapIndexOutOfBounds {
                 heap: Heap::Guid,
                 index: index.0,
                 len: self.0.len(),
-            },
-        )?;
-        let mut g = [0u8; 16];
-        g.copy_from_slice(bytes);
+            })?;
         Ok(Some(g))
     }
 }

@@ -43,7 +43,6 @@
 //! The naming rules (and how they were checked against a real .NET 8 perf map) are in
 //! `README.md` next to this file.
 
-mod bytes;
 pub mod error;
 pub mod heaps;
 pub mod names;
@@ -61,7 +60,6 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::OnceLock;
 
-pub use bytes::{decompress_i32, decompress_u32};
 pub use error::{Heap, MetadataError, Result, SignatureError};
 pub use heaps::{
     BlobHeap, BlobIndex, GuidHeap, GuidIndex, StringIndex, StringsHeap, UserStringHeap,
@@ -74,7 +72,8 @@ pub use root::{parse_root, MetadataRoot, StreamHeader};
 pub use rows::*;
 pub use signature::{
     decode_field_sig, decode_locals_sig, decode_method_sig, decode_method_spec, decode_type_spec,
-    ArrayShape, CallKind, MethodSig, Primitive, SigOptions, TypeSig,
+    decompress_i32, decompress_u32, ArrayShape, CallKind, MethodSig, Primitive, SigOptions,
+    TypeSig,
 };
 pub use tables::{
     parse_tables, CodedIndex, Column, ColumnKind, ColumnValue, TableId, TableStream, Token,

@@ -1,7 +1,7 @@
 //! The metadata root (ECMA-335 II.24.2.1) and its stream headers (II.24.2.2).
 
-use super::bytes::{slice, u16_at, u32_at};
 use super::error::{MetadataError, Result};
+use crate::formats::cursor::Cursor;
 
 /// "BSJB", read little-endian.
 pub const METADATA_SIGNATURE: u32 = 0x424A_5342;
@@ -48,49 +48,48 @@ impl<'a> MetadataRoot<'a> {
 /// Parses the metadata root at the start of `data` (the bytes the CLI header's MetaData
 /// directory points to). Every stream must lie within `data`.
 pub fn parse_root(data: &[u8]) -> Result<MetadataRoot<'_>> {
-    let signature = u32_at(data, 0, "metadata root")?;
+    let mut c = Cursor::new(data);
+    let signature = c.read_u32("metadata root signature")?;
     if signature != METADATA_SIGNATURE {
         return Err(MetadataError::BadSignature { found: signature });
     }
-    let major_version = u16_at(data, 4, "metadata root")?;
-    let minor_version = u16_at(data, 6, "metadata root")?;
-    let length = u32_at(data, 12, "metadata root")?;
+    let major_version = c.read_u16("metadata root major version")?;
+    let minor_version = c.read_u16("metadata root minor version")?;
+    c.skip(4, "metadata root reserved")?;
+    let length = c.read_u32("metadata version string length")?;
     if length > MAX_VERSION_LENGTH {
         return Err(MetadataError::VersionTooLong {
             length,
             max: MAX_VERSION_LENGTH,
         });
     }
-    let version_bytes = slice(data, 16, length as usize, "metadata version string")?;
+    // The length is meant to be a multiple of 4; honour what is written, as the runtime does.
+    let version_bytes = c.read_bytes(length as usize, "metadata version string")?;
     let version_end = version_bytes
         .iter()
         .position(|&b| b == 0)
         .unwrap_or(version_bytes.len());
     let version = String::from_utf8_lossy(&version_bytes[..version_end]).into_owned();
-    // The length is meant to be a multiple of 4; honour what is written, as the runtime does.
-    let mut pos = 16 + length as usize;
-    let flags = u16_at(data, pos, "metadata root flags")?;
-    let count = u16_at(data, pos + 2, "metadata stream count")?;
-    pos += 4;
+    let flags = c.read_u16("metadata root flags")?;
+    let count = c.read_u16("metadata stream count")?;
     let mut streams = Vec::with_capacity(usize::from(count).min(16));
     for index in 0..usize::from(count) {
-        let offset = u32_at(data, pos, "stream header")?;
-        let size = u32_at(data, pos + 4, "stream header")?;
-        pos += 8;
-        let name_area = &data[pos.min(data.len())..(pos + MAX_STREAM_NAME).min(data.len())];
+        let offset = c.read_u32("stream header offset")?;
+        let size = c.read_u32("stream header size")?;
+        let name_area = &c.rest()[..c.remaining().min(MAX_STREAM_NAME)];
         let nul = name_area
             .iter()
             .position(|&b| b == 0)
             .ok_or(MetadataError::BadStreamName { index })?;
         let name = std::str::from_utf8(&name_area[..nul])
             .map_err(|_| MetadataError::BadStreamName { index })?;
-        // Name plus NUL, padded to 4 bytes.
-        pos += (nul + 1 + 3) & !3;
-        let start = offset as usize;
-        let stream_data = start
-            .checked_add(size as usize)
-            .and_then(|end| data.get(start..end))
-            .ok_or_else(|| MetadataError::StreamOutOfBounds {
+        // Name plus NUL, padded to 4 bytes (the padding may run past the end when this
+        // is the last header: the next read says so).
+        c = c.at(c.position() + ((nul + 1 + 3) & !3));
+        let stream_data = Cursor::new(data)
+            .at(offset as usize)
+            .read_bytes(size as usize, "stream")
+            .map_err(|_| MetadataError::StreamOutOfBounds {
                 name: name.to_string(),
                 offset,
                 size,
@@ -115,6 +114,7 @@ pub fn parse_root(data: &[u8]) -> Result<MetadataRoot<'_>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::cursor::Truncation;
 
     fn root_with(streams: &[(&str, u32, u32)], total: usize) -> Vec<u8> {
         let mut v = Vec::new();
@@ -159,9 +159,19 @@ mod tests {
             parse_root(&data),
             Err(MetadataError::StreamOutOfBounds { .. })
         ));
-        assert!(matches!(
-            parse_root(&data[..20]),
-            Err(MetadataError::Truncated { .. })
-        ));
+        // The version string is 12 bytes at 16.
+        assert_eq!(
+            parse_root(&data[..20]).unwrap_err(),
+            MetadataError::Truncated(Truncation {
+                what: "metadata version string",
+                offset: 16,
+                needed: 12,
+                available: 4
+            })
+        );
+        assert_eq!(
+            parse_root(&data[..30]).unwrap_err().to_string(),
+            "metadata stream count at offset 0x1e: needs 2 byte(s), only 0 left"
+        );
     }
 }

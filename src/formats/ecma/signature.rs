@@ -5,9 +5,26 @@
 //! ([`MAX_TYPE_DEPTH`]) and every count is checked against the bytes left before anything
 //! is allocated for it.
 
-use super::bytes::{decompress_i32, decompress_u32};
 use super::error::SignatureError;
 use super::tables::{TableId, Token};
+use crate::formats::cursor::Cursor;
+
+/// Decodes an ECMA-335 compressed unsigned integer at the start of `data`: the value and
+/// how many bytes it took (1, 2 or 4). `None` when the bytes run out or the first byte
+/// starts with `111` (no valid encoding).
+pub fn decompress_u32(data: &[u8]) -> Option<(u32, usize)> {
+    let mut c = Cursor::new(data);
+    let value = c.read_compressed_u32("compressed integer").ok()??;
+    Some((value, c.position()))
+}
+
+/// Decodes an ECMA-335 compressed signed integer (II.23.2: the sign is the rotated-in
+/// low bit), as array lower bounds use them: the value and how many bytes it took.
+pub fn decompress_i32(data: &[u8]) -> Option<(i32, usize)> {
+    let mut c = Cursor::new(data);
+    let value = c.read_compressed_i32("compressed integer").ok()??;
+    Some((value, c.position()))
+}
 
 /// Deepest type nesting decoded (`int32[][]...` or generic arguments inside generic
 /// arguments); deeper signatures are errors.
@@ -400,11 +417,10 @@ impl Default for SigOptions {
     }
 }
 
-/// A cursor over one signature blob.
+/// Reads one signature blob; offsets in its errors are within the blob.
 #[derive(Debug, Clone)]
 pub struct SigReader<'a> {
-    data: &'a [u8],
-    pos: usize,
+    c: Cursor<'a>,
     options: SigOptions,
 }
 
@@ -417,58 +433,45 @@ impl<'a> SigReader<'a> {
     /// A reader of `data` with the given options.
     pub fn with_options(data: &'a [u8], options: SigOptions) -> Self {
         SigReader {
-            data,
-            pos: 0,
+            c: Cursor::new(data),
             options,
         }
     }
 
     /// Offset of the next byte.
     pub fn position(&self) -> usize {
-        self.pos
+        self.c.position()
     }
 
     /// Bytes not yet read.
     pub fn remaining(&self) -> usize {
-        self.data.len().saturating_sub(self.pos)
+        self.c.remaining()
     }
 
-    fn peek(&self) -> Option<u8> {
-        self.data.get(self.pos).copied()
+    fn u8(&mut self, what: &'static str) -> Result<u8, SignatureError> {
+        Ok(self.c.read_u8(what)?)
     }
 
-    fn u8(&mut self) -> Result<u8, SignatureError> {
-        let b = self
-            .peek()
-            .ok_or(SignatureError::Truncated { offset: self.pos })?;
-        self.pos += 1;
-        Ok(b)
+    fn compressed(&mut self, what: &'static str) -> Result<u32, SignatureError> {
+        let offset = self.position();
+        self.c
+            .read_compressed_u32(what)?
+            .ok_or(SignatureError::BadCompressedInt { offset })
     }
 
-    fn compressed(&mut self) -> Result<u32, SignatureError> {
-        let rest = self.data.get(self.pos..).unwrap_or(&[]);
-        let (v, n) = decompress_u32(rest).ok_or(if rest.is_empty() {
-            SignatureError::Truncated { offset: self.pos }
-        } else {
-            SignatureError::BadCompressedInt { offset: self.pos }
-        })?;
-        self.pos += n;
-        Ok(v)
+    fn compressed_signed(&mut self, what: &'static str) -> Result<i32, SignatureError> {
+        let offset = self.position();
+        self.c
+            .read_compressed_i32(what)?
+            .ok_or(SignatureError::BadCompressedInt { offset })
     }
 
-    fn compressed_signed(&mut self) -> Result<i32, SignatureError> {
-        let rest = self.data.get(self.pos..).unwrap_or(&[]);
-        let (v, n) =
-            decompress_i32(rest).ok_or(SignatureError::BadCompressedInt { offset: self.pos })?;
-        self.pos += n;
-        Ok(v)
-    }
-
-    /// A count of items each needing at least `min_bytes`, checked against the bytes left.
-    fn count(&mut self, what: &'static str, min_bytes: usize) -> Result<u32, SignatureError> {
-        let offset = self.pos;
-        let count = self.compressed()?;
-        if (count as usize).saturating_mul(min_bytes) > self.remaining() {
+    /// A count (the field `field`) of `what` items, each needing at least a byte: checked
+    /// against the bytes left.
+    fn count(&mut self, what: &'static str, field: &'static str) -> Result<u32, SignatureError> {
+        let offset = self.position();
+        let count = self.compressed(field)?;
+        if count as usize > self.remaining() {
             return Err(SignatureError::TooManyItems {
                 what,
                 offset,
@@ -480,8 +483,8 @@ impl<'a> SigReader<'a> {
 
     /// A TypeDefOrRefOrSpecEncoded token (II.23.2.8).
     pub fn type_token(&mut self) -> Result<Token, SignatureError> {
-        let offset = self.pos;
-        let v = self.compressed()?;
+        let offset = self.position();
+        let v = self.compressed("type token")?;
         let table = match v & 3 {
             0 => TableId::TypeDef,
             1 => TableId::TypeRef,
@@ -493,12 +496,7 @@ impl<'a> SigReader<'a> {
 
     fn pointer(&mut self) -> Result<u64, SignatureError> {
         let n = usize::from(self.options.pointer_size.clamp(1, 8));
-        let bytes = self
-            .data
-            .get(self.pos..self.pos + n)
-            .ok_or(SignatureError::Truncated { offset: self.pos })?;
-        self.pos += n;
-        Ok(super::bytes::le_value(bytes))
+        Ok(self.c.read_uint(n, "internal type handle")?)
     }
 
     /// One type (II.23.2.12), with any custom modifiers before it.
@@ -513,8 +511,8 @@ impl<'a> SigReader<'a> {
                 limit: self.options.max_depth,
             });
         }
-        let offset = self.pos;
-        let et = self.u8()?;
+        let offset = self.position();
+        let et = self.u8("element type")?;
         if let Some(p) = Primitive::from_element_type(et) {
             return Ok(TypeSig::Primitive(p));
         }
@@ -522,8 +520,8 @@ impl<'a> SigReader<'a> {
         Ok(match et {
             e::VALUETYPE => TypeSig::ValueType(self.type_token()?),
             e::CLASS => TypeSig::Class(self.type_token()?),
-            e::VAR => TypeSig::Var(self.compressed()?),
-            e::MVAR => TypeSig::MVar(self.compressed()?),
+            e::VAR => TypeSig::Var(self.compressed("generic parameter number")?),
+            e::MVAR => TypeSig::MVar(self.compressed("generic parameter number")?),
             e::PTR => TypeSig::Ptr(Box::new(self.type_at(next)?)),
             e::BYREF => TypeSig::ByRef(Box::new(self.type_at(next)?)),
             e::SZARRAY => TypeSig::SzArray(Box::new(self.type_at(next)?)),
@@ -538,15 +536,15 @@ impl<'a> SigReader<'a> {
             }
             e::ARRAY => {
                 let elem = self.type_at(next)?;
-                let shape_at = self.pos;
-                let rank = self.compressed()?;
+                let shape_at = self.position();
+                let rank = self.compressed("array rank")?;
                 if rank == 0 || rank > MAX_ARRAY_RANK {
                     return Err(SignatureError::BadArrayShape {
                         offset: shape_at,
                         problem: "rank is 0 or too large",
                     });
                 }
-                let num_sizes = self.count("array size", 1)?;
+                let num_sizes = self.count("array size", "array size count")?;
                 if num_sizes > rank {
                     return Err(SignatureError::BadArrayShape {
                         offset: shape_at,
@@ -554,9 +552,9 @@ impl<'a> SigReader<'a> {
                     });
                 }
                 let sizes = (0..num_sizes)
-                    .map(|_| self.compressed())
+                    .map(|_| self.compressed("array size"))
                     .collect::<Result<Vec<_>, _>>()?;
-                let num_bounds = self.count("array lower bound", 1)?;
+                let num_bounds = self.count("array lower bound", "array lower bound count")?;
                 if num_bounds > rank {
                     return Err(SignatureError::BadArrayShape {
                         offset: shape_at,
@@ -564,7 +562,7 @@ impl<'a> SigReader<'a> {
                     });
                 }
                 let lower_bounds = (0..num_bounds)
-                    .map(|_| self.compressed_signed())
+                    .map(|_| self.compressed_signed("array lower bound"))
                     .collect::<Result<Vec<_>, _>>()?;
                 TypeSig::Array(
                     Box::new(elem),
@@ -577,7 +575,7 @@ impl<'a> SigReader<'a> {
             }
             e::GENERICINST => {
                 let base = self.type_at(next)?;
-                let count = self.count("generic argument", 1)?;
+                let count = self.count("generic argument", "generic argument count")?;
                 let args = (0..count)
                     .map(|_| self.type_at(next))
                     .collect::<Result<Vec<_>, _>>()?;
@@ -586,7 +584,7 @@ impl<'a> SigReader<'a> {
             e::FNPTR => TypeSig::FnPtr(Box::new(self.method_at(next)?)),
             e::INTERNAL => TypeSig::Internal(self.pointer()?),
             e::CMOD_INTERNAL => {
-                let required = self.u8()? != 0;
+                let required = self.u8("internal modifier kind")? != 0;
                 let handle = self.pointer()?;
                 TypeSig::ModifiedInternal {
                     required,
@@ -617,8 +615,8 @@ impl<'a> SigReader<'a> {
                 limit: self.options.max_depth,
             });
         }
-        let offset = self.pos;
-        let conv = self.u8()?;
+        let offset = self.position();
+        let conv = self.u8("calling convention")?;
         let kind = conv & cc::KIND_MASK;
         if matches!(kind, cc::FIELD | cc::LOCAL_SIG | cc::GENERICINST) {
             return Err(SignatureError::BadCallingConvention {
@@ -628,22 +626,24 @@ impl<'a> SigReader<'a> {
             });
         }
         let generic_param_count = if conv & cc::GENERIC != 0 {
-            self.compressed()?
+            self.compressed("generic parameter count")?
         } else {
             0
         };
-        let count = self.count("parameter", 1)?;
+        let count = self.count("parameter", "parameter count")?;
         let ret = self.type_at(depth + 1)?;
         let mut params = Vec::with_capacity(count as usize);
         let mut sentinel = None;
         loop {
             // A sentinel may stand before any parameter, or after the last one.
-            if self.peek() == Some(element_type::SENTINEL) {
+            if self.c.peek_u8() == Some(element_type::SENTINEL) {
                 if sentinel.is_some() {
-                    return Err(SignatureError::SecondSentinel { offset: self.pos });
+                    return Err(SignatureError::SecondSentinel {
+                        offset: self.position(),
+                    });
                 }
                 sentinel = Some(params.len());
-                self.pos += 1;
+                self.c.skip(1, "sentinel")?;
                 continue;
             }
             if params.len() == count as usize {
@@ -679,7 +679,7 @@ pub fn decode_method_sig_with(
 /// Decodes a FieldSig (II.23.2.4): `0x06` then the field's type.
 pub fn decode_field_sig(blob: &[u8]) -> Result<TypeSig, SignatureError> {
     let mut r = SigReader::new(blob);
-    let conv = r.u8()?;
+    let conv = r.u8("calling convention")?;
     if conv & calling_convention::KIND_MASK != calling_convention::FIELD {
         return Err(SignatureError::BadCallingConvention {
             offset: 0,
@@ -693,7 +693,7 @@ pub fn decode_field_sig(blob: &[u8]) -> Result<TypeSig, SignatureError> {
 /// Decodes a LocalVarSig (II.23.2.6): `0x07`, a count, the locals' types.
 pub fn decode_locals_sig(blob: &[u8]) -> Result<Vec<TypeSig>, SignatureError> {
     let mut r = SigReader::new(blob);
-    let conv = r.u8()?;
+    let conv = r.u8("calling convention")?;
     if conv != calling_convention::LOCAL_SIG {
         return Err(SignatureError::BadCallingConvention {
             offset: 0,
@@ -701,14 +701,14 @@ pub fn decode_locals_sig(blob: &[u8]) -> Result<Vec<TypeSig>, SignatureError> {
             expected: "local variable signature",
         });
     }
-    let count = r.count("local", 1)?;
+    let count = r.count("local", "local count")?;
     (0..count).map(|_| r.read_type()).collect()
 }
 
 /// Decodes a MethodSpec instantiation (II.23.2.15): `0x0A`, a count, the type arguments.
 pub fn decode_method_spec(blob: &[u8]) -> Result<Vec<TypeSig>, SignatureError> {
     let mut r = SigReader::new(blob);
-    let conv = r.u8()?;
+    let conv = r.u8("calling convention")?;
     if conv != calling_convention::GENERICINST {
         return Err(SignatureError::BadCallingConvention {
             offset: 0,
@@ -716,7 +716,7 @@ pub fn decode_method_spec(blob: &[u8]) -> Result<Vec<TypeSig>, SignatureError> {
             expected: "MethodSpec instantiation",
         });
     }
-    let count = r.count("generic argument", 1)?;
+    let count = r.count("generic argument", "generic argument count")?;
     (0..count).map(|_| r.read_type()).collect()
 }
 
@@ -728,6 +728,7 @@ pub fn decode_type_spec(blob: &[u8]) -> Result<TypeSig, SignatureError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::cursor::Truncation;
 
     #[test]
     fn instance_method_with_generic_args() {
@@ -772,6 +773,61 @@ mod tests {
                 }
             )
         );
+    }
+
+    #[test]
+    fn truncated_blobs_name_what_was_cut() {
+        fn cut<T>(
+            what: &'static str,
+            offset: u64,
+            needed: u64,
+            available: u64,
+        ) -> Result<T, SignatureError> {
+            Err(SignatureError::Truncated(Truncation {
+                what,
+                offset,
+                needed,
+                available,
+            }))
+        }
+        assert_eq!(decode_method_sig(&[]), cut("calling convention", 0, 1, 0));
+        // A two-byte parameter count with its second byte missing.
+        assert_eq!(
+            decode_method_sig(&[0x00, 0x80]),
+            cut("parameter count", 1, 2, 1)
+        );
+        // int32[,] with its lower-bound count cut.
+        assert_eq!(
+            decode_type_spec(&[0x14, 0x08, 0x02, 0x00]),
+            cut("array lower bound count", 4, 1, 0)
+        );
+        // An 8-byte ELEMENT_TYPE_INTERNAL handle with 3 bytes.
+        let options = SigOptions {
+            pointer_size: 8,
+            ..SigOptions::default()
+        };
+        assert_eq!(
+            decode_method_sig_with(&[0x00, 0x00, 0x21, 1, 2, 3], options),
+            cut("internal type handle", 3, 8, 3)
+        );
+        assert_eq!(
+            decode_method_sig(&[0x00, 0x80]).unwrap_err().to_string(),
+            "parameter count at offset 0x1: needs 2 byte(s), only 1 left"
+        );
+        // A first byte with no valid encoding is not a truncation.
+        assert_eq!(
+            decode_method_sig(&[0x00, 0xE0]),
+            Err(SignatureError::BadCompressedInt { offset: 1 })
+        );
+    }
+
+    #[test]
+    fn public_decompress_helpers() {
+        assert_eq!(decompress_u32(&[0xAE, 0x57, 0xFF]), Some((0x2E57, 2)));
+        assert_eq!(decompress_u32(&[0xC0, 0x00]), None);
+        assert_eq!(decompress_u32(&[0xE0]), None);
+        assert_eq!(decompress_i32(&[0x80, 0x01]), Some((-8192, 2)));
+        assert_eq!(decompress_i32(&[]), None);
     }
 
     #[test]

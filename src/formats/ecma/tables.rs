@@ -6,9 +6,9 @@
 //! index is 2 bytes when every table it can refer to has fewer than 2^(16 - tag bits) rows,
 //! else 4.
 
-use super::bytes::{le_value, u32_at, u64_at, u8_at};
 use super::error::{MetadataError, Result};
 use super::heaps::{BlobIndex, GuidIndex, StringIndex};
+use crate::formats::cursor::Cursor;
 
 /// The 45 metadata tables, numbered as in ECMA-335 II.22 (the number is also the high byte
 /// of the table's tokens).
@@ -596,32 +596,32 @@ pub struct TableStream<'a> {
 
 /// Parses a table stream. `stream_name` is only recorded (`#~` and `#-` share a layout).
 pub fn parse_tables<'a>(data: &'a [u8], stream_name: &'a str) -> Result<TableStream<'a>> {
-    let major_version = u8_at(data, 4, "table stream header")?;
-    let minor_version = u8_at(data, 5, "table stream header")?;
-    let heap_sizes = u8_at(data, 6, "table stream header")?;
-    let valid = u64_at(data, 8, "table stream header")?;
-    let sorted = u64_at(data, 16, "table stream header")?;
+    let mut c = Cursor::new(data);
+    c.skip(4, "table stream reserved")?;
+    let major_version = c.read_u8("table stream major version")?;
+    let minor_version = c.read_u8("table stream minor version")?;
+    let heap_sizes = c.read_u8("table stream heap sizes")?;
+    c.skip(1, "table stream reserved")?;
+    let valid = c.read_u64("table stream valid mask")?;
+    let sorted = c.read_u64("table stream sorted mask")?;
     let mut rows = [0u32; TABLE_COUNT];
-    let mut pos = 24usize;
     for bit in 0..64u8 {
         if valid & (1u64 << bit) == 0 {
             continue;
         }
         let table = TableId::from_u8(bit).ok_or(MetadataError::UnknownTable { bit })?;
-        let count = u32_at(data, pos, "table row counts")?;
+        let count = c.read_u32("table row counts")?;
         if count > 0x00FF_FFFF {
             return Err(MetadataError::TooManyRows { table, rows: count });
         }
         rows[bit as usize] = count;
-        pos += 4;
     }
     let extra_data = if heap_sizes & HEAP_EXTRA_DATA != 0 {
-        let v = u32_at(data, pos, "table stream extra data")?;
-        pos += 4;
-        Some(v)
+        Some(c.read_u32("table stream extra data")?)
     } else {
         None
     };
+    let pos = c.position();
     let header = TablesHeader {
         major_version,
         minor_version,
@@ -737,10 +737,10 @@ impl<'a> RawRow<'a> {
         let off = usize::from(self.layout.column_offsets[index]);
         let width = usize::from(self.layout.column_widths[index]);
         // The row slice was cut to row_size, which covers every column.
-        self.bytes
-            .get(off..off + width)
-            .map(|b| le_value(b) as u32)
-            .unwrap_or(0)
+        Cursor::new(self.bytes)
+            .at(off)
+            .read_uint(width, "table column")
+            .map_or(0, |v| v as u32)
     }
 
     /// Column `index` decoded by its kind; coded indexes with unused tags are errors.

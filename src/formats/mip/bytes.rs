@@ -1,75 +1,68 @@
-//! A bounds-checked little-endian cursor for reading, and the matching writers.
+//! The MIP reader over the shared cursor (fields in order, offsets in the whole file,
+//! a read past the end a [`MipError::Truncated`]), with the checks MIP fields need, and
+//! the matching writers.
 
 use super::error::{MipError, Result};
+use crate::formats::cursor::Cursor;
 
 /// Reads fields in order from `data`, starting at an absolute offset, so that errors name
 /// offsets in the whole file.
 pub(crate) struct Reader<'a> {
-    data: &'a [u8],
-    pos: usize,
+    c: Cursor<'a>,
 }
 
 impl<'a> Reader<'a> {
     pub(crate) fn new(data: &'a [u8], pos: usize) -> Self {
-        Reader { data, pos }
+        Reader {
+            c: Cursor::new(data).at(pos),
+        }
     }
 
     pub(crate) fn pos(&self) -> usize {
-        self.pos
+        self.c.position()
     }
 
     pub(crate) fn remaining(&self) -> usize {
-        self.data.len().saturating_sub(self.pos)
+        self.c.remaining()
     }
 
     pub(crate) fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8]> {
-        let bytes = self
-            .pos
-            .checked_add(n)
-            .and_then(|end| self.data.get(self.pos..end))
-            .ok_or(MipError::Truncated {
-                what,
-                offset: self.pos,
-                needed: n,
-                len: self.data.len(),
-            })?;
-        self.pos += n;
-        Ok(bytes)
-    }
-
-    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N]> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N, what)?);
-        Ok(a)
+        Ok(self.c.read_bytes(n, what)?)
     }
 
     pub(crate) fn u8(&mut self, what: &'static str) -> Result<u8> {
-        Ok(self.array::<1>(what)?[0])
+        Ok(self.c.read_u8(what)?)
     }
 
     pub(crate) fn u16(&mut self, what: &'static str) -> Result<u16> {
-        Ok(u16::from_le_bytes(self.array(what)?))
+        Ok(self.c.read_u16(what)?)
     }
 
     pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.array(what)?))
+        Ok(self.c.read_u32(what)?)
     }
 
     pub(crate) fn i32(&mut self, what: &'static str) -> Result<i32> {
-        Ok(i32::from_le_bytes(self.array(what)?))
+        Ok(self.c.read_i32(what)?)
     }
 
     pub(crate) fn u64(&mut self, what: &'static str) -> Result<u64> {
-        Ok(u64::from_le_bytes(self.array(what)?))
+        Ok(self.c.read_u64(what)?)
     }
 
     pub(crate) fn i64(&mut self, what: &'static str) -> Result<i64> {
-        Ok(i64::from_le_bytes(self.array(what)?))
+        Ok(self.c.read_i64(what)?)
+    }
+
+    /// The error for `what` needing `needed` bytes at the position, when the input ends
+    /// part-way through something the reader does not read itself (padding).
+    pub(crate) fn truncated(&self, what: &'static str, needed: usize) -> MipError {
+        MipError::Truncated(self.c.truncation(what, needed as u64))
     }
 
     /// A boolean byte, which must be 0 or 1.
     pub(crate) fn flag(&mut self, what: &'static str) -> Result<bool> {
-        let offset = self.pos;
+        let offset = self.pos();
         match self.u8(what)? {
             0 => Ok(false),
             1 => Ok(true),
@@ -112,12 +105,12 @@ impl<'a> Reader<'a> {
         allow_eof: bool,
         what: &'static str,
     ) -> Result<()> {
-        let target = self.pos.next_multiple_of(align);
-        while self.pos < target {
+        let target = self.pos().next_multiple_of(align);
+        while self.pos() < target {
             if allow_eof && self.remaining() == 0 {
                 return Ok(());
             }
-            let offset = self.pos;
+            let offset = self.pos();
             let value = self.u8(what)?;
             if value != 0 {
                 return Err(MipError::BadPadding {
@@ -140,7 +133,7 @@ impl<'a> Reader<'a> {
                 available: self.remaining(),
             });
         }
-        let start = self.pos;
+        let start = self.pos();
         let bytes = self.take(len as usize, what)?;
         String::from_utf8(bytes.to_vec()).map_err(|_| MipError::NameNotUtf8 {
             what,

@@ -2,6 +2,7 @@
 //! byte offset in the input where it was found and what was being read.
 
 use super::header::{FileKind, Layout};
+use crate::formats::cursor::Truncation;
 
 /// Result of the MIP functions.
 pub type Result<T> = std::result::Result<T, MipError>;
@@ -9,18 +10,9 @@ pub type Result<T> = std::result::Result<T, MipError>;
 /// Something wrong in a MIP file, or an operation that cannot be done on well-formed ones.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MipError {
-    /// The input ends inside a field.
-    #[error("{what}: needs {needed} byte(s) at offset {offset:#x}, only {len:#x} byte(s) in all")]
-    Truncated {
-        /// What was being read.
-        what: &'static str,
-        /// Byte offset where it happened.
-        offset: usize,
-        /// Bytes needed.
-        needed: usize,
-        /// Size of the whole input, in bytes.
-        len: usize,
-    },
+    /// The input ends inside a field (offsets in the whole file).
+    #[error(transparent)]
+    Truncated(#[from] Truncation),
     /// The first four bytes are not `FB 4D 49 50`.
     #[error("magic at offset 0x0 is {found:02x?}, not [fb, 4d, 49, 50] (\"\\xfbMIP\")")]
     BadMagic {

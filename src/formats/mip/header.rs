@@ -4,6 +4,7 @@ use std::fmt;
 
 use super::bytes::{PutLe, Reader};
 use super::error::{MipError, Result};
+use crate::formats::cursor::Cursor;
 
 /// `FB 'M' 'I' 'P'`.
 pub const MAGIC: [u8; 4] = [0xFB, b'M', b'I', b'P'];
@@ -160,16 +161,14 @@ impl Header {
     /// `RawSectionOffset`, which is 0x18 only for a raw section 96 GiB away, while in an
     /// old file offset 0x1c is data and can hold anything.
     pub fn parse(bytes: &[u8]) -> Result<Header> {
-        let truncated = |needed: usize| MipError::Truncated {
-            what: "header",
-            offset: 0,
-            needed,
-            len: bytes.len(),
+        // A header cut short is told as a whole: what it needs from offset 0.
+        let truncated = |needed: usize| {
+            MipError::Truncated(Cursor::new(bytes).truncation("header", needed as u64))
         };
-        let magic = bytes.get(..4).ok_or_else(|| truncated(4))?;
-        if magic != MAGIC {
-            let mut found = [0u8; 4];
-            found.copy_from_slice(magic);
+        let found = Cursor::new(bytes)
+            .read_array::<4>("header")
+            .map_err(|_| truncated(4))?;
+        if found != MAGIC {
             return Err(MipError::BadMagic { found });
         }
         // Both layouts share the first 0x18 bytes; the shorter header must be all there.

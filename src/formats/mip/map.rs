@@ -126,12 +126,10 @@ impl MipMap {
             if r.remaining() == 0 && r.pos() % shape.align != 0 {
                 if r.pos() != pad_start {
                     // Some padding, then the end: not a complete entry boundary.
-                    return Err(MipError::Truncated {
-                        what: "map entry padding",
-                        offset: r.pos(),
-                        needed: r.pos().next_multiple_of(shape.align) - r.pos(),
-                        len: bytes.len(),
-                    });
+                    return Err(r.truncated(
+                        "map entry padding",
+                        r.pos().next_multiple_of(shape.align) - r.pos(),
+                    ));
                 }
                 last_unpadded = true;
             }

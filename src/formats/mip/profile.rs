@@ -7,6 +7,7 @@ use super::bytes::{fit_u32, PutLe, Reader};
 use super::error::{MipError, Result};
 use super::header::{FileKind, Header};
 use super::md5::md5_hash;
+use crate::formats::cursor::Truncation;
 
 /// How the names table's leading `u64` is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -277,12 +278,12 @@ fn read_names(r: &mut Reader<'_>, len: usize) -> Result<(Vec<String>, NamesEncod
     let as_count = split_names(table, start, Some(value as usize)).and_then(|(names, used)| {
         if (names.len() as u64) < value {
             // Fewer names than the count says before the end of the file.
-            Err(MipError::Truncated {
+            Err(MipError::Truncated(Truncation {
                 what: "profile function name",
-                offset: start + used,
+                offset: (start + used) as u64,
                 needed: 1,
-                len,
-            })
+                available: len.saturating_sub(start + used) as u64,
+            }))
         } else if used != table.len() {
             Err(MipError::TrailingData {
                 what: "profile names table",

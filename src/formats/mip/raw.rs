@@ -152,12 +152,10 @@ impl RawProfile {
                 last_unpadded = true;
             } else if r.pos() % kind.align() != 0 {
                 // The file ended part-way through the last record's padding.
-                return Err(MipError::Truncated {
-                    what: "raw record padding",
-                    offset: r.pos(),
-                    needed: r.pos().next_multiple_of(kind.align()) - r.pos(),
-                    len: bytes.len(),
-                });
+                return Err(r.truncated(
+                    "raw record padding",
+                    r.pos().next_multiple_of(kind.align()) - r.pos(),
+                ));
             }
             records.push(RawRecord { counters, blocks });
         }

@@ -1,5 +1,6 @@
 //! Errors of the portable PDB reader and of the PDB finder.
 
+use crate::formats::cursor::Truncation;
 use crate::formats::ecma::MetadataError;
 
 /// Something wrong with a portable PDB, with the assembly that names it, or with finding it.
@@ -14,18 +15,10 @@ pub enum PdbError {
     /// The metadata has no `#~` table stream.
     #[error("portable PDB has no #~ table stream")]
     NoTableStream,
-    /// A fixed-size structure is cut short.
-    #[error("{what}: needs {needed} byte(s) at offset {offset:#x}, only {len:#x} byte(s) in all")]
-    Truncated {
-        /// What was being read.
-        what: &'static str,
-        /// Where it starts.
-        offset: usize,
-        /// How many bytes it needs.
-        needed: usize,
-        /// How many bytes there are.
-        len: usize,
-    },
+    /// A fixed-size structure is cut short (offsets within the `#Pdb` stream for its
+    /// header, within the `#~` stream for the table header and row counts).
+    #[error(transparent)]
+    Truncated(#[from] Truncation),
     /// The table stream marks a table present that a portable PDB does not have.
     #[error(
         "the PDB's table stream marks table {bit:#04x} present, which a portable PDB does not hold"

@@ -18,11 +18,10 @@ pub mod tables;
 #[cfg(test)]
 mod tests;
 
+use crate::formats::cursor::Cursor;
 use std::ops::Range;
 
-use crate::formats::ecma::{
-    decompress_i32, decompress_u32, parse_root, BlobHeap, BlobIndex, GuidHeap, GuidIndex,
-};
+use crate::formats::ecma::{parse_root, BlobHeap, BlobIndex, GuidHeap, GuidIndex};
 
 pub use error::{PdbError, Result};
 pub use finder::{find_pdb, FoundPdb, PdbFinder, PdbSource};
@@ -140,28 +139,17 @@ impl PortablePdb {
             .or_else(|| root.stream("#-"))
             .ok_or(PdbError::NoTableStream)?
             .data;
-        let truncated = |offset: usize, needed: usize| PdbError::Truncated {
-            what: "#Pdb stream",
-            offset,
-            needed,
-            len: pdb.len(),
-        };
-        let head = pdb.get(..32).ok_or(truncated(0, 32))?;
-        let mut guid = [0u8; 16];
-        guid.copy_from_slice(&head[..16]);
-        let le32 = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        let stamp = le32(&head[16..20]);
-        let entry_point = le32(&head[20..24]);
-        let referenced = u64::from(le32(&head[24..28])) | (u64::from(le32(&head[28..32])) << 32);
+        let mut c = Cursor::new(pdb);
+        let guid = c.read_array::<16>("#Pdb stream PDB id GUID")?;
+        let stamp = c.read_u32("#Pdb stream PDB id stamp")?;
+        let entry_point = c.read_u32("#Pdb stream entry point")?;
+        let referenced = c.read_u64("#Pdb stream referenced type-system tables")?;
         let mut type_system_rows = [0u32; 64];
-        let mut pos = 32usize;
         for (bit, rows) in type_system_rows.iter_mut().enumerate() {
             if referenced & (1u64 << bit) == 0 {
                 continue;
             }
-            let b = pdb.get(pos..pos + 4).ok_or(truncated(pos, 4))?;
-            *rows = le32(b);
-            pos += 4;
+            *rows = c.read_u32("#Pdb stream type-system row counts")?;
         }
         let parsed = PdbTables::parse(tables, &type_system_rows)?;
         let heap = |name: &str| {
@@ -247,12 +235,18 @@ impl PortablePdb {
             document: rid,
             reason,
         };
-        let (&sep, mut rest) = blob.split_first().ok_or(bad("empty name blob"))?;
+        let mut c = Cursor::new(blob);
+        let sep = c
+            .read_u8("document name separator")
+            .map_err(|_| bad("empty name blob"))?;
         let mut name: Vec<u8> = Vec::new();
         let mut first = true;
-        while !rest.is_empty() {
-            let (part, used) = decompress_u32(rest).ok_or(bad("bad part index"))?;
-            rest = &rest[used..];
+        while c.remaining() > 0 {
+            let part = c
+                .read_compressed_u32("document name part")
+                .ok()
+                .flatten()
+                .ok_or(bad("bad part index"))?;
             if !first && sep != 0 {
                 name.push(sep);
             }
@@ -319,27 +313,32 @@ pub fn decode_sequence_points(
     if blob.is_empty() {
         return Ok(points);
     }
-    let mut pos = 0usize;
+    let mut c = Cursor::new(blob);
     let bad = |offset: usize, reason: &'static str| PdbError::BadSequencePoints {
         method,
         offset,
         reason,
     };
-    let read_u = |pos: &mut usize, reason| -> Result<u32> {
-        let (v, used) = decompress_u32(blob.get(*pos..).unwrap_or(&[])).ok_or(bad(*pos, reason))?;
-        *pos += used;
-        Ok(v)
+    // A value that runs past the blob or has no valid encoding is the same damage here.
+    let read_u = |c: &mut Cursor, reason| -> Result<u32> {
+        let at = c.position();
+        c.read_compressed_u32(reason)
+            .ok()
+            .flatten()
+            .ok_or(bad(at, reason))
     };
-    let read_i = |pos: &mut usize, reason| -> Result<i32> {
-        let (v, used) = decompress_i32(blob.get(*pos..).unwrap_or(&[])).ok_or(bad(*pos, reason))?;
-        *pos += used;
-        Ok(v)
+    let read_i = |c: &mut Cursor, reason| -> Result<i32> {
+        let at = c.position();
+        c.read_compressed_i32(reason)
+            .ok()
+            .flatten()
+            .ok_or(bad(at, reason))
     };
     // Header: LocalSignature, then InitialDocument when the row has none.
-    let _local_signature = read_u(&mut pos, "bad LocalSignature")?;
+    let _local_signature = read_u(&mut c, "bad LocalSignature")?;
     let mut doc = document;
     if doc == 0 {
-        doc = read_u(&mut pos, "bad InitialDocument")?;
+        doc = read_u(&mut c, "bad InitialDocument")?;
     }
     let check_doc = |d: u32, at: usize| {
         if d == 0 || d > documents {
@@ -348,15 +347,15 @@ pub fn decode_sequence_points(
             Ok(())
         }
     };
-    check_doc(doc, pos)?;
+    check_doc(doc, c.position())?;
     let mut il_offset: u32 = 0;
     let mut first = true;
     let mut prev_line: Option<(u32, u32)> = None;
-    while pos < blob.len() {
-        let at = pos;
-        let delta_il = read_u(&mut pos, "bad IL offset delta")?;
+    while c.remaining() > 0 {
+        let at = c.position();
+        let delta_il = read_u(&mut c, "bad IL offset delta")?;
         if !first && delta_il == 0 {
-            doc = read_u(&mut pos, "bad document record")?;
+            doc = read_u(&mut c, "bad document record")?;
             check_doc(doc, at)?;
             continue;
         }
@@ -371,11 +370,11 @@ pub fn decode_sequence_points(
             return Err(bad(at, "IL offset out of range"));
         }
         first = false;
-        let delta_lines = read_u(&mut pos, "bad line delta")?;
+        let delta_lines = read_u(&mut c, "bad line delta")?;
         let delta_columns: i64 = if delta_lines == 0 {
-            i64::from(read_u(&mut pos, "bad column delta")?)
+            i64::from(read_u(&mut c, "bad column delta")?)
         } else {
-            i64::from(read_i(&mut pos, "bad column delta")?)
+            i64::from(read_i(&mut c, "bad column delta")?)
         };
         if delta_lines == 0 && delta_columns == 0 {
             points.push(SequencePoint {
@@ -391,12 +390,12 @@ pub fn decode_sequence_points(
         }
         let (start_line, start_column) = match prev_line {
             None => (
-                i64::from(read_u(&mut pos, "bad start line")?),
-                i64::from(read_u(&mut pos, "bad start column")?),
+                i64::from(read_u(&mut c, "bad start line")?),
+                i64::from(read_u(&mut c, "bad start column")?),
             ),
-            Some((l, c)) => (
-                i64::from(l) + i64::from(read_i(&mut pos, "bad start line delta")?),
-                i64::from(c) + i64::from(read_i(&mut pos, "bad start column delta")?),
+            Some((line, column)) => (
+                i64::from(line) + i64::from(read_i(&mut c, "bad start line delta")?),
+                i64::from(column) + i64::from(read_i(&mut c, "bad start column delta")?),
             ),
         };
         let end_line = start_line + i64::from(delta_lines);

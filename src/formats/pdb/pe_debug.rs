@@ -8,6 +8,7 @@ use object::LittleEndian as LE;
 
 use super::error::{PdbError, Result};
 use super::PdbId;
+use crate::formats::cursor::Cursor;
 
 /// Debug directory entry type: CodeView (the PDB's id and path).
 pub const DEBUG_TYPE_CODEVIEW: u32 = 2;
@@ -132,13 +133,17 @@ impl DebugDirectory {
             return Ok(None);
         };
         let data = self.data(image, e)?;
-        if data.len() < 24 || &data[..4] != b"RSDS" {
-            return Err(pe_err("CodeView entry is not an RSDS record"));
+        let mut c = Cursor::new(data);
+        // Too short for the fixed part, or another signature: not an RSDS record.
+        let not_rsds = || pe_err("CodeView entry is not an RSDS record");
+        if c.read_array::<4>("CodeView signature").ok() != Some(*b"RSDS") {
+            return Err(not_rsds());
         }
-        let mut guid = [0u8; 16];
-        guid.copy_from_slice(&data[4..20]);
-        let age = u32::from_le_bytes([data[20], data[21], data[22], data[23]]);
-        let rest = &data[24..];
+        let guid = c
+            .read_array::<16>("CodeView GUID")
+            .map_err(|_| not_rsds())?;
+        let age = c.read_u32("CodeView age").map_err(|_| not_rsds())?;
+        let rest = c.rest();
         let end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
         Ok(Some(CodeViewInfo {
             id: PdbId {
@@ -161,16 +166,18 @@ impl DebugDirectory {
             return Ok(None);
         };
         let data = self.data(image, e)?;
-        if data.len() < 8 || &data[..4] != b"MPDB" {
-            return Err(PdbError::Embedded("no MPDB signature".into()));
+        let mut c = Cursor::new(data);
+        let no_mpdb = || PdbError::Embedded("no MPDB signature".into());
+        if c.read_array::<4>("embedded PDB signature").ok() != Some(*b"MPDB") {
+            return Err(no_mpdb());
         }
-        let size = u32::from_le_bytes([data[4], data[5], data[6], data[7]]) as usize;
+        let size = c.read_u32("embedded PDB size").map_err(|_| no_mpdb())? as usize;
         if size > MAX_EMBEDDED_PDB {
             return Err(PdbError::Embedded(format!(
                 "stated size {size} is over the {MAX_EMBEDDED_PDB}-byte limit"
             )));
         }
-        let out = miniz_oxide::inflate::decompress_to_vec_with_limit(&data[8..], size)
+        let out = miniz_oxide::inflate::decompress_to_vec_with_limit(c.rest(), size)
             .map_err(|e| PdbError::Embedded(format!("deflate data: {e}")))?;
         if out.len() != size {
             return Err(PdbError::Embedded(format!(

@@ -3,6 +3,7 @@
 //! sized by the row counts the `#Pdb` stream gives; everything else as in ECMA-335 II.24.2.6.
 
 use super::error::{PdbError, Result};
+use crate::formats::cursor::Cursor;
 
 /// The debug tables of a portable PDB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -111,38 +112,17 @@ pub struct PdbTables {
     layouts: [Layout; PDB_TABLE_COUNT],
 }
 
-fn u32_at(data: &[u8], offset: usize, what: &'static str) -> Result<u32> {
-    offset
-        .checked_add(4)
-        .and_then(|end| data.get(offset..end))
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .ok_or(PdbError::Truncated {
-            what,
-            offset,
-            needed: 4,
-            len: data.len(),
-        })
-}
-
-fn u64_at(data: &[u8], offset: usize, what: &'static str) -> Result<u64> {
-    let lo = u32_at(data, offset, what)?;
-    let hi = u32_at(data, offset + 4, what)?;
-    Ok(u64::from(lo) | (u64::from(hi) << 32))
-}
-
 impl PdbTables {
     /// Parses the `#~` stream of a portable PDB, given the row counts of the type-system
     /// tables (from `#Pdb`, by table number).
     pub fn parse(data: &[u8], type_system_rows: &[u32; 64]) -> Result<PdbTables> {
-        let heap_sizes = *data.get(6).ok_or(PdbError::Truncated {
-            what: "PDB table stream header",
-            offset: 6,
-            needed: 1,
-            len: data.len(),
-        })?;
-        let valid = u64_at(data, 8, "PDB table stream header")?;
+        let mut c = Cursor::new(data);
+        c.skip(6, "PDB table stream reserved and versions")?;
+        let heap_sizes = c.read_u8("PDB table stream heap sizes")?;
+        c.skip(1, "PDB table stream reserved")?;
+        let valid = c.read_u64("PDB table stream valid mask")?;
+        c.skip(8, "PDB table stream sorted mask")?;
         let mut rows = *type_system_rows;
-        let mut pos = 24usize;
         for bit in 0..64u8 {
             if valid & (1u64 << bit) == 0 {
                 continue;
@@ -150,7 +130,7 @@ impl PdbTables {
             if !(0x30..0x38).contains(&bit) {
                 return Err(PdbError::UnexpectedTable { bit });
             }
-            let count = u32_at(data, pos, "PDB table row counts")?;
+            let count = c.read_u32("PDB table row counts")?;
             if count > 0x00FF_FFFF {
                 return Err(PdbError::TooManyRows {
                     table: bit,
@@ -158,11 +138,9 @@ impl PdbTables {
                 });
             }
             rows[usize::from(bit)] = count;
-            pos += 4;
         }
-        if heap_sizes & 0x40 != 0 {
-            pos += 4;
-        }
+        // Extra data, when the heap-sizes byte says so, is not read; the rows follow it.
+        let pos = c.position() + if heap_sizes & 0x40 != 0 { 4 } else { 0 };
         let wide = |flag: u8| if heap_sizes & flag != 0 { 4u8 } else { 2 };
         let small = |t: u8| rows[usize::from(t)] < (1 << 16);
         let mut layouts = [Layout::default(); PDB_TABLE_COUNT];
@@ -238,22 +216,19 @@ impl PdbTables {
             });
         }
         let start = layout.offset + (rid as usize - 1) * layout.row_size as usize;
-        let mut at = start;
+        let mut c = Cursor::new(data).at(start);
         let mut out = Vec::with_capacity(columns(table).len());
         for &w in &layout.widths[..columns(table).len()] {
             let w = usize::from(w);
-            let bytes = data.get(at..at + w).ok_or(PdbError::TablesTruncated {
-                table: table as u8,
-                end: (at + w) as u64,
-                len: data.len(),
-            })?;
-            out.push(
-                bytes
-                    .iter()
-                    .rev()
-                    .fold(0u32, |acc, &b| (acc << 8) | u32::from(b)),
-            );
-            at += w;
+            let value =
+                c.read_uint(w, "PDB table column")
+                    .map_err(|t| PdbError::TablesTruncated {
+                        table: table as u8,
+                        end: t.offset.saturating_add(t.needed),
+                        len: data.len(),
+                    })?;
+            // Columns are 2 or 4 bytes wide.
+            out.push(value as u32);
         }
         Ok(out)
     }

@@ -7,6 +7,7 @@ use object::read::pe::{ImageNtHeaders, SectionTable};
 use object::LittleEndian as LE;
 
 use super::R2rError;
+use crate::formats::cursor::{Cursor, Truncation};
 use crate::formats::ecma::pe::{cli_header, PeLayout};
 
 /// `RTR` in the READYTORUN_HEADER's signature field.
@@ -236,13 +237,6 @@ fn headers<'a, H: ImageNtHeaders>(bytes: &'a [u8]) -> Result<Headers<'a>, R2rErr
     })
 }
 
-fn u32_at(b: &[u8], k: usize) -> u32 {
-    match b.get(k..k + 4) {
-        Some(v) => u32::from_le_bytes([v[0], v[1], v[2], v[3]]),
-        None => 0,
-    }
-}
-
 impl<'a> R2rImage<'a> {
     /// Parses the image file. Not a PE file, not a .NET image, or no ReadyToRun header:
     /// a typed error. The READYTORUN_HEADER is found through the CLI header's
@@ -281,13 +275,12 @@ impl<'a> R2rImage<'a> {
             (None, None) => return Err(pe("no CLI header and no RTR_HEADER export")),
             (Some(_), None) => return Err(R2rError::NotReadyToRun),
         };
-        let header = img.at(header_rva, 16, "ReadyToRun header")?;
-        let signature = u32_at(header, 0);
-        if signature != READYTORUN_SIGNATURE {
+        let mut header = Cursor::new(img.at(header_rva, 16, "ReadyToRun header")?);
+        if header.read_u32("ReadyToRun header signature")? != READYTORUN_SIGNATURE {
             return Err(R2rError::NotReadyToRun);
         }
-        img.major_version = u16::from_le_bytes([header[4], header[5]]);
-        img.minor_version = u16::from_le_bytes([header[6], header[7]]);
+        img.major_version = header.read_u16("ReadyToRun header major version")?;
+        img.minor_version = header.read_u16("ReadyToRun header minor version")?;
         let (flags, sections) = img.core_header(header_rva.saturating_add(8))?;
         img.flags = flags;
         img.r2r_sections = sections;
@@ -301,7 +294,10 @@ impl<'a> R2rImage<'a> {
             }
             for entry in table.chunks_exact(COMPONENT_ENTRY_SIZE) {
                 // CorHeader (RVA, size), then the component's core header (RVA, size).
-                let (flags, sections) = img.core_header(u32_at(entry, 8))?;
+                let core_header = Cursor::new(entry)
+                    .at(8)
+                    .read_u32("component core header RVA")?;
+                let (flags, sections) = img.core_header(core_header)?;
                 img.components.push(R2rComponent { flags, sections });
             }
         }
@@ -314,22 +310,19 @@ impl<'a> R2rImage<'a> {
         let size = arch.runtime_function_size();
         img.runtime_functions = rf
             .chunks_exact(size)
-            .map(|c| {
-                if size == 12 {
-                    RuntimeFunction {
-                        begin: u32_at(c, 0),
-                        end: u32_at(c, 4),
-                        unwind: u32_at(c, 8),
-                    }
-                } else {
-                    RuntimeFunction {
-                        begin: u32_at(c, 0),
-                        end: 0,
-                        unwind: u32_at(c, 4),
-                    }
-                }
+            .map(|entry| {
+                let mut c = Cursor::new(entry);
+                Ok(RuntimeFunction {
+                    begin: c.read_u32("RUNTIME_FUNCTION begin")?,
+                    end: if size == 12 {
+                        c.read_u32("RUNTIME_FUNCTION end")?
+                    } else {
+                        0
+                    },
+                    unwind: c.read_u32("RUNTIME_FUNCTION unwind data")?,
+                })
             })
-            .collect();
+            .collect::<Result<_, Truncation>>()?;
         if let Some((rva, size)) = h.debug_dir {
             img.perf_map_entry = img.read_perf_map_entry(rva, size);
         }
@@ -338,8 +331,9 @@ impl<'a> R2rImage<'a> {
 
     /// A READYTORUN_CORE_HEADER at `rva`: its flags and section table.
     fn core_header(&self, rva: u32) -> Result<(u32, Vec<R2rSection>), R2rError> {
-        let head = self.at(rva, 8, "ReadyToRun core header")?;
-        let (flags, count) = (u32_at(head, 0), u32_at(head, 4));
+        let mut head = Cursor::new(self.at(rva, 8, "ReadyToRun core header")?);
+        let flags = head.read_u32("ReadyToRun core header flags")?;
+        let count = head.read_u32("ReadyToRun core header section count")?;
         if count > MAX_SECTIONS {
             return Err(R2rError::Corrupt(format!(
                 "ReadyToRun header lists {count} sections"
@@ -352,12 +346,15 @@ impl<'a> R2rImage<'a> {
         )?;
         let sections = table
             .chunks_exact(12)
-            .map(|c| R2rSection {
-                kind: u32_at(c, 0),
-                rva: u32_at(c, 4),
-                size: u32_at(c, 8),
+            .map(|entry| {
+                let mut c = Cursor::new(entry);
+                Ok(R2rSection {
+                    kind: c.read_u32("ReadyToRun section type")?,
+                    rva: c.read_u32("ReadyToRun section RVA")?,
+                    size: c.read_u32("ReadyToRun section size")?,
+                })
             })
-            .collect();
+            .collect::<Result<_, Truncation>>()?;
         Ok((flags, sections))
     }
 
@@ -399,10 +396,10 @@ impl<'a> R2rImage<'a> {
                 size,
             });
         }
-        let start = offset as usize;
-        self.bytes
-            .get(start..start + size as usize)
-            .ok_or_else(|| R2rError::OutOfImage {
+        Cursor::new(self.bytes)
+            .at(offset as usize)
+            .read_bytes(size as usize, "structure")
+            .map_err(|_| R2rError::OutOfImage {
                 what: what.to_string(),
                 rva,
                 size,
@@ -445,16 +442,17 @@ impl<'a> R2rImage<'a> {
             }
             let len = entry.size_of_data.get(LE) as usize;
             let start = entry.pointer_to_raw_data.get(LE) as usize;
-            let data = self.bytes.get(start..start.checked_add(len)?)?;
-            if data.len() < 24
-                || u32::from_le_bytes(data[0..4].try_into().ok()?) != PERFMAP_ENTRY_MAGIC
-            {
+            let data = Cursor::new(self.bytes)
+                .at(start)
+                .read_bytes(len, "PerfMap debug entry")
+                .ok()?;
+            let mut c = Cursor::new(data);
+            if c.read_u32("PerfMap entry magic").ok()? != PERFMAP_ENTRY_MAGIC {
                 return None;
             }
-            let mut signature = [0u8; 16];
-            signature.copy_from_slice(&data[4..20]);
-            let version = u32::from_le_bytes(data[20..24].try_into().ok()?);
-            let name = &data[24..];
+            let signature = c.read_array::<16>("PerfMap entry signature").ok()?;
+            let version = c.read_u32("PerfMap entry version").ok()?;
+            let name = c.rest();
             let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
             return Some(PerfMapDebugEntry {
                 signature,

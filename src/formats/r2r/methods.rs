@@ -11,6 +11,7 @@ use super::image::{section, R2rImage};
 use super::native::{array_get, decode_unsigned, hashtable_entries, read_unsigned};
 use super::signature::{decode_instance_method, InstanceMethod};
 use super::R2rError;
+use crate::formats::cursor::Cursor;
 
 /// Highest MethodDef row id (24 bits).
 const MAX_RID: u32 = 0x00FF_FFFF;
@@ -126,8 +127,9 @@ pub fn compiled_methods(
     let mut cold_of: HashMap<usize, usize> = HashMap::new();
     if let Some(buf) = img.section_bytes(section::HOT_COLD_MAP)? {
         for pair in buf.chunks_exact(8) {
-            let cold = u32::from_le_bytes([pair[0], pair[1], pair[2], pair[3]]) as usize;
-            let hot = u32::from_le_bytes([pair[4], pair[5], pair[6], pair[7]]) as usize;
+            let mut c = Cursor::new(pair);
+            let cold = c.read_u32("hot/cold map cold index")? as usize;
+            let hot = c.read_u32("hot/cold map hot index")? as usize;
             if cold < n && hot < n {
                 cold_of.insert(hot, cold);
             }

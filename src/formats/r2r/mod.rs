@@ -24,6 +24,8 @@ pub use naming::NameStyle;
 pub use perf_map::{R2rPerfMap, R2rPerfMapEntry, R2rPerfMapError};
 pub use symbols::{r2r_perf_map, r2r_perf_map_from_bytes, R2rMapOptions, R2rMapReport};
 
+use crate::formats::cursor::Truncation;
+
 /// Why a ReadyToRun image could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum R2rError {
@@ -66,6 +68,9 @@ pub enum R2rError {
         /// File name of the composite image.
         composite: String,
     },
+    /// A structure is shorter than its fields (offsets within the structure).
+    #[error(transparent)]
+    Truncated(#[from] Truncation),
     /// The image's ECMA metadata is unreadable.
     #[error("metadata: {0}")]
     Metadata(#[from] crate::formats::ecma::MetadataError),

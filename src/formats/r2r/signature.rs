@@ -9,6 +9,7 @@
 //! composite image has none), then the image's AssemblyRefs, then the manifest metadata
 //! and its AssemblyRefs ([`ModuleSet`]).
 
+use crate::formats::cursor::{Cursor, Truncation};
 use crate::formats::ecma::signature::element_type as et;
 use crate::formats::ecma::{Metadata, Primitive, TableId, Token};
 
@@ -44,9 +45,10 @@ const MAX_ARRAY_BOUNDS: u32 = 64;
 /// Why a signature could not be named.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SigError {
-    /// The signature ends early (at this byte).
-    #[error("signature truncated at byte {0}")]
-    Truncated(usize),
+    /// The signature ends early, or holds a count of more items than it has bytes left
+    /// (offsets within the signature).
+    #[error("signature truncated: {0}")]
+    Truncated(#[from] Truncation),
     /// An element (value, byte offset) not valid where it appears.
     #[error("signature element {0:#04x} at byte {1} is not valid here")]
     Bad(u8, usize),
@@ -175,46 +177,44 @@ pub struct InstanceMethod {
     pub method_args: Vec<R2rType>,
 }
 
-/// A cursor over a signature.
-struct Cursor<'s> {
-    data: &'s [u8],
-    pos: usize,
+/// Reads a signature (offsets in errors are within it).
+struct SigReader<'s> {
+    c: Cursor<'s>,
 }
 
-impl Cursor<'_> {
+impl SigReader<'_> {
+    fn pos(&self) -> usize {
+        self.c.position()
+    }
+
     fn u8(&mut self) -> Result<u8, SigError> {
-        let b = *self
-            .data
-            .get(self.pos)
-            .ok_or(SigError::Truncated(self.pos))?;
-        self.pos += 1;
-        Ok(b)
+        Ok(self.c.read_u8("signature element")?)
     }
 
     fn peek(&self) -> Option<u8> {
-        self.data.get(self.pos).copied()
+        self.c.peek_u8()
     }
 
+    /// A compressed integer; a first byte that starts none is a bad element.
     fn compressed(&mut self) -> Result<u32, SigError> {
-        let rest = self.data.get(self.pos..).unwrap_or(&[]);
-        let (v, n) =
-            crate::formats::ecma::decompress_u32(rest).ok_or(SigError::Truncated(self.pos))?;
-        self.pos += n;
-        Ok(v)
+        let at = self.pos();
+        match self.c.read_compressed_u32("compressed integer")? {
+            Some(v) => Ok(v),
+            None => Err(SigError::Bad(self.peek().unwrap_or(0), at)),
+        }
     }
 
     /// A count of items that take at least one byte each: at most the bytes left.
     fn count(&mut self) -> Result<u32, SigError> {
-        let at = self.pos;
         let n = self.compressed()?;
-        if n as usize > self.data.len().saturating_sub(self.pos) {
-            return Err(SigError::Truncated(at));
+        if n as usize > self.c.remaining() {
+            return Err(self.c.truncation("counted items", u64::from(n)).into());
         }
         Ok(n)
     }
 
     fn type_token(&mut self) -> Result<Token, SigError> {
-        let at = self.pos;
+        let at = self.pos();
         let v = self.compressed()?;
         let table = match v & 3 {
             0 => TableId::TypeDef,
@@ -230,7 +230,9 @@ impl Cursor<'_> {
 /// (the entry point follows them).
 pub fn decode_instance_method(data: &[u8]) -> Result<(InstanceMethod, usize), SigError> {
     use method_flags as f;
-    let mut c = Cursor { data, pos: 0 };
+    let mut c = SigReader {
+        c: Cursor::new(data),
+    };
     let flags = c.compressed()?;
     let mut module = None;
     if flags & f::UPDATE_CONTEXT != 0 {
@@ -241,9 +243,8 @@ pub fn decode_instance_method(data: &[u8]) -> Result<(InstanceMethod, usize), Si
     if flags & f::OWNER_TYPE != 0 {
         // Without an UpdateContext, the owner type's module override is the method's.
         if module.is_none() && c.peek() == Some(MODULE_ZAPSIG) {
-            let mut look = Cursor {
-                data,
-                pos: c.pos + 1,
+            let mut look = SigReader {
+                c: c.c.at(c.pos() + 1),
             };
             module = Some(look.compressed()?);
         }
@@ -276,16 +277,16 @@ pub fn decode_instance_method(data: &[u8]) -> Result<(InstanceMethod, usize), Si
             owner,
             method_args,
         },
-        c.pos,
+        c.pos(),
     ))
 }
 
 /// One type, its tokens read in module `module` unless a module override says otherwise.
-fn read_type(c: &mut Cursor<'_>, module: u32, depth: usize) -> Result<R2rType, SigError> {
+fn read_type(c: &mut SigReader<'_>, module: u32, depth: usize) -> Result<R2rType, SigError> {
     if depth > MAX_DEPTH {
         return Err(SigError::Unnamed("type nesting too deep".into()));
     }
-    let at = c.pos;
+    let at = c.pos();
     let e = c.u8()?;
     if let Some(p) = Primitive::from_element_type(e) {
         return Ok(R2rType::Primitive(p));
@@ -363,11 +364,15 @@ fn read_type(c: &mut Cursor<'_>, module: u32, depth: usize) -> Result<R2rType, S
 }
 
 /// The generic type of a GENERICINST: its module and token.
-fn generic_base(c: &mut Cursor<'_>, module: u32, depth: usize) -> Result<(u32, Token), SigError> {
+fn generic_base(
+    c: &mut SigReader<'_>,
+    module: u32,
+    depth: usize,
+) -> Result<(u32, Token), SigError> {
     if depth > MAX_DEPTH {
         return Err(SigError::Unnamed("type nesting too deep".into()));
     }
-    let at = c.pos;
+    let at = c.pos();
     match c.u8()? {
         et::CLASS | et::VALUETYPE => Ok((module, c.type_token()?)),
         MODULE_ZAPSIG => {

@@ -19,6 +19,7 @@ use super::naming::{NameStyle, Namer};
 use super::perf_map::{R2rPerfMap, R2rPerfMapEntry, FORMAT_VERSION};
 use super::signature::ModuleSet;
 use super::R2rError;
+use crate::formats::cursor::Cursor;
 use crate::formats::ecma::pe::{metadata_from_pe, PeLayout};
 use crate::formats::ecma::{Metadata, TableId};
 
@@ -270,9 +271,10 @@ pub fn r2r_perf_map_from_bytes(
         for (k, component) in img.components.iter().enumerate() {
             let index = first_component + k as u32;
             let slot = index as usize;
-            let listed: Option<[u8; 16]> = mvids
-                .get(k * 16..k * 16 + 16)
-                .and_then(|m| m.try_into().ok());
+            let listed: Option<[u8; 16]> = Cursor::new(mvids)
+                .at(k.saturating_mul(16))
+                .read_array("component MVID")
+                .ok();
             if let (Some(md), Some(listed)) = (modules.get(slot).copied().flatten(), listed) {
                 if mvid_of(md) != Some(listed) {
                     let name = md
