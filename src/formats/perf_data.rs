@@ -97,6 +97,7 @@ pub const DOUBLE_MAPPER_PREFIX: &[u8] = b"/memfd:doublemapper";
 
 /// Why a perf.data could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PerfDataError {
     /// Shorter than any header.
     #[error("not a perf.data file: only {len} bytes")]

@@ -30,6 +30,7 @@ impl std::fmt::Display for Heap {
 
 /// Something wrong in the metadata (or in the PE image holding it).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum MetadataError {
     /// The input ends before a structure it holds (offsets within the metadata, or within
     /// the table stream for its header and row counts).
@@ -221,6 +222,7 @@ pub enum MetadataError {
 
 /// Something wrong inside one signature blob. Offsets are within the blob.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SignatureError {
     /// The blob ends inside an element (offsets within the blob).
     #[error(transparent)]

@@ -9,6 +9,7 @@ pub type Result<T> = std::result::Result<T, MipError>;
 
 /// Something wrong in a MIP file, or an operation that cannot be done on well-formed ones.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum MipError {
     /// The input ends inside a field (offsets in the whole file).
     #[error(transparent)]

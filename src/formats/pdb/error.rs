@@ -5,6 +5,7 @@ use crate::formats::ecma::MetadataError;
 
 /// Something wrong with a portable PDB, with the assembly that names it, or with finding it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PdbError {
     /// The metadata root or a heap of the PDB is damaged.
     #[error("portable PDB metadata: {0}")]

@@ -28,6 +28,7 @@ use crate::formats::cursor::Truncation;
 
 /// Why a ReadyToRun image could not be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum R2rError {
     /// The PE image could not be parsed (the reason).
     #[error("not a readable PE image: {0}")]

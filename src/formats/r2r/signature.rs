@@ -44,6 +44,7 @@ const MAX_ARRAY_BOUNDS: u32 = 64;
 
 /// Why a signature could not be named.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SigError {
     /// The signature ends early, or holds a count of more items than it has bytes left
     /// (offsets within the signature).
