@@ -3,7 +3,7 @@
 //! and signature; a MethodTable's module, TypeDef token, canonical MethodTable and generic
 //! instantiation.
 //!
-//! The walks are the ones `tests/net8_type_layouts.rs` verifies on .NET 8:
+//! The walks are the ones `tests/real/net8_type_layouts.rs` verifies on .NET 8:
 //! chunk = MethodDesc − sizeof(MethodDescChunk) − ChunkIndex × MethodDescAlignment; the
 //! MethodDef token is `0x06000000 | (chunk token range << remainder bits) | remainder`; the
 //! MethodTable's TypeDef RID is the 16-bit `MethodTable.Token` (.NET 8 meaning, see

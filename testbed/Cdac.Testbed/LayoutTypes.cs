@@ -1,5 +1,5 @@
 // Cdac.Testbed.Types: a dynamic assembly of types with every shape the layout checks need
-// (tests/net8_type_layouts.rs): instance fields of three sizes, static, thread-static and
+// (tests/real/net8_type_layouts.rs): instance fields of three sizes, static, thread-static and
 // reference statics, a default constructor, virtual, non-virtual, overriding and explicit
 // (MethodImpl) interface methods, a generic method, a value type, and methods that measure the GC
 // size of a new object.
@@ -40,7 +40,7 @@ namespace Cdac.Testbed
                 return mb;
             }
 
-            // Area and Describe are never called (tests/coverage_net8.rs relies on it).
+            // Area and Describe are never called (tests/real/coverage_net8.rs relies on it).
             Define("Area", pub, typeof(int), Type.EmptyTypes, il =>
             {
                 il.Emit(OpCodes.Ldarg_0); il.Emit(OpCodes.Ldfld, fa); il.Emit(OpCodes.Ldc_I4_2);

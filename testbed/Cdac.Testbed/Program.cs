@@ -256,7 +256,7 @@ namespace Cdac.Testbed
                 // to read the throughput (testbed/README.md); null in the other modes.
                 ["cpu_workload"] = cpuWorkload,
                 // Reflection's view of types, methods, fields, assemblies and generic and dynamic
-                // methods, with the native pointers behind them (tests/net8_type_layouts.rs).
+                // methods, with the native pointers behind them (tests/real/net8_type_layouts.rs).
                 ["type_system"] = TypeSystemFacts.GroundTruth(layout, new[] { handlers.Type, bigType, worker.Type },
                     extraTypes, KeepAlive),
             };
@@ -441,7 +441,7 @@ namespace Cdac.Testbed
             for (int rnd = 0; rnd < rounds; rnd++)
             {
                 // Heavy enough (about 0.3 s a round on a 2-core machine) that a reader hammering
-                // the process gets many runs in while the rounds run (tests/live_safety.rs).
+                // the process gets many runs in while the rounds run (tests/real/live_safety.rs).
                 var vals = new List<long>();
                 for (int i = 0; i < RoundRepeats; i++)
                 {

@@ -1,6 +1,6 @@
 // The "type_system" part of the manifest: reflection's view of types, methods, fields, assemblies
 // and generic and dynamic methods, with the native pointers behind them. The oracle for the
-// Loader and RuntimeTypeSystem layouts (tests/net8_type_layouts.rs).
+// Loader and RuntimeTypeSystem layouts (tests/real/net8_type_layouts.rs).
 
 using System;
 using System.Collections.Generic;
@@ -297,7 +297,7 @@ namespace Cdac.Testbed
             return result;
         }
 
-        /// <summary>Everything tests/net8_type_layouts.rs checks the runtime's structures against.</summary>
+        /// <summary>Everything tests/real/net8_type_layouts.rs checks the runtime's structures against.</summary>
         public static JsonObject GroundTruth(LayoutTypes layout, IEnumerable<Type> emittedTypes,
             IEnumerable<(string Label, Type Type, bool Members)> extraTypes, List<object> keepAlive)
         {

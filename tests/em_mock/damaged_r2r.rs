@@ -1,6 +1,6 @@
 //! A ReadyToRun image in the mock runtime, shaped and damaged by arbitrary bytes: the
 //! construction the `r2r_lookups` fuzz target (mode 3) uses, shared with
-//! `tests/fuzz_regressions.rs` so that a stored input replays exactly what the fuzzer ran.
+//! `tests/offline/fuzz_regressions.rs` so that a stored input replays exactly what the fuzzer ran.
 
 use super::{Clause, R2rSpec, Rf, World};
 

@@ -1,4 +1,4 @@
-//! Mock runtime memory for the ExecutionManager tests (`tests/execution_manager_mock.rs`).
+//! Mock runtime memory for the ExecutionManager tests (`tests/offline/execution_manager_mock.rs`).
 //!
 //! Everything here is written from this file's own field table ([`F`]), its own nibble-map,
 //! hash-map, GC-info and unwind writers, and the runtime formats as the specs describe them
