@@ -178,7 +178,7 @@ fn unprivileged_sampling_follows_perf_event_paranoid() {
         .arg(std::env::current_exe().expect("test exe"))
         .args([
             "--exact",
-            "unprivileged_sampling_follows_perf_event_paranoid",
+            &listed_name("unprivileged_sampling_follows_perf_event_paranoid"),
             "--nocapture",
         ])
         .env(UNPRIVILEGED_CHILD, "1")
@@ -213,5 +213,13 @@ fn unprivileged_sampling_follows_perf_event_paranoid() {
             .and_then(|n| n.parse().ok())
             .expect("sample count");
         assert!(n > 0, "{line}");
+    }
+}
+
+/// A test's name as this test binary lists it (`module::test`), for running it alone.
+fn listed_name(test: &str) -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{test}"),
+        None => test.to_string(),
     }
 }

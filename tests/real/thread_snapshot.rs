@@ -554,7 +554,7 @@ fn missing_privilege_names_ptrace_scope_or_cap_sys_ptrace() {
         .arg(&exe)
         .args([
             "--exact",
-            "missing_privilege_names_ptrace_scope_or_cap_sys_ptrace",
+            &listed_name("missing_privilege_names_ptrace_scope_or_cap_sys_ptrace"),
             "--nocapture",
         ])
         .env(PERM_CHILD, pid.to_string())
@@ -734,4 +734,12 @@ fn the_testbeds_unhandled_exception_is_sigabrt_of_the_main_thread_in_both_cores(
         .map(|t| t.tid)
         .collect();
     assert!(parked_tids.iter().all(|t| core_tids.contains(t)));
+}
+
+/// A test's name as this test binary lists it (`module::test`), for running it alone.
+fn listed_name(test: &str) -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{test}"),
+        None => test.to_string(),
+    }
 }
