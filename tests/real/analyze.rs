@@ -169,7 +169,6 @@ fn analyze_crash_of(variant: Variant) {
             first["name"], src["file"], src["line"]
         );
     }
-    let _ = std::fs::remove_file(&dump);
 }
 
 #[test]

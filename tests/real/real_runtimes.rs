@@ -211,7 +211,22 @@ fn check_perf_map(
     });
     let mut resolved = Vec::new();
     let mut with_debug = 0;
+    let mut freed_dynamic = 0;
     for (start, size, name) in &live {
+        // A dynamic method (LCG) is collectible: its code may have been freed since the
+        // perf map logged it and its memory reused, with nothing overlapping it in the map
+        // (the shared testbed runs reflection for the diagnostics other tests attach).
+        // Such an entry no longer starts a code block.
+        if name.contains("dynamicClass::")
+            && em
+                .code_block(*start)
+                .ok()
+                .flatten()
+                .is_none_or(|b| b.start != *start)
+        {
+            freed_dynamic += 1;
+            continue;
+        }
         let mut md = None;
         for ip in [*start, start + size / 2, start + size - 1] {
             match em.code_block(ip) {
@@ -256,6 +271,9 @@ fn check_perf_map(
             resolved.push((*start, *size, name.clone(), md));
         }
     }
+    f.check(freed_dynamic * 100 <= live.len(), || {
+        format!("{freed_dynamic} dynamic methods gone of {}", live.len())
+    });
     // Names, all at once (the namer caches each module's metadata).
     let mut namer = MethodNamer::for_runtime(rt);
     let mds: Vec<u64> = resolved.iter().map(|r| r.3).collect();
