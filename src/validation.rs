@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::contracts::execution_manager::{execution_manager, JitType};
 use crate::contracts::fields::Fields;
+use crate::contracts::runtime_function::{RuntimeFunction, RuntimeFunctionLayout};
 use crate::contracts::loader::{self, ModuleInfo};
 use crate::contracts::runtime_type_system::{method_desc_info, method_table_info};
 use crate::contracts::thread::{ThreadInfo, Threads, FRAME_TOP};
@@ -854,12 +855,10 @@ fn check_ready_to_run(rt: &Runtime, modules: &Result<Vec<ModuleInfo>, ContractEr
     if count == 0 {
         return Err(fail("CoreLib's image has no runtime functions".into()));
     }
-    let rf = d.ty("RuntimeFunction")?;
-    let size = u64::from(rf.size()?);
-    let begin_off = rf.offset("BeginAddress")?;
+    let layout = RuntimeFunctionLayout::from_descriptor(d)?;
     let mut last = None;
     for i in 0..u64::from(count.min(16)) {
-        let begin = t.read_u32(functions.wrapping_add(i * size).wrapping_add(begin_off))?;
+        let begin = RuntimeFunction::read(t, &layout, layout.entry(functions, i))?.begin;
         if last.is_some_and(|l| begin <= l) {
             return Err(fail(format!(
                 "runtime function {i} of CoreLib begins at RVA {begin:#x}, not after the one before"
@@ -986,10 +985,8 @@ fn check_code(
             return Err(fail(format!("no unwind info covers the code at {ip:#x}")));
         };
         let base = em.unwind_info_base_address(&b);
-        let rf_ty = d.ty("RuntimeFunction")?;
-        let begin = base.wrapping_add(u64::from(
-            t.read_u32(rf.wrapping_add(rf_ty.offset("BeginAddress")?))?,
-        ));
+        let layout = RuntimeFunctionLayout::from_descriptor(d)?;
+        let begin = base.wrapping_add(u64::from(RuntimeFunction::read(t, &layout, rf)?.begin));
         if begin > ip {
             return Err(fail(format!(
                 "the unwind info for {ip:#x} begins after it, at {begin:#x}"

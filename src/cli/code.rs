@@ -12,6 +12,7 @@ use super::tiers;
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 use cdac::contracts::execution_manager::exception_clauses::ExceptionClause;
 use cdac::contracts::execution_manager::{CodeBlock, ExecutionManager};
+use cdac::contracts::runtime_function::{RuntimeFunction, RuntimeFunctionLayout};
 use cdac::contracts::{unwind_codes, ContractError};
 use cdac::names::MethodNamer;
 use cdac::runtime::Runtime;
@@ -508,15 +509,10 @@ pub fn run_unwind(args: &AddressArgs) -> CliResult {
     let base = em.unwind_info_base_address(&b);
     let t = rt.target();
     let d = rt.descriptor();
-    let ty = d.ty("RuntimeFunction")?;
-    let begin = u64::from(t.read_u32(rf.wrapping_add(ty.offset("BeginAddress")?))?);
-    let end = match ty.has_field("EndAddress") {
-        true => Some(u64::from(
-            t.read_u32(rf.wrapping_add(ty.offset("EndAddress")?))?,
-        )),
-        false => None,
-    };
-    let unwind = u64::from(t.read_u32(rf.wrapping_add(ty.offset("UnwindData")?))?);
+    let entry = RuntimeFunction::read(t, &RuntimeFunctionLayout::from_descriptor(d)?, rf)?;
+    let begin = u64::from(entry.begin);
+    let end = entry.end.map(u64::from);
+    let unwind = u64::from(entry.unwind_data);
     let decoded = match d.global_string("Architecture")? {
         "x64" => Some(unwind_codes::decode_amd64(t, base.wrapping_add(unwind))?),
         _ => None,

@@ -6,28 +6,19 @@
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
 use super::DescriptorArgs;
 use super::{CliResult, Outcome};
-use cdac::process::perf_sampler::{
-    thread_ids, PerfSampler, Sample, SamplerError, SamplerOptions, UserRegisters,
-};
-use cdac::process::thread_snapshot::{snapshot_thread, stat_fields, SnapshotOptions};
 use cdac::profile::output::{self, Format};
+use cdac::profile::session::{run_session, SamplerChoice, SessionOptions, SessionSummary};
 use cdac::profile::{Profiler, ProfilerOptions};
 use cdac::runtime::{OpenOptions, Runtime};
-use cdac::unwind::x64_reg;
-
-/// How often new threads are looked for.
-const FOLLOW_EVERY: Duration = Duration::from_millis(100);
-/// How often ring buffers are drained (samples are named while their code still exists).
-const DRAIN_EVERY: Duration = Duration::from_millis(10);
 
 /// Which sampler takes the samples.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -119,232 +110,40 @@ pub struct TopArgs {
     json: bool,
 }
 
-/// The sampler chosen, running.
-enum Source {
-    Perf(Box<PerfSampler>),
-    Ptrace { period: Duration, next: Instant },
-}
-
-/// What a sampling session observed, for the summary.
-struct SessionEnd {
-    elapsed: Duration,
-    /// CPU time cdac used while sampling (not counting opening the runtime).
-    cpu: Option<Duration>,
-    process_exited: bool,
-    interrupted: bool,
-    sampler: &'static str,
-    lost: u64,
-    throttled: u64,
-    threads_followed: u64,
-    excludes_kernel: bool,
-}
-
-fn open_source(args: &SamplingArgs) -> Result<(Source, Option<String>), SamplerError> {
-    let ptrace = |why: Option<String>| {
-        let hz = args.rate.clamp(1, 1000);
-        (
-            Source::Ptrace {
-                period: Duration::from_secs_f64(1.0 / hz as f64),
-                next: Instant::now(),
-            },
-            why,
-        )
-    };
-    if args.sampler == SamplerKind::Ptrace || args.idle {
-        return Ok(ptrace(None));
-    }
-    let options = SamplerOptions::for_rate(args.rate.max(1), args.stack_bytes);
-    match PerfSampler::open(args.pid, &options) {
-        Ok(s) => Ok((Source::Perf(Box::new(s)), None)),
-        Err(e) if args.sampler == SamplerKind::Auto && e.perf_unavailable() => {
-            Ok(ptrace(Some(format!(
-                "{e}\ncdac: falling back to the ptrace sampler: each thread is stopped briefly for every sample"
-            ))))
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Runs a sampling session until `until` says stop; `tick` is called about every
-/// `tick_every` with the profiler (to print progress or a table).
+/// Runs a sampling session (`cdac::profile::session`) until Ctrl-C, the duration or the
+/// process's exit; `tick` is called about every `tick_every` with the profiler (to print
+/// progress or a table).
 fn sample(
     args: &SamplingArgs,
     profiler: &mut Profiler<'_>,
     duration: Option<Duration>,
     tick_every: Duration,
     mut tick: impl FnMut(&mut Profiler<'_>, Duration, &str) -> CliResult,
-) -> Result<SessionEnd, Box<dyn std::error::Error>> {
+) -> Result<SessionSummary, Box<dyn std::error::Error>> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&stop))?;
     }
-    let (mut source, warning) = open_source(args)?;
-    if let Some(w) = warning {
-        status!("cdac: {w}");
-    }
-    let sampler_name = match source {
-        Source::Perf(_) => "perf",
-        Source::Ptrace { .. } => "ptrace",
+    let options = SessionOptions {
+        pid: args.pid,
+        rate: args.rate,
+        stack_bytes: args.stack_bytes,
+        sampler: match args.sampler {
+            SamplerKind::Auto => SamplerChoice::Auto,
+            SamplerKind::Perf => SamplerChoice::Perf,
+            SamplerKind::Ptrace => SamplerChoice::Ptrace,
+        },
+        idle: args.idle,
+        duration,
+        tick_every,
     };
-    let started = Instant::now();
-    let cpu_at_start = own_cpu_time();
-    let mut last_follow = started;
-    let mut last_tick = started;
-    let mut process_exited = false;
-    let alive = |pid: i32| !cdac::memory::live::process_gone(pid);
-    loop {
-        let now = Instant::now();
-        let elapsed = now.duration_since(started);
-        if stop.load(Ordering::Relaxed) || duration.is_some_and(|d| elapsed >= d) {
-            break;
-        }
-        match &mut source {
-            Source::Perf(s) => {
-                s.drain(|sample| profiler.add_sample(&sample));
-                if now.duration_since(last_follow) >= FOLLOW_EVERY {
-                    last_follow = now;
-                    match s.follow_new_threads() {
-                        Ok(_) => {}
-                        Err(SamplerError::NoProcess { .. }) => {
-                            process_exited = true;
-                            break;
-                        }
-                        Err(e) => status!("cdac: warning: {e}"),
-                    }
-                }
-                std::thread::sleep(DRAIN_EVERY);
-            }
-            Source::Ptrace { period, next } => {
-                if !alive(args.pid) {
-                    process_exited = true;
-                    break;
-                }
-                if now >= *next {
-                    *next += *period;
-                    if *next < now {
-                        // Fell behind (a walk took longer than a period): do not catch up.
-                        *next = now + *period;
-                    }
-                    match take_ptrace_samples(args.pid, args.idle, args.stack_bytes) {
-                        Ok(samples) => {
-                            for sample in &samples {
-                                profiler.add_sample(sample);
-                            }
-                        }
-                        Err(_) if !alive(args.pid) => {
-                            process_exited = true;
-                            break;
-                        }
-                        Err(e) => status!("cdac: warning: {e}"),
-                    }
-                }
-                let wait = next.saturating_duration_since(Instant::now());
-                std::thread::sleep(wait.min(Duration::from_millis(50)));
-            }
-        }
-        if now.duration_since(last_tick) >= tick_every {
-            // Ticks keep their cadence: a slow walk does not push the next one later.
-            last_tick += tick_every;
-            if now.duration_since(last_tick) >= tick_every {
-                last_tick = now;
-            }
-            let _ = tick(profiler, elapsed, sampler_name)?;
-        }
-    }
-    let elapsed = started.elapsed();
-    let (lost, throttled, threads_followed, excludes_kernel) = match &mut source {
-        Source::Perf(s) => {
-            // What the kernel wrote since the last drain.
-            s.drain(|sample| profiler.add_sample(&sample));
-            let st = s.stats();
-            (
-                st.lost,
-                st.throttled,
-                st.threads_followed,
-                s.excludes_kernel(),
-            )
-        }
-        Source::Ptrace { .. } => (0, 0, 0, false),
-    };
-    let cpu = own_cpu_time()
-        .zip(cpu_at_start)
-        .map(|(now, then)| now.saturating_sub(then));
-    Ok(SessionEnd {
-        elapsed,
-        cpu,
-        process_exited,
-        interrupted: stop.load(Ordering::Relaxed),
-        sampler: sampler_name,
-        lost,
-        throttled,
-        threads_followed,
-        excludes_kernel,
-    })
-}
-
-/// One sample of each running thread of `pid` (every thread with `idle`), each stopped
-/// alone for the time it takes to copy its registers and the top of its stack.
-fn take_ptrace_samples(
-    pid: i32,
-    idle: bool,
-    stack_bytes: u32,
-) -> Result<Vec<Sample>, SamplerError> {
-    let options = SnapshotOptions {
-        max_stack_bytes: stack_bytes as usize,
-    };
-    let mut out = Vec::new();
-    for tid in thread_ids(pid)? {
-        let (running, idle_policy) = thread_state(pid, tid);
-        // A SCHED_IDLE thread runs only when nothing else wants the CPU: stopping it can
-        // wait a good part of a second on a busy machine, holding up every other sample.
-        if !idle && (!running || idle_policy) {
-            continue;
-        }
-        // A thread that exits or cannot be stopped now is simply not sampled this time.
-        let Ok(t) = snapshot_thread(pid, tid, &options) else {
-            continue;
-        };
-        let c = &t.context;
-        let reg = |i: usize| c.regs[i].unwrap_or(0);
-        out.push(Sample {
-            tid,
-            time_ns: 0,
-            in_kernel: t.syscall().is_some(),
-            regs: UserRegisters {
-                ip: c.rip,
-                sp: c.rsp(),
-                bp: reg(x64_reg::RBP),
-                bx: reg(x64_reg::RBX),
-                r12_r15: [
-                    reg(x64_reg::R12),
-                    reg(x64_reg::R12 + 1),
-                    reg(x64_reg::R12 + 2),
-                    reg(x64_reg::R15),
-                ],
-            },
-            stack: t.stack,
-        });
-    }
-    Ok(out)
-}
-
-/// CPU time this process's main thread has used (from /proc/self/schedstat), the
-/// profiler's own cost.
-fn own_cpu_time() -> Option<Duration> {
-    let text = std::fs::read_to_string("/proc/self/schedstat").ok()?;
-    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
-}
-
-/// Whether thread `tid` of `pid` is running or runnable (state R in /proc), and whether
-/// its scheduling policy is SCHED_IDLE.
-fn thread_state(pid: i32, tid: i32) -> (bool, bool) {
-    const SCHED_IDLE: &str = "5";
-    // Index 0 is proc(5)'s field 3, the state; the policy is field 41.
-    let fields = stat_fields(pid, tid).unwrap_or_default();
-    let running = fields.first().is_some_and(|s| s == "R");
-    let idle_policy = fields.get(38).is_some_and(|p| p == SCHED_IDLE);
-    (running, idle_policy)
+    run_session(
+        &options,
+        profiler,
+        &stop,
+        &mut |w| status!("cdac: warning: {w}"),
+        |p, elapsed, sampler| tick(p, elapsed, sampler).map(|_| ()),
+    )
 }
 
 /// A number of seconds given on the command line, checked.
@@ -453,7 +252,7 @@ pub fn run_record(args: &RecordArgs) -> CliResult {
 fn summarize(
     args: &RecordArgs,
     profiler: &Profiler<'_>,
-    end: &SessionEnd,
+    end: &SessionSummary,
     path: &std::path::Path,
 ) -> CliResult {
     let st = profiler.stats();

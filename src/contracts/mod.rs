@@ -16,6 +16,7 @@ pub mod loader;
 pub mod platform_metadata;
 pub mod precode_stubs;
 pub mod registry;
+pub mod runtime_function;
 pub mod runtime_info;
 pub mod runtime_type_system;
 pub mod thread;

@@ -17,6 +17,7 @@
 //!   code-words field (bits 27–31) is nonzero, and the two-word form otherwise.
 //! - x86: `UNWIND_INFO` is just the 4-byte function length.
 
+use crate::contracts::runtime_function::{RuntimeFunction, RuntimeFunctionLayout};
 use crate::contracts::ContractError;
 use crate::memory::Target;
 
@@ -59,9 +60,20 @@ impl UnwindArch {
     /// Size of one `RUNTIME_FUNCTION`: `{begin, end, unwind}` on x64, `{begin, unwind}`
     /// elsewhere.
     pub fn runtime_function_size(self) -> u64 {
+        self.runtime_function_layout().size
+    }
+
+    /// The `RUNTIME_FUNCTION` of the architecture as the PE format lays it out (what
+    /// [`unwind_data_size`] and [`function_length`] read without a descriptor).
+    pub fn runtime_function_layout(self) -> RuntimeFunctionLayout {
         match self {
-            UnwindArch::Amd64 => 12,
-            _ => 8,
+            UnwindArch::Amd64 => RuntimeFunctionLayout::X64,
+            _ => RuntimeFunctionLayout {
+                size: 8,
+                begin: 0,
+                end: None,
+                unwind_data: 4,
+            },
         }
     }
 
@@ -182,24 +194,18 @@ pub fn function_length(
     runtime_function: u64,
     arch: UnwindArch,
 ) -> Result<u64, ContractError> {
-    let at = |off: u64| {
-        runtime_function
-            .checked_add(off)
-            .ok_or_else(|| corrupt(runtime_function, "RUNTIME_FUNCTION past the end".into()))
-    };
+    let layout = arch.runtime_function_layout();
+    let entry = RuntimeFunction::read(target, &layout, runtime_function)?;
+    if let Some(length) = entry.stored_length(runtime_function) {
+        return length;
+    }
     match arch {
-        UnwindArch::Amd64 => {
-            let begin = target.read_u32(runtime_function)?;
-            let end = target.read_u32(at(4)?)?;
-            end.checked_sub(begin).map(u64::from).ok_or_else(|| {
-                corrupt(
-                    runtime_function,
-                    format!("RUNTIME_FUNCTION ends ({end:#x}) before it begins ({begin:#x})"),
-                )
-            })
-        }
+        UnwindArch::Amd64 => Err(corrupt(
+            runtime_function,
+            "an x64 RUNTIME_FUNCTION without an end".into(),
+        )),
         _ => {
-            let unwind = target.read_u32(at(4)?)?;
+            let unwind = entry.unwind_data;
             if arch != UnwindArch::X86 && unwind & 3 != 0 {
                 // Packed unwind data: the length is bits 2-12 of the word itself.
                 return Ok(u64::from((unwind >> 2) & 0x7FF) * arch.function_length_unit());

@@ -7,6 +7,7 @@
 
 pub mod aggregate;
 pub mod output;
+pub mod session;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -20,10 +20,11 @@
 
 use super::{x64_reg, StackMemory, UnwindError, X64Context};
 use crate::contracts::execution_manager::{CodeBlock, ExecutionManager};
+use crate::contracts::runtime_function::{RuntimeFunction as Entry, RuntimeFunctionLayout};
+use crate::contracts::unwind_codes::{op, X64UnwindInfo, UNW_FLAG_CHAININFO};
+use crate::contracts::ContractError;
 use crate::memory::Target;
 
-/// `UNW_FLAG_CHAININFO`: a `RUNTIME_FUNCTION` follows the unwind codes.
-const UNW_FLAG_CHAININFO: u8 = 4;
 /// Most chained entries followed (the runtime's unwinder stops at 32 too).
 const MAX_CHAIN: usize = 32;
 /// Registers callee-saved in the System V x64 ABI that managed code on Unix follows (and
@@ -38,24 +39,8 @@ const NONVOLATILE: [usize; 7] = [
     x64_reg::R15,
 ];
 
-/// Unwind operation codes (`UWOP_*`).
-mod op {
-    pub const PUSH_NONVOL: u8 = 0;
-    pub const ALLOC_LARGE: u8 = 1;
-    pub const ALLOC_SMALL: u8 = 2;
-    pub const SET_FPREG: u8 = 3;
-    pub const SAVE_NONVOL: u8 = 4;
-    pub const SAVE_NONVOL_FAR: u8 = 5;
-    pub const EPILOG: u8 = 6;
-    pub const SPARE: u8 = 7;
-    pub const SAVE_XMM128: u8 = 8;
-    pub const SAVE_XMM128_FAR: u8 = 9;
-    pub const PUSH_MACHFRAME: u8 = 10;
-    /// CoreCLR on Unix: a frame offset too large for the header's 4 bits.
-    pub const SET_FPREG_LARGE: u8 = 11;
-}
-
-/// A `RUNTIME_FUNCTION`, its addresses made absolute.
+/// A `RUNTIME_FUNCTION` (read by [`crate::contracts::runtime_function`]), its addresses
+/// made absolute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeFunction {
     /// First byte of the function (or funclet, or cold part).
@@ -70,38 +55,34 @@ impl RuntimeFunction {
     /// Reads the 12-byte x64 `RUNTIME_FUNCTION` at `addr`, whose RVAs are relative to
     /// `base`.
     pub fn read(code: &Target, base: u64, addr: u64) -> Result<RuntimeFunction, UnwindError> {
-        let b = code.read_bytes(addr, 12)?;
-        Ok(Self::from_bytes(base, &b))
-    }
-
-    fn from_bytes(base: u64, b: &[u8]) -> RuntimeFunction {
-        let rva = |i: usize| {
-            let v = b
-                .get(i..i + 4)
-                .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-                .unwrap_or(0);
-            base.wrapping_add(u64::from(v))
-        };
-        RuntimeFunction {
-            begin: rva(0),
-            end: rva(4),
-            unwind_info: rva(8),
-        }
+        let entry = Entry::read(code, &RuntimeFunctionLayout::X64, addr).map_err(|e| match e {
+            // A failed read stays a read error of the unwinder.
+            ContractError::Read(r) => UnwindError::Read(r),
+            other => UnwindError::Contract(other),
+        })?;
+        let rva = |v: u32| base.wrapping_add(u64::from(v));
+        Ok(RuntimeFunction {
+            begin: rva(entry.begin),
+            // The x64 layout always has an end.
+            end: rva(entry.end.unwrap_or(entry.begin)),
+            unwind_info: rva(entry.unwind_data),
+        })
     }
 }
 
-/// A decoded x64 `UNWIND_INFO` header and its code slots.
+/// An x64 `UNWIND_INFO` (read by [`X64UnwindInfo`]) and the chained entry it names.
 #[derive(Debug, Clone)]
 struct UnwindInfo {
-    version: u8,
-    flags: u8,
-    prolog_size: u8,
-    frame_register: usize,
-    /// The header's frame offset (units of 16 bytes).
-    frame_offset: u64,
-    slots: Vec<u16>,
+    raw: X64UnwindInfo,
     /// The chained entry, when flag 4 is set.
     chained: Option<RuntimeFunction>,
+}
+
+impl std::ops::Deref for UnwindInfo {
+    type Target = X64UnwindInfo;
+    fn deref(&self) -> &X64UnwindInfo {
+        &self.raw
+    }
 }
 
 fn bad(ip: u64, detail: impl Into<String>) -> UnwindError {
@@ -111,98 +92,49 @@ fn bad(ip: u64, detail: impl Into<String>) -> UnwindError {
     }
 }
 
+/// The unwind-info reader's errors as the unwinder's: bad data for this IP, reads as reads.
+fn at_ip(ip: u64) -> impl Fn(ContractError) -> UnwindError {
+    move |e| match e {
+        ContractError::Corrupt { detail, .. } => bad(ip, detail),
+        ContractError::Read(r) => UnwindError::Read(r),
+        other => UnwindError::Contract(other),
+    }
+}
+
 impl UnwindInfo {
     fn read(code: &Target, base: u64, addr: u64, ip: u64) -> Result<UnwindInfo, UnwindError> {
-        let h = code.read_bytes(addr, 4)?;
-        let version = h[0] & 7;
-        if !(1..=2).contains(&version) {
+        let raw = X64UnwindInfo::read(code, addr).map_err(at_ip(ip))?;
+        if !(1..=2).contains(&raw.version) {
             return Err(bad(
                 ip,
-                format!("UNWIND_INFO at {addr:#x} has version {version}"),
+                format!("UNWIND_INFO at {addr:#x} has version {}", raw.version),
             ));
         }
-        let flags = h[0] >> 3;
-        let count = usize::from(h[2]);
-        let even = count + (count & 1);
-        let chained = flags & UNW_FLAG_CHAININFO != 0;
-        let len = 2 * even + if chained { 12 } else { 0 };
-        let body = code.read_bytes(addr.wrapping_add(4), len)?;
-        let slots = (0..count)
-            .map(|i| u16::from_le_bytes([body[2 * i], body[2 * i + 1]]))
-            .collect();
-        let chained = chained.then(|| RuntimeFunction::from_bytes(base, &body[2 * even..]));
-        Ok(UnwindInfo {
-            version,
-            flags,
-            prolog_size: h[1],
-            frame_register: usize::from(h[3] & 0xf),
-            frame_offset: u64::from(h[3] >> 4),
-            slots,
-            chained,
-        })
-    }
-
-    /// (code offset, operation, operation info) of the code at slot `i`.
-    fn code(&self, i: usize) -> (u8, u8, u8) {
-        let c = self.slots[i];
-        ((c & 0xff) as u8, ((c >> 8) & 0xf) as u8, (c >> 12) as u8)
+        let chained = match raw.chained_entry() {
+            Some(entry) => Some(RuntimeFunction::read(code, base, entry)?),
+            None => None,
+        };
+        Ok(UnwindInfo { raw, chained })
     }
 
     /// Slot `i` as a number, or an error when the codes end first.
     fn slot(&self, i: usize, ip: u64) -> Result<u64, UnwindError> {
-        self.slots.get(i).map(|&s| u64::from(s)).ok_or_else(|| {
-            bad(
-                ip,
-                format!("unwind code runs past the {} slots", self.slots.len()),
-            )
-        })
+        self.raw.slot(i).map_err(at_ip(ip))
     }
 
     /// How many slots the operation at slot `i` takes.
     fn slots_of(&self, i: usize, ip: u64) -> Result<usize, UnwindError> {
-        let (_, o, info) = self.code(i);
-        Ok(match o {
-            op::PUSH_NONVOL | op::ALLOC_SMALL | op::SET_FPREG | op::PUSH_MACHFRAME => 1,
-            op::ALLOC_LARGE if info == 0 => 2,
-            op::ALLOC_LARGE if info == 1 => 3,
-            op::ALLOC_LARGE => {
-                return Err(bad(ip, format!("UWOP_ALLOC_LARGE with info {info}")));
-            }
-            op::SAVE_NONVOL | op::SAVE_XMM128 | op::EPILOG => 2,
-            op::SAVE_NONVOL_FAR | op::SAVE_XMM128_FAR | op::SPARE | op::SET_FPREG_LARGE => 3,
-            _ => return Err(bad(ip, format!("unknown unwind operation {o}"))),
-        })
+        self.raw.slots_of(i).map_err(at_ip(ip))
     }
 
-    /// The frame offset in bytes: the header's ×16, or UWOP_SET_FPREG_LARGE's when the
-    /// header says 15 and such a code exists.
+    /// The frame offset in bytes.
     fn frame_offset_bytes(&self, ip: u64) -> Result<u64, UnwindError> {
-        if self.frame_offset == 15 {
-            let mut i = 0;
-            while i < self.slots.len() {
-                let (_, o, _) = self.code(i);
-                if o == op::SET_FPREG_LARGE {
-                    let v = self.slot(i + 1, ip)? | (self.slot(i + 2, ip)? << 16);
-                    return Ok(v * 16);
-                }
-                i += self.slots_of(i, ip)?;
-            }
-        }
-        Ok(self.frame_offset * 16)
+        self.raw.frame_offset_bytes().map_err(at_ip(ip))
     }
 
-    /// Code offset of the instruction that set the frame register (UWOP_SET_FPREG or
-    /// _LARGE), if there is one.
+    /// Code offset of the instruction that set the frame register, if there is one.
     fn set_fpreg_offset(&self, ip: u64) -> Result<Option<u8>, UnwindError> {
-        let mut i = 0;
-        while i < self.slots.len() {
-            let (off, o, _) = self.code(i);
-            if o == op::SET_FPREG || o == op::SET_FPREG_LARGE {
-                return Ok(Some(off));
-            }
-            i += self.slots_of(i, ip)?;
-        }
-        Ok(None)
+        self.raw.set_fpreg_offset().map_err(at_ip(ip))
     }
 }
 

@@ -2,6 +2,7 @@
 //! nibble map and described by the `RealCodeHeader` that the pointer-sized slot just
 //! before each method's first instruction points to.
 
+use crate::contracts::runtime_function::RuntimeFunction;
 use super::nibble_map::NibbleMap;
 use super::range_section_map::RangeSection;
 use super::{search, CodeBlock, Core, DebugInfoRef, JitType, Origin};
@@ -75,18 +76,14 @@ pub(super) fn unwind_info(
             .ty("RealCodeHeader")?
             .offset("UnwindInfos")?,
     );
-    let rf = core.descriptor.ty("RuntimeFunction")?;
-    let stride = u64::from(rf.size()?);
-    let begin_off = rf.offset("BeginAddress")?;
+    let layout = core.runtime_function_layout()?;
     // Unwind addresses of JIT'ed code are relative to the code heap's range section.
     let rel = block.ip.wrapping_sub(block.section.range_begin);
     let found = search::find_covering(u64::from(count), rel, &mut |i| {
-        let rva = core
-            .target
-            .read_u32(first.wrapping_add(i * stride + begin_off))?;
-        Ok(core.code_rva(rva.into()))
+        let entry = RuntimeFunction::read(&core.target, &layout, layout.entry(first, i))?;
+        Ok(core.code_rva(entry.begin.into()))
     })?;
-    Ok(found.map(|i| first.wrapping_add(i * stride)))
+    Ok(found.map(|i| layout.entry(first, i)))
 }
 
 /// The debug info pointer, and whether its blob starts with a flag byte: with on-stack

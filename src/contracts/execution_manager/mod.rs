@@ -25,6 +25,7 @@ use self::range_section_map::RangeSection;
 use super::gc_info::GcInfoArch;
 use super::registry::{self, Contract, ContractContext};
 use super::unwind_info::UnwindArch;
+use super::runtime_function::{RuntimeFunction, RuntimeFunctionLayout};
 use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::memory::Target;
@@ -316,6 +317,16 @@ impl Core {
         Ok(self.target.read_pointer(base.wrapping_add(off))?)
     }
 
+    /// The runtime's `RUNTIME_FUNCTION` layout, from the descriptor.
+    pub(crate) fn runtime_function_layout(&self) -> Result<RuntimeFunctionLayout, ContractError> {
+        RuntimeFunctionLayout::from_descriptor(&self.descriptor)
+    }
+
+    /// The `RUNTIME_FUNCTION` at `addr`.
+    pub(crate) fn runtime_function(&self, addr: u64) -> Result<RuntimeFunction, ContractError> {
+        RuntimeFunction::read(&self.target, &self.runtime_function_layout()?, addr)
+    }
+
     /// Reads a u32 at `base + field offset` of `ty`.
     pub(crate) fn u32(&self, base: u64, ty: &str, field: &str) -> Result<u32, ContractError> {
         let off = self.descriptor.ty(ty)?.offset(field)?;
@@ -445,7 +456,7 @@ impl ExecutionManager for Core {
         let Some(rf) = self.unwind_info(block)? else {
             return Ok(block.start);
         };
-        let begin = self.code_rva(self.u32(rf, "RuntimeFunction", "BeginAddress")?.into());
+        let begin = self.code_rva(self.runtime_function(rf)?.begin.into());
         Ok(block.section.range_begin.wrapping_add(begin))
     }
 

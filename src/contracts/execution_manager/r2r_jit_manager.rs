@@ -2,6 +2,7 @@
 //! sorted RUNTIME_FUNCTION table, its hot/cold map, and the entry point → MethodDesc map
 //! that the runtime fills as methods are first used.
 
+use crate::contracts::runtime_function::{RuntimeFunction, RuntimeFunctionLayout};
 use super::exception_clauses::{self, ExceptionClause};
 use super::native_format;
 use super::range_section_map::RangeSection;
@@ -27,7 +28,7 @@ struct Image<'c> {
     base: u64,
     functions: u64,
     count: u64,
-    stride: u64,
+    layout: RuntimeFunctionLayout,
 }
 
 impl<'c> Image<'c> {
@@ -54,19 +55,20 @@ impl<'c> Image<'c> {
             base,
             functions,
             count: count.into(),
-            stride: core.descriptor.ty("RuntimeFunction")?.size()?.into(),
+            layout: core.runtime_function_layout()?,
         })
     }
 
     fn function(&self, i: u64) -> u64 {
-        self.functions.wrapping_add(i * self.stride)
+        self.layout.entry(self.functions, i)
+    }
+
+    fn entry(&self, i: u64) -> Result<RuntimeFunction, ContractError> {
+        RuntimeFunction::read(&self.core.target, &self.layout, self.function(i))
     }
 
     fn begin(&self, i: u64) -> Result<u64, ContractError> {
-        let rva = self
-            .core
-            .u32(self.function(i), "RuntimeFunction", "BeginAddress")?;
-        Ok(self.core.code_rva(rva.into()))
+        Ok(self.core.code_rva(self.entry(i)?.begin.into()))
     }
 
     /// Length of runtime function `i`'s code.
@@ -335,8 +337,7 @@ fn hot_length_of(core: &Core, img: &Image<'_>, index: u64) -> Result<u64, Contra
 /// Code length of the method whose main RUNTIME_FUNCTION is `index`, from its GC info.
 fn code_length_of(core: &Core, img: &Image<'_>, index: u64) -> Result<u64, ContractError> {
     let unwind = img.base.wrapping_add(
-        core.u32(img.function(index), "RuntimeFunction", "UnwindData")?
-            .into(),
+        img.entry(index)?.unwind_data.into(),
     );
     let size = unwind_info::unwind_data_size(&core.target, unwind, core.unwind_arch)?;
     let version = r2r_gc_version(core, img.info)?;
@@ -417,8 +418,7 @@ pub(super) fn function_range(
 /// The RUNTIME_FUNCTION at `index` of the image.
 pub(super) fn runtime_function(core: &Core, info: u64, index: u64) -> Result<u64, ContractError> {
     let functions = core.ptr(info, "ReadyToRunInfo", "RuntimeFunctions")?;
-    let stride = u64::from(core.descriptor.ty("RuntimeFunction")?.size()?);
-    Ok(functions.wrapping_add(index * stride))
+    Ok(core.runtime_function_layout()?.entry(functions, index))
 }
 
 /// The method's GC info: right after the unwind data of its main RUNTIME_FUNCTION; its
@@ -429,7 +429,7 @@ pub(super) fn gc_info(core: &Core, block: &CodeBlock) -> Result<GcInfoRef, Contr
     let unwind = block
         .section
         .range_begin
-        .wrapping_add(core.u32(rf, "RuntimeFunction", "UnwindData")?.into());
+        .wrapping_add(core.runtime_function(rf)?.unwind_data.into());
     let size = unwind_info::unwind_data_size(&core.target, unwind, core.unwind_arch)?;
     Ok(GcInfoRef {
         address: unwind.wrapping_add(size),
