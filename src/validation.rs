@@ -13,8 +13,8 @@ use serde::Serialize;
 
 use crate::contracts::execution_manager::{execution_manager, JitType};
 use crate::contracts::fields::Fields;
-use crate::contracts::runtime_function::{RuntimeFunction, RuntimeFunctionLayout};
 use crate::contracts::loader::{self, ModuleInfo};
+use crate::contracts::runtime_function::{RuntimeFunction, RuntimeFunctionLayout};
 use crate::contracts::runtime_type_system::{method_desc_info, method_table_info};
 use crate::contracts::thread::{ThreadInfo, Threads, FRAME_TOP};
 use crate::contracts::ContractError;

@@ -108,10 +108,7 @@ impl RuntimeFunction {
                 .ok_or_else(|| ContractError::Corrupt {
                     what: "RUNTIME_FUNCTION",
                     addr,
-                    detail: format!(
-                        "ends ({end:#x}) before it begins ({:#x})",
-                        self.begin
-                    ),
+                    detail: format!("ends ({end:#x}) before it begins ({:#x})", self.begin),
                 }),
         )
     }
@@ -126,7 +123,12 @@ mod tests {
     #[test]
     fn x64_entries_and_their_length() {
         let mut m = MemoryBuilder::new(DataLayout::LE64);
-        let table = m.alloc(24, 4).u32(0, 0x1000).u32(4, 0x1040).u32(8, 0x5000).addr;
+        let table = m
+            .alloc(24, 4)
+            .u32(0, 0x1000)
+            .u32(4, 0x1040)
+            .u32(8, 0x5000)
+            .addr;
         let t = m.into_target();
         let rf = RuntimeFunction::read(&t, &RuntimeFunctionLayout::X64, table).unwrap();
         assert_eq!(

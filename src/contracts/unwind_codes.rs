@@ -229,4 +229,3 @@ pub fn decode_amd64(target: &Target, addr: u64) -> Result<Amd64UnwindInfo, Contr
         codes,
     })
 }
-

@@ -2,10 +2,10 @@
 //! nibble map and described by the `RealCodeHeader` that the pointer-sized slot just
 //! before each method's first instruction points to.
 
-use crate::contracts::runtime_function::RuntimeFunction;
 use super::nibble_map::NibbleMap;
 use super::range_section_map::RangeSection;
 use super::{search, CodeBlock, Core, DebugInfoRef, JitType, Origin};
+use crate::contracts::runtime_function::RuntimeFunction;
 use crate::contracts::ContractError;
 use crate::limits::Limit;
 

@@ -2,7 +2,6 @@
 //! sorted RUNTIME_FUNCTION table, its hot/cold map, and the entry point → MethodDesc map
 //! that the runtime fills as methods are first used.
 
-use crate::contracts::runtime_function::{RuntimeFunction, RuntimeFunctionLayout};
 use super::exception_clauses::{self, ExceptionClause};
 use super::native_format;
 use super::range_section_map::RangeSection;
@@ -10,6 +9,7 @@ use super::{
     hash_map, search, CodeBlock, Core, DebugInfoRef, GcInfoRef, JitType, Origin, RegionInfo,
 };
 use crate::contracts::gc_info;
+use crate::contracts::runtime_function::{RuntimeFunction, RuntimeFunctionLayout};
 use crate::contracts::unwind_info;
 use crate::contracts::ContractError;
 use crate::limits::Limit;
@@ -336,9 +336,7 @@ fn hot_length_of(core: &Core, img: &Image<'_>, index: u64) -> Result<u64, Contra
 
 /// Code length of the method whose main RUNTIME_FUNCTION is `index`, from its GC info.
 fn code_length_of(core: &Core, img: &Image<'_>, index: u64) -> Result<u64, ContractError> {
-    let unwind = img.base.wrapping_add(
-        img.entry(index)?.unwind_data.into(),
-    );
+    let unwind = img.base.wrapping_add(img.entry(index)?.unwind_data.into());
     let size = unwind_info::unwind_data_size(&core.target, unwind, core.unwind_arch)?;
     let version = r2r_gc_version(core, img.info)?;
     Ok(gc_info::code_length(
