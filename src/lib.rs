@@ -21,7 +21,7 @@
 //! questions about it:
 //!
 //! ```no_run
-//! use cdac::contracts::execution_manager::{execution_manager, ExecutionManager};
+//! use cdac::contracts::execution_manager::ExecutionManager;
 //! use cdac::names::MethodNamer;
 //! use cdac::runtime::{OpenOptions, Runtime};
 //! use cdac::stacks::{thread_stacks, LiveRegisters};
@@ -29,7 +29,7 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let rt = Runtime::attach(1234, &OpenOptions::default())?;
 //! // Which method is this code address in?
-//! let em = execution_manager(rt.target(), rt.descriptor())?;
+//! let em = rt.contracts().execution_manager()?;
 //! let mut namer = MethodNamer::for_runtime(&rt);
 //! if let Some(block) = em.code_block(0x7f3a_1c05_2f40)? {
 //!     let name = namer.name(block.method_desc);

@@ -593,6 +593,10 @@ fn exception_lines(e: &Value, depth: usize, out: &mut Vec<String>) {
             ));
         }
         out.push(line);
+        // The runtime's separator after the frames captured before a rethrow.
+        if f["previous_location_ends"].as_bool() == Some(true) {
+            out.push("--- End of stack trace from previous location ---".into());
+        }
     }
     if e["inner"].is_object() {
         exception_lines(&e["inner"], depth + 1, out);
