@@ -2,11 +2,14 @@
 //! from outside the process, the way the runtime's own data-contract reader (cDAC) does.
 //!
 //! Layers, bottom up:
-//! - [`target`]: memory of a live process, a core dump, or a test layout, with typed reads.
+//! - [`regs`]: the register context every layer above shares (a leaf).
+//! - [`memory`]: memory of a live process, a core dump, a debugger's callback or a test
+//!   layout, with typed reads; [`process`]: ptrace thread snapshots and perf sampling.
 //! - [`descriptor`]: the runtime's data descriptor (type layouts, globals, contract
 //!   versions), embedded in .NET 9+ runtimes or shipped with `cdac` for .NET 8.
 //! - [`runtime`]: finding the runtime module in a target and loading its descriptor.
-//! - [`contracts`]: versioned algorithms over the runtime's data.
+//! - [`contracts`]: versioned algorithms over the runtime's data, each made through
+//!   [`contracts::registry`] and cached by [`runtime::Runtime::contracts`].
 //! - [`formats`]: file formats `cdac` reads and writes.
 //! - [`unwind`]: stepping from a frame to its caller, managed and native.
 //! - [`symbols`]: naming native code by the ELF symbols of its module.

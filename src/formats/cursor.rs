@@ -9,7 +9,7 @@
 //! are. Where a format has a more telling error for a short read (a heap index out of
 //! bounds, a blob that overruns its heap), it maps the [`Truncation`] into that instead.
 //!
-//! A [`Cursor`] reads fields in order or at any offset ([`Cursor::at`]), in little- or
+//! A `Cursor` (crate-internal) reads fields in order or at any offset (`Cursor::at`), in little- or
 //! big-endian order, and never panics: a read past the end is a [`Truncation`] and leaves
 //! the position where it was.
 

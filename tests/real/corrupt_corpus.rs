@@ -140,7 +140,7 @@ fn run_bounded(args: &[OsString], stdout_file: &Path, keep_stdout: bool) -> Outc
         .arg("--stdout")
         .arg(stdout_file)
         .arg("--")
-        .arg(env!("CARGO_BIN_EXE_cdac"))
+        .arg(cdac_bin())
         .args(args)
         .output()
         .expect("run scripts/run-bounded");
@@ -334,7 +334,7 @@ fn damaged_dumps_give_bounded_typed_results() {
         list.arg("--quick");
     }
     let status = list
-        .env("CDAC_BIN", env!("CARGO_BIN_EXE_cdac"))
+        .env("CDAC_BIN", cdac_bin())
         .status()
         .expect("run scripts/corrupt-corpus");
     assert!(status.success(), "corrupt-corpus --list failed");
@@ -370,7 +370,7 @@ fn damaged_dumps_give_bounded_typed_results() {
             cmd.arg("--quick");
         }
         let status = cmd
-            .env("CDAC_BIN", env!("CARGO_BIN_EXE_cdac"))
+            .env("CDAC_BIN", cdac_bin())
             .stderr(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .status()
@@ -551,4 +551,11 @@ fn damaged_dumps_give_bounded_typed_results() {
             "dactable-flip / {label}: {o:?}"
         );
     }
+}
+
+/// The cdac the corpus runs: this test build's, or a release build of the same tree when
+/// `CDAC_CORPUS_BIN` names one (scripts/test passes the one it just installed: the corpus's
+/// few hundred commands take minutes in a debug build, seconds in release).
+fn cdac_bin() -> String {
+    std::env::var("CDAC_CORPUS_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_cdac").to_string())
 }
