@@ -17,7 +17,7 @@ internal static class Program
 {
     private const string Usage =
         "usage: clrmd-probe [--dac PATH] (--dump FILE | --pid PID) " +
-        "(info | modules | methods | ip2md ADDR... | ip2md - | stacks | bench-methods | bench-ip2md FILE)";
+        "(info | modules | methods | ip2md ADDR... | ip2md - | stacks | heap-segments | heap-objects | bench-methods | bench-ip2md FILE)";
 
     private static int Main(string[] args)
     {
@@ -77,6 +77,8 @@ internal static class Program
             case "methods": Methods(json, runtime); break;
             case "ip2md": Ip2md(json, runtime, ReadAddresses(operands)); break;
             case "stacks": Stacks(json, runtime); break;
+            case "heap-segments": HeapSegments(json, runtime); break;
+            case "heap-objects": HeapObjects(runtime); return 0;
             case "bench-methods":
                 {
                     var work = Stopwatch.StartNew();
@@ -106,6 +108,54 @@ internal static class Program
         json.Flush();
         output.WriteByte((byte)'\n');
         return 0;
+    }
+
+    /// <summary>The GC heap's segments (regions): kind, ranges, flags and heap, with the heap's shape.</summary>
+    private static void HeapSegments(Utf8JsonWriter json, ClrRuntime runtime)
+    {
+        ClrHeap heap = runtime.Heap;
+        json.WriteStartObject();
+        json.WriteBoolean("can_walk_heap", heap.CanWalkHeap);
+        json.WriteBoolean("is_server", heap.IsServer);
+        json.WriteNumber("sub_heaps", heap.SubHeaps.Length);
+        json.WriteStartArray("segments");
+        foreach (ClrSegment seg in heap.Segments)
+        {
+            json.WriteStartObject();
+            json.WriteString("address", Hex(seg.Address));
+            json.WriteString("kind", seg.Kind.ToString());
+            json.WriteString("start", Hex(seg.Start));
+            json.WriteString("end", Hex(seg.End));
+            json.WriteString("object_start", Hex(seg.ObjectRange.Start));
+            json.WriteString("object_end", Hex(seg.ObjectRange.End));
+            json.WriteString("committed_start", Hex(seg.CommittedMemory.Start));
+            json.WriteString("committed_end", Hex(seg.CommittedMemory.End));
+            json.WriteString("reserved_start", Hex(seg.ReservedMemory.Start));
+            json.WriteString("reserved_end", Hex(seg.ReservedMemory.End));
+            json.WriteString("flags", seg.Flags.ToString());
+            json.WriteNumber("sub_heap", seg.SubHeap.Index);
+            json.WriteEndObject();
+        }
+        json.WriteEndArray();
+        json.WriteEndObject();
+    }
+
+    /// <summary>Every object of the heap, one line each: address, method table, size (unaligned, as
+    /// ClrMD gives it) and 1 for a free object; text, not JSON, since a heap has tens of thousands.</summary>
+    private static void HeapObjects(ClrRuntime runtime)
+    {
+        ClrHeap heap = runtime.Heap;
+        using var stdout = new StreamWriter(Console.OpenStandardOutput());
+        foreach (ClrObject o in heap.EnumerateObjects())
+        {
+            ulong mt = o.Type?.MethodTable ?? heap.GetObjectType(o.Address)?.MethodTable ?? 0;
+            stdout.Write(Hex(o.Address));
+            stdout.Write(' ');
+            stdout.Write(Hex(mt));
+            stdout.Write(' ');
+            stdout.Write(o.Size.ToString(CultureInfo.InvariantCulture));
+            stdout.Write(o.IsFree ? " 1\n" : " 0\n");
+        }
     }
 
     /// <summary>The DAC of the runtime build: libmscordaccore.so beside its libcoreclr.so.</summary>

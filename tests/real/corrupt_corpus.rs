@@ -19,9 +19,7 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use common::{hex, repo, scratch, testbed};
@@ -124,32 +122,19 @@ impl Outcome {
     }
 }
 
-/// Runs one cdac command under scripts/run-bounded; stdout is kept when `keep_stdout`.
-fn run_bounded(args: &[OsString], stdout_file: &Path, keep_stdout: bool) -> Outcome {
+/// What run-bounded reports as JSON, with the command's stdout when `keep_stdout`.
+fn outcome_of(
+    v: &serde_json::Value,
+    args: &[OsString],
+    stdout_file: &Path,
+    keep_stdout: bool,
+) -> Outcome {
     let dump = args
         .iter()
         .position(|a| a == "--dump")
         .and_then(|i| args.get(i + 1))
         .map(|d| d.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let out = Command::new(repo().join("scripts/run-bounded"))
-        .arg("--timeout")
-        .arg(TIMEOUT_SECONDS.to_string())
-        .arg("--max-as")
-        .arg(ADDRESS_SPACE_LIMIT.to_string())
-        .arg("--stdout")
-        .arg(stdout_file)
-        .arg("--")
-        .arg(cdac_bin())
-        .args(args)
-        .output()
-        .expect("run scripts/run-bounded");
-    assert!(
-        out.status.success(),
-        "run-bounded failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("run-bounded JSON");
     let stdout = if keep_stdout {
         std::fs::read_to_string(stdout_file).unwrap_or_default()
     } else {
@@ -167,6 +152,63 @@ fn run_bounded(args: &[OsString], stdout_file: &Path, keep_stdout: bool) -> Outc
         stdout,
         dump,
     }
+}
+
+/// One cdac run of a batch: its arguments, where its stdout goes, whether to keep it.
+struct Run {
+    args: Vec<OsString>,
+    stdout_file: PathBuf,
+    keep_stdout: bool,
+}
+
+/// Runs cdac commands under scripts/run-bounded's batch mode (one Python start for the lot,
+/// `jobs` at a time); outcomes in the order given.
+fn run_bounded_batch(runs: &[Run], jobs: usize) -> Vec<Outcome> {
+    let batch: Vec<serde_json::Value> = runs
+        .iter()
+        .map(|r| {
+            let mut argv = vec![cdac_bin()];
+            argv.extend(r.args.iter().map(|a| a.to_string_lossy().into_owned()));
+            serde_json::json!({ "args": argv, "stdout": r.stdout_file })
+        })
+        .collect();
+    let mut child = Command::new(repo().join("scripts/run-bounded"))
+        .arg("--batch")
+        .arg("--jobs")
+        .arg(jobs.to_string())
+        .arg("--timeout")
+        .arg(TIMEOUT_SECONDS.to_string())
+        .arg("--max-as")
+        .arg(ADDRESS_SPACE_LIMIT.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run scripts/run-bounded");
+    serde_json::to_writer(child.stdin.take().expect("stdin"), &batch).expect("write the batch");
+    let out = child.wait_with_output().expect("run-bounded output");
+    assert!(
+        out.status.success(),
+        "run-bounded failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: Vec<serde_json::Value> =
+        serde_json::from_slice(&out.stdout).expect("run-bounded JSON");
+    assert_eq!(reports.len(), runs.len(), "one report per command");
+    runs.iter()
+        .zip(&reports)
+        .map(|(r, v)| outcome_of(v, &r.args, &r.stdout_file, r.keep_stdout))
+        .collect()
+}
+
+/// Runs one cdac command under scripts/run-bounded; stdout is kept when `keep_stdout`.
+fn run_bounded(args: &[OsString], stdout_file: &Path, keep_stdout: bool) -> Outcome {
+    let run = Run {
+        args: args.to_vec(),
+        stdout_file: stdout_file.to_path_buf(),
+        keep_stdout,
+    };
+    run_bounded_batch(std::slice::from_ref(&run), 1).remove(0)
 }
 
 /// One command line, with `{dump}` and `{out}` (an output file) filled in per run.
@@ -210,41 +252,37 @@ fn commands(ip2md_addrs: &[String], eh_addr: &str) -> Vec<Cmd> {
 
 /// Runs every command on `dump`, spread over the machine's cores; outcomes in command order.
 fn run_all(cmds: &[Cmd], dump: &Path, work: &Path, tag: &str) -> Vec<Outcome> {
-    let workers = std::thread::available_parallelism()
+    let jobs = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2)
         .min(4);
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Outcome>>> = Mutex::new(vec![None; cmds.len()]);
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some(cmd) = cmds.get(i) else { break };
-                let out_file = work.join(format!("{tag}-{i}.out"));
-                let args: Vec<OsString> = std::iter::once(OsString::from(&cmd.args[0]))
-                    .chain(["--dump".into(), dump.as_os_str().to_owned()])
-                    .chain(cmd.args[1..].iter().map(|a| {
-                        if a == "{out}" {
-                            out_file.clone().into_os_string()
-                        } else {
-                            OsString::from(a)
-                        }
-                    }))
-                    .collect();
-                let keep = cmd.label == "methods --json";
-                let outcome = run_bounded(&args, &work.join(format!("{tag}-{i}.stdout")), keep);
-                let _ = std::fs::remove_file(&out_file);
-                results.lock().unwrap()[i] = Some(outcome);
-            });
-        }
-    });
-    results
-        .into_inner()
-        .unwrap()
-        .into_iter()
-        .map(|o| o.expect("every command ran"))
-        .collect()
+    let out_files: Vec<PathBuf> = (0..cmds.len())
+        .map(|i| work.join(format!("{tag}-{i}.out")))
+        .collect();
+    let runs: Vec<Run> = cmds
+        .iter()
+        .zip(&out_files)
+        .enumerate()
+        .map(|(i, (cmd, out_file))| Run {
+            args: std::iter::once(OsString::from(&cmd.args[0]))
+                .chain(["--dump".into(), dump.as_os_str().to_owned()])
+                .chain(cmd.args[1..].iter().map(|a| {
+                    if a == "{out}" {
+                        out_file.clone().into_os_string()
+                    } else {
+                        OsString::from(a)
+                    }
+                }))
+                .collect(),
+            stdout_file: work.join(format!("{tag}-{i}.stdout")),
+            keep_stdout: cmd.label == "methods --json",
+        })
+        .collect();
+    let outcomes = run_bounded_batch(&runs, jobs);
+    for f in &out_files {
+        let _ = std::fs::remove_file(f);
+    }
+    outcomes
 }
 
 /// Number of methods in `methods --json` output, if it is a JSON array.
@@ -371,8 +409,8 @@ fn damaged_dumps_give_bounded_typed_results() {
         }
         let status = cmd
             .env("CDAC_BIN", cdac_bin())
-            .stderr(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
+            .stderr(Stdio::null())
+            .stdout(Stdio::null())
             .status()
             .expect("run scripts/corrupt-corpus");
         assert!(status.success(), "corrupt-corpus --only {name} failed");
