@@ -22,6 +22,7 @@ macro_rules! out {
 
 mod analyze;
 mod code;
+mod heap;
 mod info;
 mod mip;
 pub(crate) mod model;
@@ -93,6 +94,8 @@ enum Command {
     Record(record::RecordArgs),
     /// A live view of a process's hottest methods (self and total), refreshed each second.
     Top(record::TopArgs),
+    /// The managed heap: the GC's heaps and segments (--segments).
+    Heap(heap::HeapArgs),
     /// The JSON Schema of a command's `--json` output.
     Schema(schema::SchemaArgs),
 }
@@ -288,6 +291,7 @@ pub fn main() -> i32 {
         Command::Analyze(args) => analyze::run_analyze(args),
         Command::Record(args) => record::run_record(args),
         Command::Top(args) => record::run_top(args),
+        Command::Heap(args) => heap::run_heap(args),
         Command::Schema(args) => schema::run_schema(args),
         Command::PerfInject(args) => perf_inject::run_perf_inject(args),
     };

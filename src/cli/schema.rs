@@ -26,11 +26,13 @@ pub enum SchemaCommand {
     Stacks,
     /// `cdac analyze --json`.
     Analyze,
+    /// `cdac heap --segments --json`.
+    Heap,
 }
 
 impl SchemaCommand {
     /// Every command with a schema.
-    pub const ALL: [SchemaCommand; 9] = [
+    pub const ALL: [SchemaCommand; 10] = [
         SchemaCommand::Info,
         SchemaCommand::Ip2md,
         SchemaCommand::Eh,
@@ -40,6 +42,7 @@ impl SchemaCommand {
         SchemaCommand::Threads,
         SchemaCommand::Stacks,
         SchemaCommand::Analyze,
+        SchemaCommand::Heap,
     ];
 
     /// The command's name.
@@ -54,6 +57,7 @@ impl SchemaCommand {
             SchemaCommand::Threads => "threads",
             SchemaCommand::Stacks => "stacks",
             SchemaCommand::Analyze => "analyze",
+            SchemaCommand::Heap => "heap",
         }
     }
 
@@ -70,6 +74,7 @@ impl SchemaCommand {
             SchemaCommand::Threads => schemars::schema_for!(super::threads::ThreadsReport),
             SchemaCommand::Stacks => schemars::schema_for!(super::stacks::StacksReport),
             SchemaCommand::Analyze => schemars::schema_for!(super::analyze::AnalyzeReport),
+            SchemaCommand::Heap => schemars::schema_for!(super::heap::SegmentsReport),
         };
         schema.insert(
             "title".into(),

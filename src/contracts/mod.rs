@@ -11,6 +11,7 @@ pub mod debug_info;
 pub mod exception_trace;
 pub mod execution_manager;
 pub(crate) mod fields;
+pub mod gc;
 pub mod gc_info;
 pub mod loader;
 pub mod platform_metadata;
