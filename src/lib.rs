@@ -77,6 +77,7 @@ pub mod coverage;
 pub mod descriptor;
 pub mod exception_report;
 pub mod formats;
+pub mod heap;
 pub mod limits;
 pub mod memory;
 pub mod names;

@@ -27,6 +27,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
+use crate::contracts::fields::Fields;
 use crate::contracts::loader::{self, ModuleInfo};
 use crate::contracts::runtime_type_system::{
     method_desc_info, method_table_info, type_instantiation, MethodClassification, MethodDescInfo,
@@ -600,13 +601,22 @@ impl<'n> Ctx<'n> {
         }
         let mt = method_table_info(&self.namer.target, &self.namer.descriptor, handle)?;
         let name = if mt.is_array() {
-            if !mt.is_sz_array() {
-                return Err(NameError::Fail(
-                    "multi-dimensional array type arguments are not named yet".into(),
-                ));
-            }
             let mut n = self.type_handle_name(mt.per_inst_info, depth + 1)?;
-            n.push_str("[]");
+            if mt.is_sz_array() {
+                n.push_str("[]");
+            } else {
+                // A rank-R array's base size holds the MethodTable, the length and its
+                // padding (24 bytes) and R bounds and lower bounds (8 bytes per rank).
+                let base = Fields::new(&self.namer.target, &self.namer.descriptor).u32(
+                    handle,
+                    "MethodTable",
+                    "BaseSize",
+                )?;
+                let rank = (u64::from(base).saturating_sub(24) / 8).clamp(1, 32);
+                n.push('[');
+                n.push_str(&",".repeat(rank as usize - 1));
+                n.push(']');
+            }
             n
         } else {
             let md = self.metadata(mt.module)?;

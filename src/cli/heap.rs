@@ -1,15 +1,22 @@
-//! `cdac heap`: the managed heap. `--segments` lists the GC's heaps and segments (like
+//! `cdac heap`: the managed heap. By default, objects per type (like SOS `dumpheap
+//! -stat`); `--objects` lists them; `--segments` lists the GC's heaps and segments (like
 //! SOS `eeheap -gc`).
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
 
-use clap::Args;
+use clap::{Args, ValueEnum};
+use regex::Regex;
 use schemars::JsonSchema;
 use serde::Serialize;
 
+use super::code::parse_address;
 use super::model::Addr;
-use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
-use cdac::contracts::gc::{DacVarsSource, GcHeap, GcSegment};
+use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs, UsageError};
+use cdac::contracts::gc::{DacVarsSource, GcHeap, GcSegment, HeapObject, ObjectGeneration};
+use cdac::heap::{self as managed_heap, HeapStats};
+use cdac::names::MethodNamer;
+use cdac::runtime::Runtime;
 
 /// Arguments of `cdac heap`.
 #[derive(Debug, Args)]
@@ -20,11 +27,59 @@ pub struct HeapArgs {
     descriptor: DescriptorArgs,
     /// List the GC's heaps and segments (regions): kind, object range, committed and
     /// reserved memory, like SOS `eeheap -gc`.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["objects", "stat"])]
     segments: bool,
+    /// Objects per type: count and total size, smallest total first (the default).
+    #[arg(long)]
+    stat: bool,
+    /// List every object (address, MethodTable, size, generation, type) instead.
+    #[arg(long)]
+    objects: bool,
+    /// Only objects whose type name matches this regular expression.
+    #[arg(long = "type", value_name = "REGEX")]
+    type_filter: Option<String>,
+    /// Only objects of this MethodTable.
+    #[arg(long, value_name = "ADDR", value_parser = parse_address)]
+    mt: Option<u64>,
+    /// Only objects of this generation.
+    #[arg(long, value_enum)]
+    gen: Option<GenArg>,
+    /// Only objects of at least this many bytes.
+    #[arg(long, value_name = "BYTES", value_parser = super::parse_amount)]
+    min_size: Option<u64>,
+    /// Only objects of at most this many bytes.
+    #[arg(long, value_name = "BYTES", value_parser = super::parse_amount)]
+    max_size: Option<u64>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// `--gen`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum GenArg {
+    #[value(name = "0")]
+    Gen0,
+    #[value(name = "1")]
+    Gen1,
+    #[value(name = "2")]
+    Gen2,
+    Loh,
+    Poh,
+    Frozen,
+}
+
+impl GenArg {
+    fn generation(self) -> ObjectGeneration {
+        match self {
+            GenArg::Gen0 => ObjectGeneration::Gen0,
+            GenArg::Gen1 => ObjectGeneration::Gen1,
+            GenArg::Gen2 => ObjectGeneration::Gen2,
+            GenArg::Loh => ObjectGeneration::Loh,
+            GenArg::Poh => ObjectGeneration::Poh,
+            GenArg::Frozen => ObjectGeneration::Frozen,
+        }
+    }
 }
 
 /// `cdac heap --segments --json`.
@@ -33,7 +88,7 @@ pub struct SegmentsReport {
     /// How the GC was built and configured.
     pub gc: GcReport,
     /// The heaps (one under workstation GC).
-    pub heaps: Vec<HeapReport>,
+    pub heaps: Vec<GcHeapReport>,
     /// Every segment, heap by heap: gen0, gen1, gen2 and frozen, LOH, POH.
     pub segments: Vec<SegmentReport>,
 }
@@ -62,7 +117,7 @@ pub struct GcReport {
 
 /// One heap.
 #[derive(Debug, Serialize, JsonSchema)]
-pub struct HeapReport {
+pub struct GcHeapReport {
     /// Its index.
     pub index: usize,
     /// The server `gc_heap` (absent under workstation GC).
@@ -100,11 +155,274 @@ pub struct SegmentReport {
 
 /// Runs `cdac heap`.
 pub fn run_heap(args: &HeapArgs) -> CliResult {
+    let type_filter = args
+        .type_filter
+        .as_deref()
+        .map(Regex::new)
+        .transpose()
+        .map_err(|e| UsageError(format!("--type: {e}")))?;
     let rt = args.target.open(&args.descriptor)?;
     let gc = rt.contracts().gc()?;
-    // Only the segment list exists so far; it is what a plain `cdac heap` shows too.
-    let _ = args.segments;
-    segments(gc, args.json)
+    if args.segments {
+        return segments(gc, args.json);
+    }
+    walk(&rt, args, type_filter.as_ref())
+}
+
+/// `cdac heap --stat --json` and `cdac heap --objects --json`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct HeapReport {
+    /// Objects walked that passed the filters.
+    pub objects: u64,
+    /// Their total size in bytes.
+    pub total_size: u64,
+    /// Per type, smallest total size first (`--stat`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub types: Option<Vec<TypeReport>>,
+    /// Each object (`--objects`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object_list: Option<Vec<ObjectReport>>,
+    /// Segments whose walk stopped before their end, and why.
+    pub problems: Vec<ProblemReport>,
+    /// Segments walked.
+    pub segments: usize,
+}
+
+/// Objects of one type.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TypeReport {
+    /// The type's MethodTable.
+    pub method_table: Addr,
+    /// Its name ("Free" for the gaps the GC filled).
+    pub name: String,
+    /// Number of objects.
+    pub count: u64,
+    /// Their total size in bytes (unaligned sizes, as SOS adds them).
+    pub total_size: u64,
+}
+
+/// One object.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ObjectReport {
+    /// Its address.
+    pub address: Addr,
+    /// Its MethodTable.
+    pub method_table: Addr,
+    /// Its size in bytes (unaligned).
+    pub size: u64,
+    /// gen0, gen1, gen2, loh, poh or frozen.
+    pub generation: String,
+    /// Its type's name.
+    pub name: String,
+}
+
+/// Where a segment's walk stopped.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ProblemReport {
+    /// The segment's first object.
+    pub segment_start: Addr,
+    /// Where the walk stopped.
+    pub address: Addr,
+    /// Why.
+    pub detail: String,
+}
+
+/// Progress on standard error, when it is a terminal and the walk takes over a second.
+struct Progress {
+    started: Instant,
+    shown: bool,
+    terminal: bool,
+}
+
+impl Progress {
+    fn tick(&mut self, objects: u64) {
+        if self.terminal
+            && objects % (1 << 20) == 0
+            && self.started.elapsed() > Duration::from_secs(1)
+        {
+            self.shown = true;
+            let _ = write!(std::io::stderr(), "\rcdac: {objects} objects walked");
+        }
+    }
+
+    fn finish(&self) {
+        if self.shown {
+            let _ = writeln!(std::io::stderr());
+        }
+    }
+}
+
+/// The walk: statistics per type (default) or the object list, with the filters.
+fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult {
+    let layout = managed_heap::layout(rt)?;
+    for (thread, e) in &layout.context_errors {
+        status!(
+            "cdac: warning: the allocation context of thread {}: {e}",
+            hex(*thread)
+        );
+    }
+    let mut namer = MethodNamer::for_runtime(rt);
+    let mut names: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
+    let mut name_of = |mt: u64, is_free: bool| -> String {
+        if is_free {
+            return "Free".into();
+        }
+        names
+            .entry(mt)
+            .or_insert_with(|| {
+                namer
+                    .type_name(mt)
+                    .unwrap_or_else(|| format!("<MethodTable {mt:#x}>"))
+            })
+            .clone()
+    };
+    // Filters on raw values apply during the walk; the name filter needs names, which are
+    // made once per MethodTable.
+    let keep_raw = |o: &HeapObject| {
+        args.mt.is_none_or(|mt| o.method_table == mt)
+            && args.gen.is_none_or(|g| o.generation == g.generation())
+            && args.min_size.is_none_or(|m| o.size >= m)
+            && args.max_size.is_none_or(|m| o.size <= m)
+    };
+    let mut stats = HeapStats::default();
+    let mut objects: Vec<HeapObject> = Vec::new();
+    let mut progress = Progress {
+        started: Instant::now(),
+        shown: false,
+        terminal: std::io::stderr().is_terminal(),
+    };
+    let mut walked = 0u64;
+    let summary = managed_heap::walk(rt, &layout, |o| {
+        walked += 1;
+        progress.tick(walked);
+        if !keep_raw(o) {
+            return;
+        }
+        if args.objects {
+            objects.push(*o);
+        } else {
+            stats.add(o);
+        }
+    })?;
+    progress.finish();
+    let problems: Vec<ProblemReport> = summary
+        .problems
+        .iter()
+        .map(|p| ProblemReport {
+            segment_start: Addr(layout.segments.get(p.segment).map_or(0, |s| s.start)),
+            address: Addr(p.address),
+            detail: p.detail.clone(),
+        })
+        .collect();
+    let mut report = HeapReport {
+        objects: 0,
+        total_size: 0,
+        types: None,
+        object_list: None,
+        problems,
+        segments: layout.segments.len(),
+    };
+    if args.objects {
+        let mut list = Vec::new();
+        for o in &objects {
+            let name = name_of(o.method_table, o.is_free);
+            if type_filter.is_some_and(|re| !re.is_match(&name)) {
+                continue;
+            }
+            report.objects += 1;
+            report.total_size += o.size;
+            list.push(ObjectReport {
+                address: Addr(o.address),
+                method_table: Addr(o.method_table),
+                size: o.size,
+                generation: o.generation.name().to_string(),
+                name,
+            });
+        }
+        report.object_list = Some(list);
+    } else {
+        let mut types = Vec::new();
+        for s in stats.sorted() {
+            let name = name_of(s.method_table, s.is_free);
+            if type_filter.is_some_and(|re| !re.is_match(&name)) {
+                continue;
+            }
+            report.objects += s.count;
+            report.total_size += s.total_size;
+            types.push(TypeReport {
+                method_table: Addr(s.method_table),
+                name,
+                count: s.count,
+                total_size: s.total_size,
+            });
+        }
+        report.types = Some(types);
+    }
+    if args.json {
+        super::emit_json(&report)?;
+    } else {
+        print_walk(&report)?;
+    }
+    for p in &report.problems {
+        status!(
+            "cdac: warning: the walk of the segment at {} stopped at {}: {}",
+            hex(p.segment_start.0),
+            hex(p.address.0),
+            p.detail
+        );
+    }
+    Ok(if report.problems.is_empty() {
+        Outcome::Answered
+    } else {
+        Outcome::Partial(format!(
+            "{} of {} segment(s) could not be walked to their end",
+            report.problems.len(),
+            report.segments
+        ))
+    })
+}
+
+fn print_walk(r: &HeapReport) -> Result<(), Box<dyn std::error::Error>> {
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if let Some(list) = &r.object_list {
+        writeln!(
+            out,
+            "{:<18} {:<18} {:>10} {:<6} type",
+            "address", "method table", "size", "gen"
+        )?;
+        for o in list {
+            writeln!(
+                out,
+                "{:<18} {:<18} {:>10} {:<6} {}",
+                hex(o.address.0),
+                hex(o.method_table.0),
+                o.size,
+                o.generation,
+                o.name
+            )?;
+        }
+    }
+    if let Some(types) = &r.types {
+        writeln!(
+            out,
+            "{:<18} {:>10} {:>14} type",
+            "method table", "count", "total size"
+        )?;
+        for t in types {
+            writeln!(
+                out,
+                "{:<18} {:>10} {:>14} {}",
+                hex(t.method_table.0),
+                t.count,
+                t.total_size,
+                t.name
+            )?;
+        }
+    }
+    writeln!(out, "{} object(s), {} bytes", r.objects, r.total_size)?;
+    out.flush()?;
+    Ok(())
 }
 
 /// `--segments`.
@@ -127,7 +445,7 @@ fn segments(gc: &GcHeap, json: bool) -> CliResult {
         },
         heaps: heaps
             .iter()
-            .map(|h| HeapReport {
+            .map(|h| GcHeapReport {
                 index: h.index,
                 address: (h.address != 0).then_some(Addr(h.address)),
                 alloc_allocated: Addr(h.alloc_allocated),

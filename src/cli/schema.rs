@@ -26,13 +26,15 @@ pub enum SchemaCommand {
     Stacks,
     /// `cdac analyze --json`.
     Analyze,
-    /// `cdac heap --segments --json`.
+    /// `cdac heap --json` (per type) and `cdac heap --objects --json`.
     Heap,
+    /// `cdac heap --segments --json`.
+    HeapSegments,
 }
 
 impl SchemaCommand {
     /// Every command with a schema.
-    pub const ALL: [SchemaCommand; 10] = [
+    pub const ALL: [SchemaCommand; 11] = [
         SchemaCommand::Info,
         SchemaCommand::Ip2md,
         SchemaCommand::Eh,
@@ -43,6 +45,7 @@ impl SchemaCommand {
         SchemaCommand::Stacks,
         SchemaCommand::Analyze,
         SchemaCommand::Heap,
+        SchemaCommand::HeapSegments,
     ];
 
     /// The command's name.
@@ -58,6 +61,7 @@ impl SchemaCommand {
             SchemaCommand::Stacks => "stacks",
             SchemaCommand::Analyze => "analyze",
             SchemaCommand::Heap => "heap",
+            SchemaCommand::HeapSegments => "heap-segments",
         }
     }
 
@@ -74,7 +78,8 @@ impl SchemaCommand {
             SchemaCommand::Threads => schemars::schema_for!(super::threads::ThreadsReport),
             SchemaCommand::Stacks => schemars::schema_for!(super::stacks::StacksReport),
             SchemaCommand::Analyze => schemars::schema_for!(super::analyze::AnalyzeReport),
-            SchemaCommand::Heap => schemars::schema_for!(super::heap::SegmentsReport),
+            SchemaCommand::Heap => schemars::schema_for!(super::heap::HeapReport),
+            SchemaCommand::HeapSegments => schemars::schema_for!(super::heap::SegmentsReport),
         };
         schema.insert(
             "title".into(),

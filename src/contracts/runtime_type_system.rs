@@ -287,12 +287,7 @@ pub fn method_table_info(
     } else {
         mt
     };
-    let per_inst_info = if flags2 & MTF2_HAS_PER_INST_INFO != 0 {
-        f.ptr(mt, "MethodTable", "PerInstInfo")?
-    } else {
-        0
-    };
-    Ok(MethodTableInfo {
+    let mut info = MethodTableInfo {
         address: mt,
         module: f.ptr(mt, "MethodTable", "Module")?,
         token: 0x0200_0000 | (rid & 0x00FF_FFFF),
@@ -300,8 +295,13 @@ pub fn method_table_info(
         flags,
         flags2,
         parent: f.ptr(mt, "MethodTable", "ParentMethodTable")?,
-        per_inst_info,
-    })
+        per_inst_info: 0,
+    };
+    // An array keeps its element type in the same slot, without the PerInstInfo flag.
+    if flags2 & MTF2_HAS_PER_INST_INFO != 0 || info.is_array() {
+        info.per_inst_info = f.ptr(mt, "MethodTable", "PerInstInfo")?;
+    }
+    Ok(info)
 }
 
 /// The type handles of a generic instantiation's `count` arguments (the caller knows the

@@ -529,6 +529,33 @@ impl Threads {
         Ok(out)
     }
 
+    /// The thread's allocation context: the free bytes `[pointer, limit)` it allocates
+    /// small objects from, which a heap walk must step over; `None` when it has none.
+    /// .NET 10 keeps it in `RuntimeThreadLocals` inside an `EEAllocContext`, .NET 9 in
+    /// `RuntimeThreadLocals` directly, .NET 8 inline in the Thread (`Thread.AllocContext`).
+    pub fn allocation_context(&self, thread: u64) -> Result<Option<(u64, u64)>, ContractError> {
+        let f = self.f();
+        let thread_ty = self.descriptor.ty("Thread")?;
+        let context = if thread_ty.has_field("RuntimeThreadLocals") {
+            let locals = f.ptr(thread, "Thread", "RuntimeThreadLocals")?;
+            if locals == 0 {
+                return Ok(None);
+            }
+            let mut at = locals.wrapping_add(f.off("RuntimeThreadLocals", "AllocContext")?);
+            if let Ok(ee) = self.descriptor.ty("EEAllocContext") {
+                if ee.has_field("GCAllocationContext") {
+                    at = at.wrapping_add(ee.offset("GCAllocationContext")?);
+                }
+            }
+            at
+        } else {
+            thread.wrapping_add(f.off("Thread", "AllocContext")?)
+        };
+        let pointer = f.ptr(context, "GCAllocContext", "Pointer")?;
+        let limit = f.ptr(context, "GCAllocContext", "Limit")?;
+        Ok((pointer != 0 && limit >= pointer).then_some((pointer, limit)))
+    }
+
     /// The MethodTable of an object.
     pub fn method_table_of(&self, object: u64) -> Result<u64, ContractError> {
         let mask = self

@@ -612,3 +612,18 @@ pub fn start_cpu_workload_without_perf_map(variant: Variant) -> CpuWorkload {
         stdout: BufReader::new(stdout),
     }
 }
+
+/// The `dotnet-dump` (SOS) that scripts/tools-setup installs (once per machine).
+pub fn dotnet_dump() -> PathBuf {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
+        let out = Command::new(repo().join("scripts/tools-setup"))
+            .stderr(Stdio::null())
+            .output()
+            .expect("run scripts/tools-setup");
+        assert!(out.status.success(), "scripts/tools-setup failed");
+        let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        PathBuf::from(dir).join("dotnet-dump")
+    })
+    .clone()
+}

@@ -7,7 +7,8 @@
 use crate::common;
 use crate::json_schema;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::process::Command;
 
 use common::{clrmd_probe, testbed_of, Variant};
@@ -26,7 +27,7 @@ fn cdac_segments(target: &[&str]) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    json_schema::assert_matches_schema("heap", &v);
+    json_schema::assert_matches_schema("heap-segments", &v);
     v
 }
 
@@ -182,4 +183,228 @@ fn segments_on_the_latest_patches() {
             "{variant:?}"
         );
     }
+}
+
+/// `cdac heap ARGS --json` on a target; the report.
+fn cdac_heap(args: &[&str], target: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+        .arg("heap")
+        .args(args)
+        .arg("--json")
+        .args(target)
+        .output()
+        .expect("run cdac");
+    assert!(
+        out.status.success(),
+        "cdac heap {args:?} {target:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// Every object as (address, MethodTable, size, free).
+type Objects = BTreeSet<(u64, u64, u64, bool)>;
+
+fn hex_of(v: &Value) -> u64 {
+    common::hex(v)
+}
+
+fn cdac_objects(target: &[&str]) -> Objects {
+    let v = cdac_heap(&["--objects"], target);
+    json_schema::assert_matches_schema("heap", &v);
+    assert_eq!(v["problems"], serde_json::json!([]), "{target:?}");
+    v["object_list"]
+        .as_array()
+        .expect("object_list")
+        .iter()
+        .map(|o| {
+            (
+                hex_of(&o["address"]),
+                hex_of(&o["method_table"]),
+                o["size"].as_u64().expect("size"),
+                o["name"] == "Free",
+            )
+        })
+        .collect()
+}
+
+/// ClrMD's `heap-objects` lines: address, MethodTable, size, free flag.
+fn clrmd_objects(target: &[&str]) -> Objects {
+    let out = Command::new(clrmd_probe())
+        .args(target)
+        .arg("heap-objects")
+        .output()
+        .expect("run clrmd-probe");
+    assert!(
+        out.status.success(),
+        "clrmd-probe heap-objects {target:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 4, "{l}");
+            (
+                hex(f[0]),
+                hex(f[1]),
+                f[2].parse().expect("size"),
+                f[3] == "1",
+            )
+        })
+        .collect()
+}
+
+/// The objects of a testbed's heap equal ClrMD's, object for object (address, MethodTable,
+/// size, free or not), from a full dump and a gcore, and live (the testbed is idle).
+fn objects_equal_clrmd(variant: Variant) {
+    let tb = testbed_of(variant);
+    let pid = tb.pid.to_string();
+    let full = tb.dump("full");
+    let gcore = tb.dump("gcore");
+    let targets: [(&str, Vec<&str>); 3] = [
+        ("full dump", vec!["--dump", full.to_str().expect("path")]),
+        ("gcore", vec!["--dump", gcore.to_str().expect("path")]),
+        ("live", vec!["--pid", &pid]),
+    ];
+    for (what, target) in targets {
+        let ours = cdac_objects(&target);
+        let theirs = clrmd_objects(&target);
+        let only_ours: Vec<_> = ours.difference(&theirs).take(5).collect();
+        let only_theirs: Vec<_> = theirs.difference(&ours).take(5).collect();
+        assert!(
+            only_ours.is_empty() && only_theirs.is_empty(),
+            "{variant:?} {what}: {} objects, ClrMD {}; only cdac's (first 5): {only_ours:x?}; \
+             only ClrMD's: {only_theirs:x?}",
+            ours.len(),
+            theirs.len()
+        );
+        let free = ours.iter().filter(|o| o.3).count();
+        assert!(
+            ours.len() > 30_000 && free > 0,
+            "{variant:?} {what}: {} objects, {free} free",
+            ours.len()
+        );
+        eprintln!(
+            "{variant:?} {what}: {} objects ({free} free) equal ClrMD's",
+            ours.len()
+        );
+    }
+}
+
+#[test]
+fn objects_equal_clrmd_net10() {
+    objects_equal_clrmd(Variant::Net10);
+}
+
+#[test]
+fn objects_equal_clrmd_net9() {
+    objects_equal_clrmd(Variant::Net9);
+}
+
+#[test]
+fn objects_equal_clrmd_net8() {
+    objects_equal_clrmd(Variant::Net8);
+}
+
+/// SOS `dumpheap -stat` rows: MethodTable → (count, total size), and the total line.
+fn sos_stat(dump: &Path) -> (BTreeMap<u64, (u64, u64)>, (u64, u64)) {
+    let out = Command::new(common::dotnet_dump())
+        .arg("analyze")
+        .arg(dump)
+        .args(["-c", "dumpheap -stat", "-c", "exit"])
+        .output()
+        .expect("run dotnet-dump");
+    assert!(
+        out.status.success(),
+        "dotnet-dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let number = |s: &str| s.replace(',', "").parse::<u64>().expect("SOS number");
+    let mut rows = BTreeMap::new();
+    let mut total = None;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.first() == Some(&"Total") && f.len() >= 4 {
+            total = Some((number(f[1]), number(f[3])));
+        } else if f.len() >= 4 && f[0].len() >= 8 && u64::from_str_radix(f[0], 16).is_ok() {
+            if let (Ok(_), Ok(_)) = (
+                f[1].replace(',', "").parse::<u64>(),
+                f[2].replace(',', "").parse::<u64>(),
+            ) {
+                rows.insert(
+                    u64::from_str_radix(f[0], 16).expect("MT"),
+                    (number(f[1]), number(f[2])),
+                );
+            }
+        }
+    }
+    (rows, total.expect("SOS's Total line"))
+}
+
+/// `cdac heap` (per-type statistics) equals SOS `dumpheap -stat` on a full dump, type for
+/// type by MethodTable (names are spelt differently for generics), and in total.
+fn stat_equals_sos(variant: Variant) {
+    let full = testbed_of(variant).dump("full");
+    let target = ["--dump", full.to_str().expect("path")];
+    let ours = cdac_heap(&[], &target);
+    json_schema::assert_matches_schema("heap", &ours);
+    let rows: BTreeMap<u64, (u64, u64)> = ours["types"]
+        .as_array()
+        .expect("types")
+        .iter()
+        .map(|t| {
+            (
+                hex_of(&t["method_table"]),
+                (
+                    t["count"].as_u64().expect("count"),
+                    t["total_size"].as_u64().expect("size"),
+                ),
+            )
+        })
+        .collect();
+    let (sos_rows, sos_total) = sos_stat(&full);
+    assert_eq!(rows, sos_rows, "{variant:?}: cdac's rows, then SOS's");
+    assert_eq!(
+        (
+            ours["objects"].as_u64().expect("objects"),
+            ours["total_size"].as_u64().expect("total")
+        ),
+        sos_total,
+        "{variant:?}"
+    );
+    // Every type but a few is named (the free objects as SOS names them).
+    let types = ours["types"].as_array().expect("types");
+    let unnamed: Vec<&Value> = types
+        .iter()
+        .filter(|t| {
+            t["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("<MethodTable"))
+        })
+        .collect();
+    assert!(unnamed.is_empty(), "{variant:?}: unnamed types {unnamed:?}");
+    assert!(types.iter().any(|t| t["name"] == "Free"), "{variant:?}");
+    assert!(
+        types.iter().any(|t| t["name"] == "System.String"),
+        "{variant:?}"
+    );
+    eprintln!("{variant:?}: {} types, {sos_total:?} equal SOS", rows.len());
+}
+
+#[test]
+fn stat_equals_sos_net10() {
+    stat_equals_sos(Variant::Net10);
+}
+
+#[test]
+fn stat_equals_sos_net9() {
+    stat_equals_sos(Variant::Net9);
+}
+
+#[test]
+fn stat_equals_sos_net8() {
+    stat_equals_sos(Variant::Net8);
 }

@@ -418,16 +418,6 @@ fn check_current_against_clrmd(variant: Variant) {
 }
 
 /// `dotnet-dump` (SOS over the runtime's own DAC), installed by scripts/tools-setup.
-fn dotnet_dump() -> std::path::PathBuf {
-    let out = Command::new(common::repo().join("scripts/tools-setup"))
-        .stderr(std::process::Stdio::null())
-        .output()
-        .expect("run scripts/tools-setup");
-    assert!(out.status.success(), "scripts/tools-setup failed");
-    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    std::path::PathBuf::from(dir).join("dotnet-dump")
-}
-
 /// One method as SOS's `dumpmd` prints it: its current code (0 for none), and each version's code
 /// (0 when not compiled), tier and `NativeCodeVersionNode` (0 for the default one).
 #[derive(Debug)]
@@ -438,7 +428,7 @@ struct SosMethod {
 
 /// `dumpmd` of each MethodDesc, in one `dotnet-dump analyze` session on `dump`.
 fn sos_dumpmd(dump: &std::path::Path, mds: &[u64]) -> Vec<SosMethod> {
-    let mut cmd = Command::new(dotnet_dump());
+    let mut cmd = Command::new(common::dotnet_dump());
     cmd.arg("analyze").arg(dump);
     for md in mds {
         cmd.args(["-c", &format!("dumpmd {md:#x}")]);

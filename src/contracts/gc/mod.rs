@@ -10,12 +10,17 @@
 
 pub mod dac_vars;
 pub mod segments;
+pub mod walk;
 
 pub use dac_vars::{DacVarsSource, GcDacVars};
 pub use segments::{GcHeapData, GcSegment, Generation, HeapSegment, SegmentKind};
+pub use walk::{
+    HeapObject, ObjectGeneration, ObjectLayout, ObjectWalker, WalkProblem, WalkSummary,
+};
 
 use super::registry::{self, Contract, ContractContext};
 use super::ContractError;
+use crate::descriptor::DataDescriptor;
 use crate::memory::Target;
 
 /// The descriptor global that names the `g_dacTable` slot holding `&g_gcDacGlobals`.
@@ -36,6 +41,7 @@ pub struct GcIdentifiers {
 #[derive(Debug, Clone)]
 pub struct GcHeap {
     target: Target,
+    descriptor: DataDescriptor,
     vars: GcDacVars,
     source: DacVarsSource,
     identifiers: GcIdentifiers,
@@ -73,6 +79,7 @@ impl GcHeap {
             && target.read_i32(vars.dynamic_adaptation_mode)? == 1;
         Ok(GcHeap {
             target: target.clone(),
+            descriptor: context.descriptor.clone(),
             vars,
             source,
             identifiers: GcIdentifiers {
@@ -120,5 +127,47 @@ impl GcHeap {
             )?);
         }
         Ok(out)
+    }
+
+    /// Where a walk finds an object's MethodTable fields and component count, from the
+    /// descriptor (`MethodTable`, `Array`, `ObjectToMethodTableUnmask`).
+    pub fn object_layout(&self) -> Result<ObjectLayout, ContractError> {
+        let d = &self.descriptor;
+        let mt = d.ty("MethodTable")?;
+        let num_components = match d.ty("Array") {
+            Ok(a) => a.offset("m_NumComponents")?,
+            Err(_) => d.ty("String")?.offset("m_StringLength")?,
+        };
+        Ok(ObjectLayout {
+            mt_flags: mt.offset("MTFlags")?,
+            mt_base_size: mt.offset("BaseSize")?,
+            num_components,
+            mt_mask: d.global_value("ObjectToMethodTableUnmask")?,
+        })
+    }
+
+    /// The free object MethodTable, when the descriptor names it (`FreeObjectMethodTable`:
+    /// .NET 9 and 10); a walk otherwise knows free objects by their MethodTable's shape.
+    pub fn free_method_table(&self) -> Option<u64> {
+        let global = self.descriptor.global_value("FreeObjectMethodTable").ok()?;
+        self.target.read_pointer(global).ok().filter(|&mt| mt != 0)
+    }
+
+    /// A walker over this heap's objects that steps over the given allocation contexts
+    /// (every thread's; the generations' own are added here).
+    pub fn walker(
+        &self,
+        heaps: &[GcHeapData],
+        mut contexts: Vec<(u64, u64)>,
+    ) -> Result<ObjectWalker<'_>, ContractError> {
+        for h in heaps {
+            contexts.extend(h.generations.iter().map(|g| (g.alloc_ptr, g.alloc_limit)));
+        }
+        Ok(ObjectWalker::new(
+            &self.target,
+            self.object_layout()?,
+            contexts,
+            self.free_method_table(),
+        ))
     }
 }
