@@ -339,6 +339,12 @@ pub fn start_testbed(variant: Variant, extra: &[&str]) -> Testbed {
     spawn_testbed(variant, extra, false).0
 }
 
+/// Starts a private testbed as [`start_testbed`] does, with extra environment variables
+/// (`DOTNET_gcServer=1`, ...).
+pub fn start_testbed_env(variant: Variant, extra: &[&str], env: &[(&str, &str)]) -> Testbed {
+    spawn_testbed_env(variant, extra, false, env).0
+}
+
 /// Starts a private testbed as [`start_testbed`] does, with its stdin and stdout piped to
 /// the caller: for `--rounds N` (a line on stdin starts the rounds, stdout then carries
 /// `round I HEX` lines and `done`, and the testbed exits at the end of its stdin).
