@@ -414,12 +414,15 @@ fn stat_equals_sos_net8() {
     stat_equals_sos(Variant::Net8);
 }
 
+/// A GC configuration: its name, environment, and whether it is server GC and DATAS.
+type Flavour = (&'static str, &'static [(&'static str, &'static str)], bool, bool);
+
 /// Server GC (with DATAS, the default, and without it: two heaps on two cores) and the
 /// segments GC (`libclrgc.so`): the flavour is named, and segments and objects equal
 /// ClrMD's on a full dump of .NET 10.
 #[test]
 fn gc_flavours_equal_clrmd_net10() {
-    let flavours: [(&str, &[(&str, &str)], bool, bool); 3] = [
+    let flavours: [Flavour; 3] = [
         ("server, DATAS", &[("DOTNET_gcServer", "1")], true, true),
         (
             "server without DATAS",
