@@ -6,7 +6,7 @@
 //! allocation context) and the per-type summary, keyed by raw MethodTable and named once
 //! at the end.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use crate::contracts::gc::{GcHeapData, GcSegment, HeapObject, WalkSummary};
 use crate::contracts::ContractError;
@@ -79,7 +79,7 @@ pub struct TypeStat {
 /// Counts and sizes per MethodTable, as objects arrive.
 #[derive(Debug, Clone, Default)]
 pub struct HeapStats {
-    by_method_table: HashMap<u64, TypeStat>,
+    by_method_table: FxHashMap<u64, TypeStat>,
 }
 
 impl HeapStats {

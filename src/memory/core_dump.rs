@@ -6,6 +6,7 @@
 //! this machine; `NT_PRSTATUS` notes give the threads.
 
 use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -48,6 +49,9 @@ enum Backing {
 pub struct CoreDump {
     path: PathBuf,
     map: Mmap,
+    /// The same file, for large reads: copying them with `pread` instead of from the map
+    /// keeps a heap walk over gigabytes from making every page of the dump resident.
+    file: Option<std::fs::File>,
     layout: DataLayout,
     machine: u16,
     segments: Vec<Segment>,
@@ -110,9 +114,11 @@ impl CoreDump {
         for w in &warnings {
             tracing::warn!(core = %path.display(), "{w}");
         }
+        let file = std::fs::File::open(&path).ok();
         Ok(CoreDump {
             path,
             map,
+            file,
             layout: parsed.layout,
             machine: parsed.machine,
             segments: parsed.segments,
@@ -294,6 +300,9 @@ impl CoreDump {
     }
 }
 
+/// Reads at least this long are copied from the file with `pread`, not from the map.
+const PREAD_MIN_BYTES: usize = 64 * 1024;
+
 impl MemorySource for CoreDump {
     fn read_exact(&self, addr: u64, buf: &mut [u8]) -> Result<(), ReadError> {
         super::check_range(addr, buf.len())?;
@@ -306,6 +315,17 @@ impl MemorySource for CoreDump {
                 Some(seg) if at - seg.vaddr < seg.filesz => {
                     let within = at - seg.vaddr;
                     let n = (out.len() as u64).min(seg.filesz - within) as usize;
+                    if n >= PREAD_MIN_BYTES {
+                        if let Some(file) = &self.file {
+                            let read = seg.offset.checked_add(within).is_some_and(|from| {
+                                file.read_exact_at(&mut out[..n], from).is_ok()
+                            });
+                            if read {
+                                done += n;
+                                continue;
+                            }
+                        }
+                    }
                     let bytes = seg
                         .offset
                         .checked_add(within)

@@ -17,7 +17,7 @@ internal static class Program
 {
     private const string Usage =
         "usage: clrmd-probe [--dac PATH] (--dump FILE | --pid PID) " +
-        "(info | modules | methods | ip2md ADDR... | ip2md - | stacks | heap-segments | heap-objects | bench-methods | bench-ip2md FILE)";
+        "(info | modules | methods | ip2md ADDR... | ip2md - | stacks | heap-segments | heap-objects | bench-heap | bench-methods | bench-ip2md FILE)";
 
     private static int Main(string[] args)
     {
@@ -79,6 +79,23 @@ internal static class Program
             case "stacks": Stacks(json, runtime); break;
             case "heap-segments": HeapSegments(json, runtime); break;
             case "heap-objects": HeapObjects(runtime); return 0;
+            case "bench-heap":
+                {
+                    // What `dumpheap -stat` does: every object, its size, totals per MethodTable.
+                    var work = Stopwatch.StartNew();
+                    var stats = new Dictionary<ulong, (long Count, ulong Size)>();
+                    long objects = 0;
+                    foreach (ClrObject o in runtime.Heap.EnumerateObjects())
+                    {
+                        ulong mt = o.Type?.MethodTable ?? 0;
+                        stats.TryGetValue(mt, out var s);
+                        stats[mt] = (s.Count + 1, s.Size + o.Size);
+                        objects++;
+                    }
+                    Timing(json, openMs, runtimeMs, work.Elapsed.TotalMilliseconds, clock,
+                        ("objects", (int)Math.Min(objects, int.MaxValue)), ("types", stats.Count));
+                    break;
+                }
             case "bench-methods":
                 {
                     var work = Stopwatch.StartNew();

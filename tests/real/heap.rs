@@ -415,7 +415,12 @@ fn stat_equals_sos_net8() {
 }
 
 /// A GC configuration: its name, environment, and whether it is server GC and DATAS.
-type Flavour = (&'static str, &'static [(&'static str, &'static str)], bool, bool);
+type Flavour = (
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    bool,
+    bool,
+);
 
 /// Server GC (with DATAS, the default, and without it: two heaps on two cores) and the
 /// segments GC (`libclrgc.so`): the flavour is named, and segments and objects equal

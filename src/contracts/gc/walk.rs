@@ -8,7 +8,7 @@
 //! MethodTable's shape is read once; types are not named here (callers name the few
 //! thousand distinct MethodTables at the end, not the millions of objects).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::segments::{GcHeapData, GcSegment, SegmentKind};
 use crate::memory::Target;
@@ -128,7 +128,9 @@ pub struct ObjectWalker<'a> {
     contexts: Vec<(u64, u64)>,
     /// The free object MethodTable, when the runtime names it.
     free_method_table: Option<u64>,
-    shapes: HashMap<u64, Option<Shape>>,
+    shapes: FxHashMap<u64, Option<Shape>>,
+    /// The last MethodTable looked up and its shape: neighbours often share a type.
+    last_shape: Option<(u64, Option<Shape>)>,
 }
 
 impl<'a> ObjectWalker<'a> {
@@ -147,14 +149,21 @@ impl<'a> ObjectWalker<'a> {
             layout,
             contexts,
             free_method_table,
-            shapes: HashMap::new(),
+            shapes: FxHashMap::default(),
+            last_shape: None,
         }
     }
 
     /// The shape of `mt`, read on first use; `None` when it cannot be a MethodTable.
     fn shape(&mut self, mt: u64) -> Option<Shape> {
-        if let Some(s) = self.shapes.get(&mt) {
-            return *s;
+        if let Some((last, shape)) = self.last_shape {
+            if last == mt {
+                return shape;
+            }
+        }
+        if let Some(&s) = self.shapes.get(&mt) {
+            self.last_shape = Some((mt, s));
+            return s;
         }
         let read = || -> Option<Shape> {
             let flags = self.target.read_u32(mt + self.layout.mt_flags).ok()?;
@@ -179,6 +188,7 @@ impl<'a> ObjectWalker<'a> {
         };
         let shape = if mt == 0 || mt % 8 != 0 { None } else { read() };
         self.shapes.insert(mt, shape);
+        self.last_shape = Some((mt, shape));
         shape
     }
 
