@@ -22,6 +22,7 @@ macro_rules! out {
 
 mod analyze;
 mod code;
+mod handles;
 mod heap;
 mod info;
 mod mip;
@@ -94,8 +95,14 @@ enum Command {
     Record(record::RecordArgs),
     /// A live view of a process's hottest methods (self and total), refreshed each second.
     Top(record::TopArgs),
-    /// The managed heap: the GC's heaps and segments (--segments).
+    /// The managed heap: objects per type (like dumpheap -stat), every object (--objects),
+    /// or the GC's heaps and segments (--segments).
     Heap(heap::HeapArgs),
+    /// Every GC handle: kind, object, type, a dependent handle's secondary (like gchandles).
+    Handles(handles::HandlesArgs),
+    /// The finalization queues: objects registered for finalization per generation, and
+    /// those ready for their finalizer (like finalizequeue).
+    Finalizequeue(handles::FinalizeQueueArgs),
     /// The JSON Schema of a command's `--json` output.
     Schema(schema::SchemaArgs),
 }
@@ -292,6 +299,8 @@ pub fn main() -> i32 {
         Command::Record(args) => record::run_record(args),
         Command::Top(args) => record::run_top(args),
         Command::Heap(args) => heap::run_heap(args),
+        Command::Handles(args) => handles::run_handles(args),
+        Command::Finalizequeue(args) => handles::run_finalizequeue(args),
         Command::Schema(args) => schema::run_schema(args),
         Command::PerfInject(args) => perf_inject::run_perf_inject(args),
     };

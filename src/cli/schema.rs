@@ -30,11 +30,15 @@ pub enum SchemaCommand {
     Heap,
     /// `cdac heap --segments --json`.
     HeapSegments,
+    /// `cdac handles --json`.
+    Handles,
+    /// `cdac finalizequeue --json`.
+    Finalizequeue,
 }
 
 impl SchemaCommand {
     /// Every command with a schema.
-    pub const ALL: [SchemaCommand; 11] = [
+    pub const ALL: [SchemaCommand; 13] = [
         SchemaCommand::Info,
         SchemaCommand::Ip2md,
         SchemaCommand::Eh,
@@ -46,6 +50,8 @@ impl SchemaCommand {
         SchemaCommand::Analyze,
         SchemaCommand::Heap,
         SchemaCommand::HeapSegments,
+        SchemaCommand::Handles,
+        SchemaCommand::Finalizequeue,
     ];
 
     /// The command's name.
@@ -62,6 +68,8 @@ impl SchemaCommand {
             SchemaCommand::Analyze => "analyze",
             SchemaCommand::Heap => "heap",
             SchemaCommand::HeapSegments => "heap-segments",
+            SchemaCommand::Handles => "handles",
+            SchemaCommand::Finalizequeue => "finalizequeue",
         }
     }
 
@@ -80,6 +88,10 @@ impl SchemaCommand {
             SchemaCommand::Analyze => schemars::schema_for!(super::analyze::AnalyzeReport),
             SchemaCommand::Heap => schemars::schema_for!(super::heap::HeapReport),
             SchemaCommand::HeapSegments => schemars::schema_for!(super::heap::SegmentsReport),
+            SchemaCommand::Handles => schemars::schema_for!(super::handles::HandlesReport),
+            SchemaCommand::Finalizequeue => {
+                schemars::schema_for!(super::handles::FinalizeQueueReport)
+            }
         };
         schema.insert(
             "title".into(),

@@ -17,7 +17,7 @@ internal static class Program
 {
     private const string Usage =
         "usage: clrmd-probe [--dac PATH] (--dump FILE | --pid PID) " +
-        "(info | modules | methods | ip2md ADDR... | ip2md - | stacks | heap-segments | heap-objects | bench-heap | bench-methods | bench-ip2md FILE)";
+        "(info | modules | methods | ip2md ADDR... | ip2md - | stacks | heap-segments | heap-objects | handles | finalizer | bench-heap | bench-methods | bench-ip2md FILE)";
 
     private static int Main(string[] args)
     {
@@ -79,6 +79,8 @@ internal static class Program
             case "stacks": Stacks(json, runtime); break;
             case "heap-segments": HeapSegments(json, runtime); break;
             case "heap-objects": HeapObjects(runtime); return 0;
+            case "handles": Handles(runtime); return 0;
+            case "finalizer": Finalizer(json, runtime); break;
             case "bench-heap":
                 {
                     // What `dumpheap -stat` does: every object, its size, totals per MethodTable.
@@ -173,6 +175,32 @@ internal static class Program
             stdout.Write(o.Size.ToString(CultureInfo.InvariantCulture));
             stdout.Write(o.IsFree ? " 1\n" : " 0\n");
         }
+    }
+
+    /// <summary>Every handle, one text line each: address, object, kind (ClrHandleKind), dependent
+    /// object (0 for none).</summary>
+    private static void Handles(ClrRuntime runtime)
+    {
+        using var stdout = new StreamWriter(Console.OpenStandardOutput());
+        foreach (ClrHandle h in runtime.EnumerateHandles())
+            stdout.Write($"{Hex(h.Address)} {Hex(h.Object.Address)} {h.HandleKind} {Hex(h.Dependent.Address)}\n");
+    }
+
+    /// <summary>The finalization queues: objects registered for finalization and those ready for
+    /// their finalizer (roots).</summary>
+    private static void Finalizer(Utf8JsonWriter json, ClrRuntime runtime)
+    {
+        ClrHeap heap = runtime.Heap;
+        json.WriteStartObject();
+        json.WriteStartArray("registered");
+        foreach (ClrObject o in heap.EnumerateFinalizableObjects())
+            json.WriteStringValue(Hex(o.Address));
+        json.WriteEndArray();
+        json.WriteStartArray("ready");
+        foreach (ClrRoot r in heap.EnumerateFinalizerRoots())
+            json.WriteStringValue(Hex(r.Object.Address));
+        json.WriteEndArray();
+        json.WriteEndObject();
     }
 
     /// <summary>The DAC of the runtime build: libmscordaccore.so beside its libcoreclr.so.</summary>

@@ -9,10 +9,14 @@
 //! only when the runtime does not name the contract ([`Contract::when_absent`]).
 
 pub mod dac_vars;
+pub mod finalize;
+pub mod handles;
 pub mod segments;
 pub mod walk;
 
 pub use dac_vars::{DacVarsSource, GcDacVars};
+pub use finalize::{FinalizerEntry, FinalizerPart};
+pub use handles::{Handle, HandleKind, HandleLayout};
 pub use segments::{GcHeapData, GcSegment, Generation, HeapSegment, SegmentKind};
 pub use walk::{
     HeapObject, ObjectGeneration, ObjectLayout, ObjectWalker, WalkProblem, WalkSummary,
@@ -169,5 +173,27 @@ impl GcHeap {
             contexts,
             self.free_method_table(),
         ))
+    }
+
+    /// Every GC handle in use, in every handle table (one per heap or, under server GC,
+    /// per processor).
+    pub fn handles(&self) -> Result<Vec<Handle>, ContractError> {
+        let map = self.vars.handle_table_map;
+        let types = self.descriptor.global_value("HandleMaxInternalTypes").ok();
+        let layout = handles::find_layout(&self.target, map, types)?;
+        let mut out = Vec::new();
+        for table in handles::handle_tables(&self.target, map, layout)? {
+            handles::handles_of_table(&self.target, table, layout, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// Every entry of every heap's finalization queue.
+    pub fn finalizer_entries(&self) -> Result<Vec<FinalizerEntry>, ContractError> {
+        let mut out = Vec::new();
+        for heap in self.heaps()? {
+            out.extend(finalize::entries(&self.target, heap.index, heap.finalize_queue)?);
+        }
+        Ok(out)
     }
 }
