@@ -362,6 +362,19 @@ fn validate_once(rt: &Runtime) -> ValidationReport {
         ],
         check_exceptions(rt, &threads, list.as_ref(), exception_by_name),
     );
+    run(
+        "gc-heap",
+        "the GC's table for debuggers is at the g_dacTable slot the descriptor names; the first handle table's segment names it at the place the descriptor's handle-type count gives; every segment's objects lie inside its reserved memory and begin with a MethodTable; every thread's allocation context lies in a small-object segment",
+        &[
+            "global GcDacGlobalsDacTableSlot",
+            "global HandleMaxInternalTypes",
+            "global ObjectToMethodTableUnmask",
+            "Thread.AllocContext",
+            "GCAllocContext.*",
+            "Array.*",
+        ],
+        check_gc_heap(rt, &threads, list.as_ref()),
+    );
     let covered: BTreeSet<&str> = checks
         .iter()
         .filter(|c| c.status == CheckStatus::Passed)
@@ -1115,6 +1128,93 @@ fn check_code_versions(rt: &Runtime, samples: &[u64]) -> Outcome {
     }
     Ok(format!(
         "{methods} methods: their code is one of their versions ({unknown} of unknown tier); {versions} explicit versions resolve back to them"
+    ))
+}
+
+fn check_gc_heap(
+    rt: &Runtime,
+    threads: &Result<Threads, ContractError>,
+    list: Option<&crate::contracts::thread::ThreadList>,
+) -> Outcome {
+    use crate::contracts::gc::{DacVarsSource, SegmentKind};
+    let gc = match rt.contracts().gc() {
+        Ok(gc) => gc,
+        Err(e @ (ContractError::Missing { .. } | ContractError::UnsupportedVersion { .. })) => {
+            return Err(Stop::Skip(e.to_string()))
+        }
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    if let DacVarsSource::Search {
+        slot,
+        descriptor_slot,
+    } = gc.source()
+    {
+        return Err(fail(format!(
+            "the GC's table is at g_dacTable slot {slot}, not at the descriptor's {descriptor_slot:?}"
+        )));
+    }
+    let segments = gc.segments()?;
+    let layout = gc.object_layout()?;
+    let (t, mut checked) = (rt.target(), 0);
+    for s in &segments {
+        if s.start > s.end || s.end > s.segment.reserved || s.segment.committed > s.segment.reserved
+        {
+            return Err(fail(format!(
+                "segment {:#x}: objects {:#x}..{:#x}, committed to {:#x}, reserved to {:#x}",
+                s.segment.address, s.start, s.end, s.segment.committed, s.segment.reserved
+            )));
+        }
+        if s.end - s.start < 24 || checked >= 8 {
+            continue;
+        }
+        let mt = t.read_pointer(s.start)? & !layout.mt_mask;
+        let base = t.read_u32(mt.wrapping_add(layout.mt_base_size))?;
+        if !(12..=1 << 24).contains(&base) {
+            return Err(fail(format!(
+                "the first object of segment {:#x} ({:#x}) has MethodTable {mt:#x} of base size {base}",
+                s.segment.address, s.start
+            )));
+        }
+        checked += 1;
+    }
+    let (mut contexts, mut inside) = (0, 0);
+    if let (Ok(threads), Some(list)) = (threads, list) {
+        for th in &list.threads {
+            let Some((pointer, limit)) = threads.allocation_context(th.address)? else {
+                continue;
+            };
+            contexts += 1;
+            let small = |k: SegmentKind| {
+                !matches!(k, SegmentKind::Loh | SegmentKind::Poh | SegmentKind::Frozen)
+            };
+            if segments
+                .iter()
+                .any(|s| small(s.kind) && s.start <= pointer && limit <= s.segment.reserved)
+            {
+                inside += 1;
+            } else {
+                return Err(fail(format!(
+                    "thread {:#x}'s allocation context {pointer:#x}..{limit:#x} is in no small-object segment",
+                    th.address
+                )));
+            }
+        }
+    }
+    let handle_types = gc.handle_layout()?.types;
+    match rt.descriptor().global_value("HandleMaxInternalTypes") {
+        Ok(n) if n != handle_types => {
+            return Err(fail(format!(
+                "the handle tables have {handle_types} handle types, not the descriptor's {n}"
+            )))
+        }
+        _ => {}
+    }
+    let ids = gc.identifiers();
+    Ok(format!(
+        "{} GC, {}; {handle_types} handle types; {} segments in bounds, {checked} first objects with a MethodTable; {inside} of {contexts} thread allocation contexts in small-object segments",
+        if ids.server { "server" } else { "workstation" },
+        if ids.regions { "regions" } else { "segments" },
+        segments.len()
     ))
 }
 

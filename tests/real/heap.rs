@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
-use common::{clrmd_probe, testbed_of, Variant};
+use common::{clrmd, clrmd_probe, testbed_of, Variant};
 use serde_json::Value;
 
 /// `cdac heap --segments --json` on a target (`--pid N` or `--dump FILE`).
@@ -471,4 +471,149 @@ fn gc_flavours_equal_clrmd_net10() {
             started.elapsed()
         );
     }
+}
+
+/// ClrMD's name of a handle kind cdac names `kind` (ClrMD 4.2 has no name for 10, the weak
+/// interior pointer, and prints the number).
+fn clrmd_kind(kind: &str) -> &str {
+    match kind {
+        "weak_short" => "WeakShort",
+        "weak_long" => "WeakLong",
+        "strong" => "Strong",
+        "pinned" => "Pinned",
+        "ref_counted" => "RefCounted",
+        "dependent" => "Dependent",
+        "async_pinned" => "AsyncPinned",
+        "sized_ref" => "SizedRef",
+        "weak_interior_pointer" => "10",
+        other => panic!("handle kind {other}"),
+    }
+}
+
+/// Handles as (address, object, ClrMD kind, dependent secondary or 0).
+type Handles = BTreeSet<(u64, u64, String, u64)>;
+
+/// The handles and finalization queues of a testbed equal ClrMD's: every handle (address,
+/// object, kind, a dependent handle's secondary), and the objects registered for and ready
+/// for finalization; from a full dump and a gcore.
+fn handles_and_finalizer_equal_clrmd(variant: Variant) {
+    let tb = testbed_of(variant);
+    for kind in ["full", "gcore"] {
+        let dump = tb.dump(kind);
+        let target = ["--dump", dump.to_str().expect("path")];
+        let run = |args: &[&str]| -> Value {
+            let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+                .args(args)
+                .arg("--json")
+                .args(target)
+                .output()
+                .expect("run cdac");
+            assert!(
+                out.status.success(),
+                "cdac {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+            json_schema::assert_matches_schema(args[0], &v);
+            v
+        };
+        let ours: Handles = run(&["handles"])["handles"]
+            .as_array()
+            .expect("handles")
+            .iter()
+            .map(|h| {
+                (
+                    hex_of(&h["address"]),
+                    hex_of(&h["object"]),
+                    clrmd_kind(h["kind"].as_str().expect("kind")).to_string(),
+                    if h["kind"] == "dependent" {
+                        h["secondary"]
+                            .as_str()
+                            .map_or(0, |_| hex_of(&h["secondary"]))
+                    } else {
+                        0
+                    },
+                )
+            })
+            .collect();
+        let out = Command::new(clrmd_probe())
+            .args(target)
+            .arg("handles")
+            .output()
+            .expect("run clrmd-probe");
+        assert!(
+            out.status.success(),
+            "clrmd-probe handles: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex");
+        let theirs: Handles = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let kind = f[2].to_string();
+                let dependent = if kind == "Dependent" { hex(f[3]) } else { 0 };
+                (hex(f[0]), hex(f[1]), kind, dependent)
+            })
+            .collect();
+        assert_eq!(
+            ours, theirs,
+            "{variant:?} {kind}: cdac's handles, then ClrMD's"
+        );
+        for k in ["Strong", "Pinned", "WeakShort", "WeakLong", "Dependent"] {
+            assert!(
+                ours.iter().any(|h| h.2 == k),
+                "{variant:?} {kind}: no {k} handle"
+            );
+        }
+
+        let fq = run(&["finalizequeue", "--objects"]);
+        let part_objects = |ready: bool| -> BTreeSet<u64> {
+            fq["entries"]
+                .as_array()
+                .expect("entries")
+                .iter()
+                .filter(|e| e["part"].as_str().is_some_and(|p| p.starts_with("ready")) == ready)
+                .map(|e| hex_of(&e["object"]))
+                .collect()
+        };
+        let theirs = clrmd(&dump, &["finalizer"]);
+        let set = |k: &str| -> BTreeSet<u64> {
+            theirs[k].as_array().expect(k).iter().map(hex_of).collect()
+        };
+        assert_eq!(
+            part_objects(false),
+            set("registered"),
+            "{variant:?} {kind}: registered"
+        );
+        assert_eq!(
+            part_objects(true),
+            set("ready"),
+            "{variant:?} {kind}: ready"
+        );
+        assert!(
+            fq["registered"].as_u64().expect("registered") > 50,
+            "{variant:?} {kind}"
+        );
+        eprintln!(
+            "{variant:?} {kind}: {} handles, {} registered for finalization equal ClrMD's",
+            ours.len(),
+            fq["registered"]
+        );
+    }
+}
+
+#[test]
+fn handles_and_finalizer_equal_clrmd_net10() {
+    handles_and_finalizer_equal_clrmd(Variant::Net10);
+}
+
+#[test]
+fn handles_and_finalizer_equal_clrmd_net9() {
+    handles_and_finalizer_equal_clrmd(Variant::Net9);
+}
+
+#[test]
+fn handles_and_finalizer_equal_clrmd_net8() {
+    handles_and_finalizer_equal_clrmd(Variant::Net8);
 }

@@ -97,13 +97,19 @@ impl HandleKind {
     pub fn is_strong(self) -> bool {
         matches!(
             self,
-            HandleKind::Strong | HandleKind::Pinned | HandleKind::AsyncPinned | HandleKind::SizedRef
+            HandleKind::Strong
+                | HandleKind::Pinned
+                | HandleKind::AsyncPinned
+                | HandleKind::SizedRef
         )
     }
 
     /// Whether the handle has a secondary object (its block's data block holds it).
     pub fn has_secondary(self) -> bool {
-        matches!(self, HandleKind::Dependent | HandleKind::WeakInteriorPointer)
+        matches!(
+            self,
+            HandleKind::Dependent | HandleKind::WeakInteriorPointer
+        )
     }
 }
 

@@ -179,8 +179,7 @@ impl GcHeap {
     /// per processor).
     pub fn handles(&self) -> Result<Vec<Handle>, ContractError> {
         let map = self.vars.handle_table_map;
-        let types = self.descriptor.global_value("HandleMaxInternalTypes").ok();
-        let layout = handles::find_layout(&self.target, map, types)?;
+        let layout = self.handle_layout()?;
         let mut out = Vec::new();
         for table in handles::handle_tables(&self.target, map, layout)? {
             handles::handles_of_table(&self.target, table, layout, &mut out)?;
@@ -188,11 +187,22 @@ impl GcHeap {
         Ok(out)
     }
 
+    /// The handle tables' layout: the descriptor's `HandleMaxInternalTypes` when the first
+    /// table's segment confirms it, else the count that fits (with a warning).
+    pub fn handle_layout(&self) -> Result<HandleLayout, ContractError> {
+        let types = self.descriptor.global_value("HandleMaxInternalTypes").ok();
+        handles::find_layout(&self.target, self.vars.handle_table_map, types)
+    }
+
     /// Every entry of every heap's finalization queue.
     pub fn finalizer_entries(&self) -> Result<Vec<FinalizerEntry>, ContractError> {
         let mut out = Vec::new();
         for heap in self.heaps()? {
-            out.extend(finalize::entries(&self.target, heap.index, heap.finalize_queue)?);
+            out.extend(finalize::entries(
+                &self.target,
+                heap.index,
+                heap.finalize_queue,
+            )?);
         }
         Ok(out)
     }
