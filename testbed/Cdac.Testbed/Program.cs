@@ -255,6 +255,9 @@ namespace Cdac.Testbed
                 // --cpu-workload: the busy threads, their hot methods and intended shares, and how
                 // to read the throughput (testbed/README.md); null in the other modes.
                 ["cpu_workload"] = cpuWorkload,
+                // The heap's facts: a type with exactly 1,000 instances, objects that do not move,
+                // handles of every kind, finalizable objects, the GC's configuration (HeapFacts.cs).
+                ["heap"] = Heap.HeapFacts.Describe(),
                 // Reflection's view of types, methods, fields, assemblies and generic and dynamic
                 // methods, with the native pointers behind them (tests/real/net8_type_layouts.rs).
                 ["type_system"] = TypeSystemFacts.GroundTruth(layout, new[] { handlers.Type, bigType, worker.Type },

@@ -80,6 +80,7 @@ impl Outcome {
                         l.starts_with("cdac: ")
                             && (l.contains("not answered")
                                 || l.contains("could not be read")
+                                || l.contains("could not be walked")
                                 || l.contains("without a stack")
                                 || l.contains("cut short"))
                     }) => {}
@@ -247,6 +248,10 @@ fn commands(ip2md_addrs: &[String], eh_addr: &str) -> Vec<Cmd> {
     add("analyze --json", &["analyze", "--json"]);
     add("perfmap -o", &["perfmap", "-o", "{out}"]);
     add("coverage -o", &["coverage", "-o", "{out}"]);
+    add("heap", &["heap"]);
+    add("heap --segments --json", &["heap", "--segments", "--json"]);
+    add("handles --json", &["handles", "--json"]);
+    add("finalizequeue --json", &["finalizequeue", "--json"]);
     cmds
 }
 
@@ -398,7 +403,7 @@ fn damaged_dumps_give_bounded_typed_results() {
             "quick-set variants skipped: {skipped:?}"
         );
     }
-    assert!(variants.len() >= if full { 40 } else { 15 });
+    assert!(variants.len() >= if full { 44 } else { 19 });
 
     // Writes one variant (a full copy of the dump, damaged).
     let write_variant = |name: &str| {
@@ -580,6 +585,31 @@ fn damaged_dumps_give_bounded_typed_results() {
     // A nibble map of 0xFF bytes: the lookup names the bad unit instead of guessing.
     let e = outcome("nibblemap-ff", "eh").error().to_string();
     assert!(e.contains("corrupt nibble map"), "{e}");
+    // The GC's table for debuggers destroyed: the heap commands fail naming it; the others
+    // are not touched (every method still listed).
+    for label in ["heap", "heap --segments --json", "handles --json", "finalizequeue --json"] {
+        let o = outcome("gc-dacvars-ff", label);
+        assert!(
+            !o.ok() && o.error().contains("GcDacVars"),
+            "gc-dacvars-ff / {label}: {o:?}"
+        );
+    }
+    let o = outcome("gc-dacvars-ff", "methods --json");
+    assert_eq!(method_count(o), Some(intact_methods), "gc-dacvars-ff: {o:?}");
+    // A segment list that loops is named; objects whose MethodTable or length is wrong stop
+    // their segment's walk there, and the rest of the heap is walked (exit 1, a warning).
+    let e = outcome("gc-segment-loop", "heap --segments --json").error().to_string();
+    assert!(e.contains("GC segment list") && e.contains("loops"), "{e}");
+    for (v, why) in [
+        ("gc-object-mt-ff", "is not a MethodTable"),
+        ("gc-array-length-huge", "runs past the segment's end"),
+    ] {
+        let o = outcome(v, "heap");
+        assert!(
+            o.exit == Some(1) && o.stderr.contains(why) && o.stderr.contains("could not be walked"),
+            "{v}: {o:?}"
+        );
+    }
     // Damaged globals (the runtime's g_dacTable): what cannot be read through them is
     // reported with the unreadable address (an error, or warnings beside a partial result).
     for label in ["methods", "modules"] {

@@ -617,3 +617,100 @@ fn handles_and_finalizer_equal_clrmd_net9() {
 fn handles_and_finalizer_equal_clrmd_net8() {
     handles_and_finalizer_equal_clrmd(Variant::Net8);
 }
+
+/// The facts the testbed wrote about its own heap (`heap` in its manifest): the type with
+/// exactly 1,000 instances, the large, pinned and frozen objects at their addresses with
+/// their sizes and kinds of segment, every handle at its `GCHandle.ToIntPtr` with its kind
+/// and its object's type (a dependent handle's secondary too), and the finalizable objects;
+/// live, from a full dump and from a gcore.
+fn manifest_heap_facts(variant: Variant) {
+    let tb = testbed_of(variant);
+    let facts = &tb.manifest["heap"];
+    let pid = tb.pid.to_string();
+    let full = tb.dump("full");
+    let gcore = tb.dump("gcore");
+    let targets: [(&str, Vec<&str>); 3] = [
+        ("live", vec!["--pid", &pid]),
+        ("full dump", vec!["--dump", full.to_str().expect("path")]),
+        ("gcore", vec!["--dump", gcore.to_str().expect("path")]),
+    ];
+    for (what, target) in targets {
+        let cdac = |args: &[&str]| -> Value {
+            let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+                .args(args)
+                .arg("--json")
+                .args(&target)
+                .output()
+                .expect("run cdac");
+            assert!(out.status.success(), "cdac {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            serde_json::from_slice(&out.stdout).expect("JSON")
+        };
+        // Exactly 1,000 objects of the marker type, found by MethodTable and by name.
+        let mt = facts["marker_method_table"].as_str().expect("marker MT");
+        let by_mt = cdac(&["heap", "--mt", mt]);
+        assert_eq!(by_mt["objects"], facts["marker_count"], "{variant:?} {what}");
+        assert_eq!(by_mt["types"][0]["name"], facts["marker_type"], "{variant:?} {what}");
+        let by_name = cdac(&["heap", "--type", "^Cdac\\.Testbed\\.Heap\\.UniqueMarker$"]);
+        assert_eq!(by_name["objects"], facts["marker_count"], "{variant:?} {what}");
+        // The objects that do not move, in segments of their kind, with their sizes.
+        for (key, generation, args) in [
+            ("large_array", "loh", vec!["heap", "--objects", "--gen", "loh"]),
+            ("pinned_array", "poh", vec!["heap", "--objects", "--gen", "poh"]),
+            ("frozen_string", "frozen", vec!["heap", "--objects", "--gen", "frozen", "--type", "^System\\.String$"]),
+        ] {
+            let list = cdac(&args);
+            let fact = &facts[key];
+            let found = list["object_list"]
+                .as_array()
+                .expect("object_list")
+                .iter()
+                .find(|o| o["address"] == fact["address"])
+                .unwrap_or_else(|| panic!("{variant:?} {what}: {key} at {} not listed", fact["address"]));
+            assert_eq!(found["size"], fact["size"], "{variant:?} {what}: {key}");
+            assert_eq!(found["generation"], generation, "{variant:?} {what}: {key}");
+        }
+        // Every handle the testbed made, at its address, of its kind, holding its object.
+        let handles = cdac(&["handles"]);
+        let secondaries = cdac(&["heap", "--objects", "--type", "DependentSecondary$"]);
+        let secondary = secondaries["object_list"][0]["address"].clone();
+        for h in facts["handles"].as_array().expect("handles") {
+            let found = handles["handles"]
+                .as_array()
+                .expect("handles")
+                .iter()
+                .find(|x| x["address"] == h["handle"])
+                .unwrap_or_else(|| panic!("{variant:?} {what}: handle {h} not listed"));
+            assert_eq!(found["kind"], h["kind"], "{variant:?} {what}: {h}");
+            let type_name = h["type"].as_str().expect("type").replace('+', ".");
+            assert_eq!(found["type_name"].as_str().map(|t| t.replace('+', ".")), Some(type_name), "{variant:?} {what}: {h}");
+            if h["kind"] == "dependent" {
+                assert_eq!(found["secondary"], secondary, "{variant:?} {what}: the secondary");
+            }
+        }
+        // The finalizable objects are registered for finalization.
+        let fq = cdac(&["finalizequeue"]);
+        let marker = fq["types"]
+            .as_array()
+            .expect("types")
+            .iter()
+            .find(|t| t["type_name"] == facts["finalizable_type"])
+            .unwrap_or_else(|| panic!("{variant:?} {what}: no finalizable markers"));
+        assert_eq!(marker["registered"], facts["finalizable_count"], "{variant:?} {what}");
+        eprintln!("{variant:?} {what}: the manifest's heap facts hold");
+    }
+}
+
+#[test]
+fn manifest_heap_facts_net10() {
+    manifest_heap_facts(Variant::Net10);
+}
+
+#[test]
+fn manifest_heap_facts_net9() {
+    manifest_heap_facts(Variant::Net9);
+}
+
+#[test]
+fn manifest_heap_facts_net8() {
+    manifest_heap_facts(Variant::Net8);
+}
