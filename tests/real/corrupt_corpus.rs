@@ -587,7 +587,12 @@ fn damaged_dumps_give_bounded_typed_results() {
     assert!(e.contains("corrupt nibble map"), "{e}");
     // The GC's table for debuggers destroyed: the heap commands fail naming it; the others
     // are not touched (every method still listed).
-    for label in ["heap", "heap --segments --json", "handles --json", "finalizequeue --json"] {
+    for label in [
+        "heap",
+        "heap --segments --json",
+        "handles --json",
+        "finalizequeue --json",
+    ] {
         let o = outcome("gc-dacvars-ff", label);
         assert!(
             !o.ok() && o.error().contains("GcDacVars"),
@@ -595,10 +600,16 @@ fn damaged_dumps_give_bounded_typed_results() {
         );
     }
     let o = outcome("gc-dacvars-ff", "methods --json");
-    assert_eq!(method_count(o), Some(intact_methods), "gc-dacvars-ff: {o:?}");
+    assert_eq!(
+        method_count(o),
+        Some(intact_methods),
+        "gc-dacvars-ff: {o:?}"
+    );
     // A segment list that loops is named; objects whose MethodTable or length is wrong stop
     // their segment's walk there, and the rest of the heap is walked (exit 1, a warning).
-    let e = outcome("gc-segment-loop", "heap --segments --json").error().to_string();
+    let e = outcome("gc-segment-loop", "heap --segments --json")
+        .error()
+        .to_string();
     assert!(e.contains("GC segment list") && e.contains("loops"), "{e}");
     for (v, why) in [
         ("gc-object-mt-ff", "is not a MethodTable"),

@@ -642,21 +642,53 @@ fn manifest_heap_facts(variant: Variant) {
                 .args(&target)
                 .output()
                 .expect("run cdac");
-            assert!(out.status.success(), "cdac {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "cdac {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             serde_json::from_slice(&out.stdout).expect("JSON")
         };
         // Exactly 1,000 objects of the marker type, found by MethodTable and by name.
         let mt = facts["marker_method_table"].as_str().expect("marker MT");
         let by_mt = cdac(&["heap", "--mt", mt]);
-        assert_eq!(by_mt["objects"], facts["marker_count"], "{variant:?} {what}");
-        assert_eq!(by_mt["types"][0]["name"], facts["marker_type"], "{variant:?} {what}");
+        assert_eq!(
+            by_mt["objects"], facts["marker_count"],
+            "{variant:?} {what}"
+        );
+        assert_eq!(
+            by_mt["types"][0]["name"], facts["marker_type"],
+            "{variant:?} {what}"
+        );
         let by_name = cdac(&["heap", "--type", "^Cdac\\.Testbed\\.Heap\\.UniqueMarker$"]);
-        assert_eq!(by_name["objects"], facts["marker_count"], "{variant:?} {what}");
+        assert_eq!(
+            by_name["objects"], facts["marker_count"],
+            "{variant:?} {what}"
+        );
         // The objects that do not move, in segments of their kind, with their sizes.
         for (key, generation, args) in [
-            ("large_array", "loh", vec!["heap", "--objects", "--gen", "loh"]),
-            ("pinned_array", "poh", vec!["heap", "--objects", "--gen", "poh"]),
-            ("frozen_string", "frozen", vec!["heap", "--objects", "--gen", "frozen", "--type", "^System\\.String$"]),
+            (
+                "large_array",
+                "loh",
+                vec!["heap", "--objects", "--gen", "loh"],
+            ),
+            (
+                "pinned_array",
+                "poh",
+                vec!["heap", "--objects", "--gen", "poh"],
+            ),
+            (
+                "frozen_string",
+                "frozen",
+                vec![
+                    "heap",
+                    "--objects",
+                    "--gen",
+                    "frozen",
+                    "--type",
+                    "^System\\.String$",
+                ],
+            ),
         ] {
             let list = cdac(&args);
             let fact = &facts[key];
@@ -665,7 +697,12 @@ fn manifest_heap_facts(variant: Variant) {
                 .expect("object_list")
                 .iter()
                 .find(|o| o["address"] == fact["address"])
-                .unwrap_or_else(|| panic!("{variant:?} {what}: {key} at {} not listed", fact["address"]));
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{variant:?} {what}: {key} at {} not listed",
+                        fact["address"]
+                    )
+                });
             assert_eq!(found["size"], fact["size"], "{variant:?} {what}: {key}");
             assert_eq!(found["generation"], generation, "{variant:?} {what}: {key}");
         }
@@ -674,17 +711,26 @@ fn manifest_heap_facts(variant: Variant) {
         let secondaries = cdac(&["heap", "--objects", "--type", "DependentSecondary$"]);
         let secondary = secondaries["object_list"][0]["address"].clone();
         for h in facts["handles"].as_array().expect("handles") {
+            // GCHandle.ToIntPtr sets the low bit of a pinned handle: the slot is the rest.
+            let slot = hex_of(&h["handle"]) & !1;
             let found = handles["handles"]
                 .as_array()
                 .expect("handles")
                 .iter()
-                .find(|x| x["address"] == h["handle"])
+                .find(|x| hex_of(&x["address"]) == slot)
                 .unwrap_or_else(|| panic!("{variant:?} {what}: handle {h} not listed"));
             assert_eq!(found["kind"], h["kind"], "{variant:?} {what}: {h}");
             let type_name = h["type"].as_str().expect("type").replace('+', ".");
-            assert_eq!(found["type_name"].as_str().map(|t| t.replace('+', ".")), Some(type_name), "{variant:?} {what}: {h}");
+            assert_eq!(
+                found["type_name"].as_str().map(|t| t.replace('+', ".")),
+                Some(type_name),
+                "{variant:?} {what}: {h}"
+            );
             if h["kind"] == "dependent" {
-                assert_eq!(found["secondary"], secondary, "{variant:?} {what}: the secondary");
+                assert_eq!(
+                    found["secondary"], secondary,
+                    "{variant:?} {what}: the secondary"
+                );
             }
         }
         // The finalizable objects are registered for finalization.
@@ -695,7 +741,10 @@ fn manifest_heap_facts(variant: Variant) {
             .iter()
             .find(|t| t["type_name"] == facts["finalizable_type"])
             .unwrap_or_else(|| panic!("{variant:?} {what}: no finalizable markers"));
-        assert_eq!(marker["registered"], facts["finalizable_count"], "{variant:?} {what}");
+        assert_eq!(
+            marker["registered"], facts["finalizable_count"],
+            "{variant:?} {what}"
+        );
         eprintln!("{variant:?} {what}: the manifest's heap facts hold");
     }
 }
