@@ -15,7 +15,9 @@ on a core gdb has open. It adds:
     `file:line` when a portable PDB is found);
   * commands: `cdac ip2md ADDR`, `cdac clrstack` (the selected thread, managed and native
     frames), `cdac pe [ADDR]` (the exception on the selected thread, or the exception object
-    at ADDR), `cdac modules`, `cdac reset` (forget what was read: after the process ran).
+    at ADDR), `cdac modules`, `cdac dumpheap [-stat] [-type SUBSTRING]` (objects per type on
+    the GC heap), `cdac gchandles [-stat]`, `cdac reset` (forget what was read: after the
+    process ran).
 
 What was read is kept until the inferior runs again (each resume forgets it), so a live
 process must stay stopped between uses, as it does in gdb's all-stop mode.
@@ -29,7 +31,7 @@ import gdb
 from gdb.FrameDecorator import FrameDecorator
 from gdb.unwinder import Unwinder
 
-OK, NOT_FOUND, E_BUFFER_TOO_SMALL = 0, 1, -5
+OK, NOT_FOUND, E_BUFFER_TOO_SMALL, E_RUNTIME_DATA = 0, 1, -5, -8
 REG_RIP, REG_RSP, REG_RBP, REG_RBX = 1, 2, 4, 8
 REG_R12, REG_R13, REG_R14, REG_R15 = 16, 32, 64, 128
 REG_RIP_IS_RETURN = 256
@@ -56,6 +58,23 @@ class MethodInfo(ctypes.Structure):
     _fields_ = [("method_desc", ctypes.c_uint64), ("start", ctypes.c_uint64),
                 ("hot_size", ctypes.c_uint64), ("relative_offset", ctypes.c_uint64),
                 ("kind", ctypes.c_uint32), ("is_funclet", ctypes.c_uint32)]
+
+
+class TypeStat(ctypes.Structure):
+    _fields_ = [("method_table", ctypes.c_uint64), ("count", ctypes.c_uint64),
+                ("total_size", ctypes.c_uint64), ("is_free", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32)]
+
+
+class GcHandle(ctypes.Structure):
+    _fields_ = [("address", ctypes.c_uint64), ("object", ctypes.c_uint64),
+                ("secondary", ctypes.c_uint64), ("kind", ctypes.c_uint32),
+                ("is_strong", ctypes.c_uint32)]
+
+
+HANDLE_KINDS = {0: "WeakShort", 1: "WeakLong", 2: "Strong", 3: "Pinned", 4: "Variable",
+                5: "RefCounted", 6: "Dependent", 7: "AsyncPinned", 8: "SizedRef",
+                9: "WeakNativeCom", 10: "WeakInteriorPointer", 11: "CrossReference"}
 
 
 class Regs(ctypes.Structure):
@@ -136,6 +155,9 @@ def _library():
     optional = {
         "cdac_exception_text": [h, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_char_p,
                                 ctypes.c_size_t, size_p],
+        "cdac_heap_stat": [h, ctypes.POINTER(TypeStat), ctypes.c_size_t, size_p],
+        "cdac_type_name": [h, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t, size_p],
+        "cdac_gc_handles": [h, ctypes.POINTER(GcHandle), ctypes.c_size_t, size_p],
     }
     for name, args in list(sigs.items()) + list(optional.items()):
         fn = getattr(lib, name, None)
@@ -382,7 +404,8 @@ def _native_name(pc, shown):
 
 
 class CdacCommand(gdb.Command):
-    """cdac: .NET runtime data read by cdac (ip2md ADDR, clrstack, pe [ADDR], modules, reset)."""
+    """cdac: .NET runtime data read by cdac (ip2md ADDR, clrstack, pe [ADDR], modules,
+    dumpheap [-stat] [-type SUBSTRING], gchandles [-stat], reset)."""
 
     def __init__(self):
         super().__init__("cdac", gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
@@ -490,6 +513,93 @@ class Modules(gdb.Command):
                 buf.value.decode("utf-8", "replace")))
 
 
+def _listed(fn, h, cls):
+    """A count-then-fill list and, for a partial heap walk, its message."""
+    count = ctypes.c_size_t(0)
+    status = fn(h, None, 0, ctypes.byref(count))
+    if status not in (OK, E_BUFFER_TOO_SMALL, E_RUNTIME_DATA):
+        raise gdb.GdbError("cdac: " + last_error())
+    items = (cls * count.value)()
+    status = fn(h, items, count.value, ctypes.byref(count))
+    if status not in (OK, E_RUNTIME_DATA):
+        raise gdb.GdbError("cdac: " + last_error())
+    return items, (last_error() if status == E_RUNTIME_DATA else None)
+
+
+def _type_name(h, mt):
+    needed = ctypes.c_size_t(0)
+    buf = ctypes.create_string_buffer(4096)
+    if LIB.cdac_type_name(h, mt, buf, len(buf), ctypes.byref(needed)) != OK:
+        return "<MethodTable %#x>" % mt
+    return buf.value.decode("utf-8", "replace")
+
+
+def _require(name):
+    if not hasattr(LIB, name) or getattr(LIB, name).argtypes is None:
+        raise gdb.GdbError("cdac: this libcdac.so has no %s: rebuild it "
+                           "(`cargo build --release -p cdac-capi`)" % name)
+
+
+class DumpHeap(gdb.Command):
+    """cdac dumpheap [-stat] [-type SUBSTRING]: objects per type on the GC heap, smallest
+    total first (like SOS dumpheap -stat)."""
+
+    def __init__(self):
+        super().__init__("cdac dumpheap", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        _require("cdac_heap_stat")
+        args, substring = arg.split(), None
+        while args:
+            a = args.pop(0)
+            if a == "-stat":
+                continue
+            if a == "-type" and args:
+                substring = args.pop(0)
+                continue
+            raise gdb.GdbError("usage: cdac dumpheap [-stat] [-type SUBSTRING]")
+        h = Target.get()
+        stats, warning = _listed(LIB.cdac_heap_stat, h, TypeStat)
+        gdb.write("%-18s %10s %14s %s\n" % ("MT", "Count", "TotalSize", "Class Name"))
+        objects = total = 0
+        for s in stats:
+            name = "Free" if s.is_free else _type_name(h, s.method_table)
+            if substring is not None and substring not in name:
+                continue
+            objects += s.count
+            total += s.total_size
+            gdb.write("%-18s %10d %14d %s\n" % ("%#x" % s.method_table, s.count,
+                                                 s.total_size, name))
+        gdb.write("Total %d objects, %d bytes\n" % (objects, total))
+        if warning:
+            gdb.write("warning: %s\n" % warning)
+
+
+class GcHandles(gdb.Command):
+    """cdac gchandles [-stat]: every GC handle (kind, object, secondary), then the count per
+    kind."""
+
+    def __init__(self):
+        super().__init__("cdac gchandles", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        _require("cdac_gc_handles")
+        if arg.split() not in ([], ["-stat"]):
+            raise gdb.GdbError("usage: cdac gchandles [-stat]")
+        handles, _ = _listed(LIB.cdac_gc_handles, Target.get(), GcHandle)
+        counts = {}
+        for g in handles:
+            kind = HANDLE_KINDS.get(g.kind, "Type%d" % g.kind)
+            counts[kind] = counts.get(kind, 0) + 1
+            if not arg.split():
+                gdb.write("%-18s %-20s %-18s %s\n" % (
+                    "%#x" % g.address, kind, "%#x" % g.object,
+                    "secondary %#x" % g.secondary if g.secondary else ""))
+        for kind in sorted(counts):
+            gdb.write("%8d %s\n" % (counts[kind], kind))
+        gdb.write("%8d handles\n" % len(handles))
+
+
 class Reset(gdb.Command):
     """cdac reset: forget what cdac read (after the process ran on)."""
 
@@ -505,6 +615,8 @@ Ip2md()
 ClrStack()
 PrintException()
 Modules()
+DumpHeap()
+GcHandles()
 Reset()
 ManagedFrameNames()
 gdb.unwinder.register_unwinder(None, ManagedUnwinder(), replace=True)

@@ -36,7 +36,7 @@ import struct
 
 import lldb
 
-OK, NOT_FOUND, E_BUFFER_TOO_SMALL = 0, 1, -5
+OK, NOT_FOUND, E_BUFFER_TOO_SMALL, E_RUNTIME_DATA = 0, 1, -5, -8
 REG_RIP, REG_RSP, REG_RBP, REG_RBX = 1, 2, 4, 8
 REG_R12, REG_R13, REG_R14, REG_R15 = 16, 32, 64, 128
 SAVED = ("rbp", "rbx", "r12", "r13", "r14", "r15")
@@ -59,6 +59,23 @@ class MethodInfo(ctypes.Structure):
     _fields_ = [("method_desc", ctypes.c_uint64), ("start", ctypes.c_uint64),
                 ("hot_size", ctypes.c_uint64), ("relative_offset", ctypes.c_uint64),
                 ("kind", ctypes.c_uint32), ("is_funclet", ctypes.c_uint32)]
+
+
+class TypeStat(ctypes.Structure):
+    _fields_ = [("method_table", ctypes.c_uint64), ("count", ctypes.c_uint64),
+                ("total_size", ctypes.c_uint64), ("is_free", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32)]
+
+
+class GcHandle(ctypes.Structure):
+    _fields_ = [("address", ctypes.c_uint64), ("object", ctypes.c_uint64),
+                ("secondary", ctypes.c_uint64), ("kind", ctypes.c_uint32),
+                ("is_strong", ctypes.c_uint32)]
+
+
+HANDLE_KINDS = {0: "WeakShort", 1: "WeakLong", 2: "Strong", 3: "Pinned", 4: "Variable",
+                5: "RefCounted", 6: "Dependent", 7: "AsyncPinned", 8: "SizedRef",
+                9: "WeakNativeCom", 10: "WeakInteriorPointer", 11: "CrossReference"}
 
 
 class Regs(ctypes.Structure):
@@ -142,6 +159,9 @@ def lib():
         # Newer libraries only (bound when exported).
         "cdac_exception_text": [h, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_char_p,
                                 ctypes.c_size_t, size_p],
+        "cdac_heap_stat": [h, ctypes.POINTER(TypeStat), ctypes.c_size_t, size_p],
+        "cdac_type_name": [h, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t, size_p],
+        "cdac_gc_handles": [h, ctypes.POINTER(GcHandle), ctypes.c_size_t, size_p],
     }
     for name, args in sigs.items():
         if not hasattr(so, name):
@@ -720,6 +740,89 @@ def cmd_pe(debugger, args):
     return text.rstrip("\n").splitlines()
 
 
+def _require(name):
+    if not hasattr(lib(), name):
+        raise CdacError("this libcdac.so has no %s: rebuild it "
+                        "(`cargo build --release -p cdac-capi`)" % name)
+
+
+def _listed(fn, h, cls):
+    """A count-then-fill list; a partial heap walk (E_RUNTIME_DATA) is kept, with its
+    message."""
+    count = ctypes.c_size_t(0)
+    status = fn(h, None, 0, ctypes.byref(count))
+    if status not in (OK, E_BUFFER_TOO_SMALL, E_RUNTIME_DATA):
+        raise CdacError(last_error())
+    items = (cls * count.value)()
+    status = fn(h, items, count.value, ctypes.byref(count))
+    warning = last_error() if status == E_RUNTIME_DATA else None
+    if status not in (OK, E_RUNTIME_DATA):
+        raise CdacError(last_error())
+    return items, warning
+
+
+def _type_name(h, mt):
+    status, name = _string(lib().cdac_type_name, h, mt)
+    return name if status == OK else "<MethodTable %#x>" % mt
+
+
+def dumpheap_lines(h, args):
+    """`dumpheap [-stat] [-type SUBSTRING]`: objects per type, smallest total first."""
+    substring = None
+    rest = list(args)
+    while rest:
+        a = rest.pop(0)
+        if a == "-stat":
+            continue
+        if a == "-type" and rest:
+            substring = rest.pop(0)
+            continue
+        raise CdacError("usage: cdac dumpheap [-stat] [-type SUBSTRING]")
+    stats, warning = _listed(lib().cdac_heap_stat, h, TypeStat)
+    out = ["%-18s %10s %14s %s" % ("MT", "Count", "TotalSize", "Class Name")]
+    objects = total = 0
+    for s in stats:
+        name = "Free" if s.is_free else _type_name(h, s.method_table)
+        if substring is not None and substring not in name:
+            continue
+        objects += s.count
+        total += s.total_size
+        out.append("%-18s %10d %14d %s" % ("%#x" % s.method_table, s.count, s.total_size, name))
+    out.append("Total %d objects, %d bytes" % (objects, total))
+    if warning:
+        out.append("warning: %s" % warning)
+    return out
+
+
+def gchandles_lines(h, args):
+    """`gchandles [-stat]`: every GC handle, then the count per kind."""
+    if args not in ([], ["-stat"]):
+        raise CdacError("usage: cdac gchandles [-stat]")
+    handles, _ = _listed(lib().cdac_gc_handles, h, GcHandle)
+    out = []
+    counts = {}
+    for g in handles:
+        kind = HANDLE_KINDS.get(g.kind, "Type%d" % g.kind)
+        counts[kind] = counts.get(kind, 0) + 1
+        if not args:
+            out.append("%-18s %-20s %-18s %s" % ("%#x" % g.address, kind, "%#x" % g.object,
+                                                  "secondary %#x" % g.secondary if g.secondary else ""))
+    for kind in sorted(counts):
+        out.append("%8d %s" % (counts[kind], kind))
+    out.append("%8d handles" % len(handles))
+    return out
+
+
+def cmd_dumpheap(debugger, args):
+    _require("cdac_heap_stat")
+    return dumpheap_lines(Target.get(debugger), args)
+
+
+def cmd_gchandles(debugger, args):
+    _require("cdac_gc_handles")
+    return gchandles_lines(Target.get(debugger), args)
+
+
 def cmd_reset(debugger, args):
     Target.reset()
     return []
@@ -728,6 +831,8 @@ def cmd_reset(debugger, args):
 COMMANDS = {
     "bt": cmd_bt,
     "clrstack": cmd_clrstack,
+    "dumpheap": cmd_dumpheap,
+    "gchandles": cmd_gchandles,
     "ip2md": cmd_ip2md,
     "modules": cmd_modules,
     "pe": cmd_pe,
@@ -737,6 +842,10 @@ COMMANDS = {
 USAGE = """cdac: .NET runtime data read by cdac
   cdac bt [all]     backtrace of the selected thread (or all), managed frames named
   cdac clrstack     the selected thread's stack as cdac walks it, IL offsets, file:line
+  cdac dumpheap [-stat] [-type SUBSTRING]
+                    objects per type on the GC heap, smallest total first
+  cdac gchandles [-stat]
+                    every GC handle (kind, object, secondary), then the count per kind
   cdac ip2md ADDR   the managed method owning a code address
   cdac modules      the runtime's loaded modules
   cdac pe [ADDR]    the exception on the selected thread (or the object at ADDR)
@@ -744,7 +853,7 @@ USAGE = """cdac: .NET runtime data read by cdac
 
 
 def cdac_command(debugger, command, result, _internal_dict):
-    """cdac bt [all] | clrstack | ip2md ADDR | modules | pe [ADDR] | reset"""
+    """cdac bt [all] | clrstack | dumpheap | gchandles | ip2md ADDR | modules | pe [ADDR] | reset"""
     try:
         args = shlex.split(command)
     except ValueError as e:

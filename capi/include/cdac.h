@@ -140,6 +140,54 @@ typedef struct cdac_module {
     uint32_t is_mapped;  /* 1 when laid out as the loader maps it (ReadyToRun), 0 when flat */
 } cdac_module;
 
+/* cdac_heap_segment.kind */
+#define CDAC_SEGMENT_GEN0 0
+#define CDAC_SEGMENT_GEN1 1
+#define CDAC_SEGMENT_GEN2 2
+#define CDAC_SEGMENT_EPHEMERAL 3 /* a segments GC's newest segment: gen2's end, gen1, gen0 */
+#define CDAC_SEGMENT_LOH 4
+#define CDAC_SEGMENT_POH 5
+#define CDAC_SEGMENT_FROZEN 6    /* frozen (NonGC) objects: string literals, type objects */
+
+/* One segment (region) of the GC heap. */
+typedef struct cdac_heap_segment {
+    uint64_t segment;   /* its heap_segment record */
+    uint64_t start;     /* first object */
+    uint64_t end;       /* end of its objects */
+    uint64_t committed; /* end of its committed memory */
+    uint64_t reserved;  /* end of its reserved memory */
+    uint64_t flags;     /* heap_segment flags (1 read-only, 8 LOH, 0x200 POH) */
+    uint32_t heap;      /* the heap that owns it (0 under workstation GC) */
+    uint32_t kind;      /* CDAC_SEGMENT_* */
+} cdac_heap_segment;
+
+/* The objects of one type on the GC heap. */
+typedef struct cdac_type_stat {
+    uint64_t method_table; /* the type's MethodTable (cdac_type_name names it) */
+    uint64_t count;        /* objects */
+    uint64_t total_size;   /* their total size in bytes, unaligned as SOS adds them */
+    uint32_t is_free;      /* 1 for free objects (gaps the GC filled): type "Free" */
+    uint32_t reserved;     /* 0 */
+} cdac_type_stat;
+
+/* cdac_gc_handle.kind: the runtime's handle types */
+#define CDAC_HANDLE_WEAK_SHORT 0
+#define CDAC_HANDLE_WEAK_LONG 1
+#define CDAC_HANDLE_STRONG 2
+#define CDAC_HANDLE_PINNED 3
+#define CDAC_HANDLE_REF_COUNTED 5
+#define CDAC_HANDLE_DEPENDENT 6
+#define CDAC_HANDLE_WEAK_INTERIOR_POINTER 10
+
+/* One GC handle in use. */
+typedef struct cdac_gc_handle {
+    uint64_t address;   /* the handle (GCHandle.ToIntPtr, without a pinned handle's low bit) */
+    uint64_t object;    /* the object it refers to */
+    uint64_t secondary; /* a dependent handle's secondary object, else 0 */
+    uint32_t kind;      /* CDAC_HANDLE_* */
+    uint32_t is_strong; /* 1 when it keeps its object alive */
+} cdac_gc_handle;
+
 /* Copies the message of the last failure on this thread into buf (NUL-terminated,
  * truncated to len); returns the size it needs, NUL included (1: no message). buf may be
  * NULL when len is 0. */
@@ -198,6 +246,24 @@ int32_t cdac_eh_clauses(cdac_handle *h, uint64_t ip, cdac_eh_clause *out, size_t
 
 /* The runtime's loaded modules (listed once per handle, on first use). */
 int32_t cdac_modules(cdac_handle *h, cdac_module *out, size_t cap, size_t *count);
+
+/* The GC heap's segments, heap by heap (count-then-fill). */
+int32_t cdac_heap_segments(cdac_handle *h, cdac_heap_segment *out, size_t cap, size_t *count);
+
+/* Walks the whole GC heap and counts objects and bytes per MethodTable (SOS dumpheap
+ * -stat), smallest total first (count-then-fill; each call walks the heap again). When a
+ * segment could not be walked to its end the statistics hold what was walked and the
+ * status is CDAC_E_RUNTIME_DATA (cdac_last_error says where). */
+int32_t cdac_heap_stat(cdac_handle *h, cdac_type_stat *out, size_t cap, size_t *count);
+
+/* The runtime's name of the type of MethodTable method_table ("System.String",
+ * "System.Collections.Generic.List`1[System.Int32]"); CDAC_NOT_FOUND when it cannot be
+ * named. Strings as cdac_method_name. */
+int32_t cdac_type_name(cdac_handle *h, uint64_t method_table, char *buf, size_t len,
+                       size_t *needed);
+
+/* Every GC handle in use (count-then-fill). */
+int32_t cdac_gc_handles(cdac_handle *h, cdac_gc_handle *out, size_t cap, size_t *count);
 
 /* The image path of module `module` (a cdac_module.address): CDAC_NOT_FOUND when it has
  * none (dynamic modules), CDAC_E_INVALID_ARGUMENT when it is not a module of the runtime.

@@ -207,6 +207,60 @@ pub struct CdacModule {
     pub is_mapped: u32,
 }
 
+/// One segment (region) of the GC heap.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CdacHeapSegment {
+    /// Its `heap_segment` record.
+    pub segment: u64,
+    /// First object.
+    pub start: u64,
+    /// End of its objects.
+    pub end: u64,
+    /// End of its committed memory.
+    pub committed: u64,
+    /// End of its reserved memory.
+    pub reserved: u64,
+    /// `heap_segment` flags.
+    pub flags: u64,
+    /// The heap that owns it.
+    pub heap: u32,
+    /// `CDAC_SEGMENT_*`: gen0, gen1, gen2, ephemeral, LOH, POH, frozen.
+    pub kind: u32,
+}
+
+/// The objects of one type on the GC heap.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CdacTypeStat {
+    /// The type's MethodTable (name it with `cdac_type_name`).
+    pub method_table: u64,
+    /// Number of objects.
+    pub count: u64,
+    /// Their total size in bytes (unaligned sizes, as SOS adds them).
+    pub total_size: u64,
+    /// 1 for free objects (gaps the GC filled), which have no type name.
+    pub is_free: u32,
+    /// Padding, 0.
+    pub reserved: u32,
+}
+
+/// One GC handle in use.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CdacGcHandle {
+    /// The handle (what `GCHandle.ToIntPtr` gives, without a pinned handle's low bit).
+    pub address: u64,
+    /// The object it refers to.
+    pub object: u64,
+    /// A dependent handle's secondary object, else 0.
+    pub secondary: u64,
+    /// `CDAC_HANDLE_*`: the runtime's handle type (0 weak short … 6 dependent …).
+    pub kind: u32,
+    /// 1 when the handle keeps its object alive.
+    pub is_strong: u32,
+}
+
 /// A memory source over the host's read callback and mapping list.
 struct CallbackSource {
     read: unsafe extern "C-unwind" fn(*mut c_void, u64, *mut u8, usize) -> i32,
@@ -1086,5 +1140,186 @@ pub unsafe extern "C" fn cdac_exception_text(
         h.namer = Some(namer);
         let text = report.text(0);
         return_text(&text, "the text", buf, len, needed)
+    })
+}
+
+/// The segment kinds of `CdacHeapSegment.kind`.
+fn segment_kind(k: cdac_core::contracts::gc::SegmentKind) -> u32 {
+    use cdac_core::contracts::gc::SegmentKind::*;
+    match k {
+        Gen0 => 0,
+        Gen1 => 1,
+        Gen2 => 2,
+        Ephemeral => 3,
+        Loh => 4,
+        Poh => 5,
+        Frozen => 6,
+    }
+}
+
+/// The GC heap's segments (regions), count-then-fill, heap by heap.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_heap_segments(
+    h: *mut CdacHandle,
+    out: *mut CdacHeapSegment,
+    cap: usize,
+    count: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        if out.is_null() && cap > 0 {
+            return Err(null("out"));
+        }
+        let list: Vec<CdacHeapSegment> = h
+            .rt
+            .contracts()
+            .gc()?
+            .segments()?
+            .iter()
+            .map(|s| CdacHeapSegment {
+                segment: s.segment.address,
+                start: s.start,
+                end: s.end,
+                committed: s.segment.committed,
+                reserved: s.segment.reserved,
+                flags: s.segment.flags,
+                heap: u32::try_from(s.heap).unwrap_or(u32::MAX),
+                kind: segment_kind(s.kind),
+            })
+            .collect();
+        fill(&list, out, cap, count)
+    })
+}
+
+/// Walks the whole GC heap and counts objects and bytes per MethodTable (what SOS
+/// `dumpheap -stat` prints), count-then-fill, smallest total size first. The walk runs
+/// on every call. When some segment could not be walked to its end, the statistics hold
+/// what was walked and the status is `CDAC_E_RUNTIME_DATA` (`cdac_last_error` says where),
+/// unless the buffer was too small.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_heap_stat(
+    h: *mut CdacHandle,
+    out: *mut CdacTypeStat,
+    cap: usize,
+    count: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        if out.is_null() && cap > 0 {
+            return Err(null("out"));
+        }
+        let layout = cdac_core::heap::layout(&h.rt)?;
+        let mut stats = cdac_core::heap::HeapStats::default();
+        let summary = cdac_core::heap::walk(&h.rt, &layout, |o| stats.add(o))?;
+        let list: Vec<CdacTypeStat> = stats
+            .sorted()
+            .iter()
+            .map(|s| CdacTypeStat {
+                method_table: s.method_table,
+                count: s.count,
+                total_size: s.total_size,
+                is_free: u32::from(s.is_free),
+                reserved: 0,
+            })
+            .collect();
+        let status = fill(&list, out, cap, count)?;
+        match summary.problems.first() {
+            Some(p) if status == CDAC_OK => Err(Failure::new(
+                CDAC_E_RUNTIME_DATA,
+                format!(
+                    "{} segment(s) could not be walked to their end; the first stopped at {:#x}: {}",
+                    summary.problems.len(),
+                    p.address,
+                    p.detail
+                ),
+            )),
+            _ => Ok(status),
+        }
+    })
+}
+
+/// The runtime's name of the type a MethodTable stands for. Strings as
+/// `cdac_method_name`; `CDAC_NOT_FOUND` when it cannot be named.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_type_name(
+    h: *mut CdacHandle,
+    method_table: u64,
+    buf: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if buf.is_null() && len > 0 {
+            return Err(null("buf"));
+        }
+        match h.namer().type_name(method_table) {
+            Some(name) => return_text(&name, "the name", buf, len, needed),
+            None => Ok(CDAC_NOT_FOUND),
+        }
+    })
+}
+
+/// Every GC handle in use, count-then-fill.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_gc_handles(
+    h: *mut CdacHandle,
+    out: *mut CdacGcHandle,
+    cap: usize,
+    count: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        if out.is_null() && cap > 0 {
+            return Err(null("out"));
+        }
+        let list: Vec<CdacGcHandle> = h
+            .rt
+            .contracts()
+            .gc()?
+            .handles()?
+            .iter()
+            .map(|g| CdacGcHandle {
+                address: g.address,
+                object: g.object,
+                secondary: g.secondary,
+                kind: u32::from(g.kind.number()),
+                is_strong: u32::from(g.kind.is_strong()),
+            })
+            .collect();
+        fill(&list, out, cap, count)
     })
 }

@@ -8,7 +8,10 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use cdac::{CdacEhClause, CdacFrame, CdacMapping, CdacMethodInfo, CdacModule, CdacX64Regs};
+use cdac::{
+    CdacEhClause, CdacFrame, CdacGcHandle, CdacHeapSegment, CdacMapping, CdacMethodInfo, CdacModule,
+    CdacTypeStat, CdacX64Regs,
+};
 use cdac_core::contracts::execution_manager::{execution_manager, JitType};
 use cdac_core::names::MethodNamer;
 use cdac_core::runtime::{OpenOptions, Runtime};
@@ -80,6 +83,9 @@ int main(void) {
     S(cdac_eh_clause); O(cdac_eh_clause, handler_end); O(cdac_eh_clause, class_token);
     O(cdac_eh_clause, type_handle);
     S(cdac_module); O(cdac_module, size); O(cdac_module, is_dynamic); O(cdac_module, is_mapped);
+    S(cdac_heap_segment); O(cdac_heap_segment, flags); O(cdac_heap_segment, heap); O(cdac_heap_segment, kind);
+    S(cdac_type_stat); O(cdac_type_stat, total_size); O(cdac_type_stat, is_free);
+    S(cdac_gc_handle); O(cdac_gc_handle, secondary); O(cdac_gc_handle, kind); O(cdac_gc_handle, is_strong);
     C(CDAC_EH_TYPED); C(CDAC_EH_FILTER); C(CDAC_EH_FINALLY); C(CDAC_EH_FAULT);
     S(cdac_frame); O(cdac_frame, method_desc); O(cdac_frame, kind); O(cdac_frame, il_offset);
     C(CDAC_OK); C(CDAC_NOT_FOUND); C(CDAC_E_NULL_POINTER); C(CDAC_E_BAD_HANDLE);
@@ -95,7 +101,8 @@ int main(void) {
         (void *)cdac_open_callbacks, (void *)cdac_close, (void *)cdac_ip2md,
         (void *)cdac_method_name, (void *)cdac_source_line, (void *)cdac_unwind_step,
         (void *)cdac_stack, (void *)cdac_eh_clauses, (void *)cdac_modules,
-        (void *)cdac_module_path,
+        (void *)cdac_module_path, (void *)cdac_heap_segments, (void *)cdac_heap_stat,
+        (void *)cdac_type_name, (void *)cdac_gc_handles,
     };
     printf("functions %zu\n", sizeof fns / sizeof fns[0]);
     /* Calls that need no target: a NULL handle and an unknown one. */
@@ -170,7 +177,18 @@ fn header_matches_library() {
             "offsetof cdac_frame.il_offset",
             offset_of!(CdacFrame, il_offset),
         ),
-        ("functions", 13),
+        ("functions", 17),
+        ("sizeof cdac_heap_segment", size_of::<CdacHeapSegment>()),
+        ("offsetof cdac_heap_segment.flags", offset_of!(CdacHeapSegment, flags)),
+        ("offsetof cdac_heap_segment.heap", offset_of!(CdacHeapSegment, heap)),
+        ("offsetof cdac_heap_segment.kind", offset_of!(CdacHeapSegment, kind)),
+        ("sizeof cdac_type_stat", size_of::<CdacTypeStat>()),
+        ("offsetof cdac_type_stat.total_size", offset_of!(CdacTypeStat, total_size)),
+        ("offsetof cdac_type_stat.is_free", offset_of!(CdacTypeStat, is_free)),
+        ("sizeof cdac_gc_handle", size_of::<CdacGcHandle>()),
+        ("offsetof cdac_gc_handle.secondary", offset_of!(CdacGcHandle, secondary)),
+        ("offsetof cdac_gc_handle.kind", offset_of!(CdacGcHandle, kind)),
+        ("offsetof cdac_gc_handle.is_strong", offset_of!(CdacGcHandle, is_strong)),
         ("sizeof cdac_eh_clause", size_of::<CdacEhClause>()),
         (
             "offsetof cdac_eh_clause.handler_end",

@@ -669,3 +669,56 @@ fn net10_crash_dump_pe() {
     let thrower = crash["method"].as_str().expect("method");
     assert!(bt.contains(thrower), "{bt}");
 }
+
+/// `cdac dumpheap -stat` and `cdac gchandles -stat` in lldb print what the CLI's `heap` and
+/// `handles` print on the same dump (memory read through lldb).
+#[test]
+fn dumpheap_and_gchandles_equal_the_cli() {
+    if !have_lldb() {
+        return;
+    }
+    let tb = testbed_of(Variant::Net10);
+    let dump = tb.dump("full");
+    let target: Vec<OsString> = vec!["--dump".into(), dump.clone().into_os_string()];
+    let stat = cli_json(&["heap"], &target);
+    let handles = cli_json(&["handles", "--stat"], &target);
+    let exe = Path::new(tb.manifest["app_dir"].as_str().expect("app_dir")).join("Cdac.Testbed");
+    let session = lldb(
+        &["-c".into(), dump.into_os_string(), exe.into()],
+        &[
+            format!("command script import {}", repo().join("lldb/cdac.py").display()),
+            "cdac dumpheap -stat".into(),
+            "cdac gchandles -stat".into(),
+        ],
+    );
+    let mut rows = HashMap::new();
+    let mut total = None;
+    for line in session.of("cdac dumpheap").lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.first() == Some(&"Total") && f.len() >= 4 {
+            total = Some((f[1].parse::<u64>().unwrap(), f[3].parse::<u64>().unwrap()));
+        } else if f.len() >= 4 && f[0].starts_with("0x") {
+            let mt = u64::from_str_radix(&f[0][2..], 16).expect("MT");
+            rows.insert(mt, (f[1].parse::<u64>().unwrap(), f[2].parse::<u64>().unwrap()));
+        }
+    }
+    let cli: HashMap<u64, (u64, u64)> = stat["types"]
+        .as_array()
+        .expect("types")
+        .iter()
+        .map(|t| {
+            (
+                hex(&t["method_table"]),
+                (t["count"].as_u64().unwrap(), t["total_size"].as_u64().unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(rows, cli);
+    assert_eq!(
+        total,
+        Some((stat["objects"].as_u64().unwrap(), stat["total_size"].as_u64().unwrap()))
+    );
+    let gc = session.of("cdac gchandles");
+    let all: u64 = handles["counts"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    assert!(gc.contains(&format!("{all:>8} handles")), "{gc}");
+}

@@ -82,6 +82,25 @@ impl HandleKind {
         }
     }
 
+    /// The runtime's number of the type.
+    pub fn number(self) -> u8 {
+        match self {
+            HandleKind::WeakShort => 0,
+            HandleKind::WeakLong => 1,
+            HandleKind::Strong => 2,
+            HandleKind::Pinned => 3,
+            HandleKind::Variable => 4,
+            HandleKind::RefCounted => 5,
+            HandleKind::Dependent => 6,
+            HandleKind::AsyncPinned => 7,
+            HandleKind::SizedRef => 8,
+            HandleKind::WeakNativeCom => 9,
+            HandleKind::WeakInteriorPointer => 10,
+            HandleKind::CrossReference => 11,
+            HandleKind::Other(t) => t,
+        }
+    }
+
     /// The name printed (`strong`, `weak_short`, ...).
     pub fn name(self) -> String {
         match self {
