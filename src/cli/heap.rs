@@ -50,6 +50,10 @@ pub struct HeapArgs {
     /// Only objects of at most this many bytes.
     #[arg(long, value_name = "BYTES", value_parser = super::parse_amount)]
     max_size: Option<u64>,
+    /// Also report fragmentation: free bytes per generation, and free blocks of 512 KiB or
+    /// more followed by a live object (what SOS's dumpheap -stat lists as fragmented).
+    #[arg(long)]
+    free: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -186,6 +190,41 @@ pub struct HeapReport {
     pub problems: Vec<ProblemReport>,
     /// Segments walked.
     pub segments: usize,
+    /// Fragmentation (`--free`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fragmentation: Option<FragmentationReport>,
+}
+
+/// Free space on the heap (`--free`).
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct FragmentationReport {
+    /// Per generation (`gen0` … `frozen`): bytes in free objects, and in all objects.
+    pub generations: std::collections::BTreeMap<String, FreeBytes>,
+    /// Free blocks of at least 512 KiB followed by a live object, which the GC cannot
+    /// give back while that object stays.
+    pub blocks: Vec<FreeBlock>,
+}
+
+/// Free and total bytes of one generation.
+#[derive(Debug, Default, Serialize, JsonSchema)]
+pub struct FreeBytes {
+    /// Bytes in free objects.
+    pub free: u64,
+    /// Bytes in all objects, free ones included.
+    pub total: u64,
+}
+
+/// A large free block and the object after it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct FreeBlock {
+    /// The free object.
+    pub address: Addr,
+    /// Its size.
+    pub size: u64,
+    /// The live object after it.
+    pub followed_by: Addr,
+    /// That object's type.
+    pub followed_by_type: String,
 }
 
 /// Objects of one type.
@@ -226,6 +265,10 @@ pub struct ProblemReport {
     /// Why.
     pub detail: String,
 }
+
+/// A free block at least this large, followed by a live object, counts as fragmentation
+/// (the threshold SOS uses).
+const FRAGMENT_BYTES: u64 = 512 * 1024;
 
 /// Progress on standard error, when it is a terminal and the walk takes over a second.
 struct Progress {
@@ -292,9 +335,28 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
         terminal: std::io::stderr().is_terminal(),
     };
     let mut walked = 0u64;
+    // --free: bytes per generation, and large free blocks with the object after them.
+    let mut generations: std::collections::BTreeMap<String, FreeBytes> = Default::default();
+    let mut large_free: Vec<(HeapObject, HeapObject)> = Vec::new();
+    let mut previous_free: Option<HeapObject> = None;
     let summary = managed_heap::walk(rt, &layout, |o| {
         walked += 1;
         progress.tick(walked);
+        if args.free {
+            let g = generations.entry(o.generation.name().to_string()).or_default();
+            g.total += o.size;
+            if o.is_free {
+                g.free += o.size;
+            }
+            if let Some(f) = previous_free.take() {
+                if !o.is_free && f.segment == o.segment && f.size >= FRAGMENT_BYTES {
+                    large_free.push((f, *o));
+                }
+            }
+            if o.is_free {
+                previous_free = Some(*o);
+            }
+        }
         if !keep_raw(o) {
             return;
         }
@@ -321,7 +383,23 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
         object_list: None,
         problems,
         segments: layout.segments.len(),
+        fragmentation: None,
     };
+    if args.free {
+        let blocks = large_free
+            .iter()
+            .map(|(f, next)| FreeBlock {
+                address: Addr(f.address),
+                size: f.size,
+                followed_by: Addr(next.address),
+                followed_by_type: name_of(next.method_table, next.is_free),
+            })
+            .collect();
+        report.fragmentation = Some(FragmentationReport {
+            generations,
+            blocks,
+        });
+    }
     if args.objects {
         let mut list = Vec::new();
         for o in &objects {
@@ -421,6 +499,24 @@ fn print_walk(r: &HeapReport) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     writeln!(out, "{} object(s), {} bytes", r.objects, r.total_size)?;
+    if let Some(f) = &r.fragmentation {
+        writeln!(out, "\nfree space per generation:")?;
+        for (g, b) in &f.generations {
+            let percent = if b.total == 0 { 0.0 } else { b.free as f64 * 100.0 / b.total as f64 };
+            writeln!(out, "  {g:<7} {:>14} of {:>14} bytes free ({percent:.1}%)", b.free, b.total)?;
+        }
+        writeln!(out, "free blocks of 512 KiB or more followed by a live object: {}", f.blocks.len())?;
+        for b in &f.blocks {
+            writeln!(
+                out,
+                "  {} {:>12} bytes, followed by {} {}",
+                hex(b.address.0),
+                b.size,
+                hex(b.followed_by.0),
+                b.followed_by_type
+            )?;
+        }
+    }
     out.flush()?;
     Ok(())
 }

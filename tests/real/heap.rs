@@ -763,3 +763,46 @@ fn manifest_heap_facts_net9() {
 fn manifest_heap_facts_net8() {
     manifest_heap_facts(Variant::Net8);
 }
+
+/// `heap --free`: the free bytes per generation add up to the `Free` type's total, the
+/// total bytes per generation to the heap's, and every large block listed is a free object
+/// of at least 512 KiB followed by a live one (all from the same walk and its object list).
+#[test]
+fn free_space_adds_up_net10() {
+    let full = testbed_of(Variant::Net10).dump("full");
+    let target = ["--dump", full.to_str().expect("path")];
+    let stat = cdac_heap(&["--free"], &target);
+    json_schema::assert_matches_schema("heap", &stat);
+    let f = &stat["fragmentation"];
+    let gens = f["generations"].as_object().expect("generations");
+    let sum = |k: &str| -> u64 { gens.values().map(|g| g[k].as_u64().expect(k)).sum() };
+    let free_row = stat["types"]
+        .as_array()
+        .expect("types")
+        .iter()
+        .find(|t| t["name"] == "Free")
+        .expect("free objects");
+    assert_eq!(sum("free"), free_row["total_size"].as_u64().unwrap());
+    assert_eq!(sum("total"), stat["total_size"].as_u64().unwrap());
+    for g in ["gen0", "gen1", "gen2", "loh", "poh", "frozen"] {
+        assert!(gens.contains_key(g), "{g} missing from {gens:?}");
+    }
+    let objects = cdac_heap(&["--objects"], &target);
+    let by_address: BTreeMap<u64, &Value> = objects["object_list"]
+        .as_array()
+        .expect("object_list")
+        .iter()
+        .map(|o| (hex_of(&o["address"]), o))
+        .collect();
+    for b in f["blocks"].as_array().expect("blocks") {
+        let free = by_address[&hex_of(&b["address"])];
+        assert_eq!(free["name"], "Free");
+        assert!(b["size"].as_u64().unwrap() >= 512 * 1024);
+        let (&next, o) = by_address
+            .range(hex_of(&b["address"]) + 1..)
+            .next()
+            .expect("an object after the block");
+        assert_eq!(next, hex_of(&b["followed_by"]));
+        assert_ne!(o["name"], "Free");
+    }
+}
