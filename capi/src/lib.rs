@@ -1179,23 +1179,22 @@ pub unsafe extern "C" fn cdac_heap_segments(
         if out.is_null() && cap > 0 {
             return Err(null("out"));
         }
-        let list: Vec<CdacHeapSegment> = h
-            .rt
-            .contracts()
-            .gc()?
-            .segments()?
-            .iter()
-            .map(|s| CdacHeapSegment {
-                segment: s.segment.address,
-                start: s.start,
-                end: s.end,
-                committed: s.segment.committed,
-                reserved: s.segment.reserved,
-                flags: s.segment.flags,
-                heap: u32::try_from(s.heap).unwrap_or(u32::MAX),
-                kind: segment_kind(s.kind),
-            })
-            .collect();
+        let list: Vec<CdacHeapSegment> =
+            h.rt.contracts()
+                .gc()?
+                .segments()?
+                .iter()
+                .map(|s| CdacHeapSegment {
+                    segment: s.segment.address,
+                    start: s.start,
+                    end: s.end,
+                    committed: s.segment.committed,
+                    reserved: s.segment.reserved,
+                    flags: s.segment.flags,
+                    heap: u32::try_from(s.heap).unwrap_or(u32::MAX),
+                    kind: segment_kind(s.kind),
+                })
+                .collect();
         fill(&list, out, cap, count)
     })
 }
@@ -1306,20 +1305,19 @@ pub unsafe extern "C" fn cdac_gc_handles(
         if out.is_null() && cap > 0 {
             return Err(null("out"));
         }
-        let list: Vec<CdacGcHandle> = h
-            .rt
-            .contracts()
-            .gc()?
-            .handles()?
-            .iter()
-            .map(|g| CdacGcHandle {
-                address: g.address,
-                object: g.object,
-                secondary: g.secondary,
-                kind: u32::from(g.kind.number()),
-                is_strong: u32::from(g.kind.is_strong()),
-            })
-            .collect();
+        let list: Vec<CdacGcHandle> =
+            h.rt.contracts()
+                .gc()?
+                .handles()?
+                .iter()
+                .map(|g| CdacGcHandle {
+                    address: g.address,
+                    object: g.object,
+                    secondary: g.secondary,
+                    kind: u32::from(g.kind.number()),
+                    is_strong: u32::from(g.kind.is_strong()),
+                })
+                .collect();
         fill(&list, out, cap, count)
     })
 }

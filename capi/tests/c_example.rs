@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cdac::{
-    CdacEhClause, CdacFrame, CdacGcHandle, CdacHeapSegment, CdacMapping, CdacMethodInfo, CdacModule,
-    CdacTypeStat, CdacX64Regs,
+    CdacEhClause, CdacFrame, CdacGcHandle, CdacHeapSegment, CdacMapping, CdacMethodInfo,
+    CdacModule, CdacTypeStat, CdacX64Regs,
 };
 use cdac_core::contracts::execution_manager::{execution_manager, JitType};
 use cdac_core::names::MethodNamer;
@@ -179,16 +179,40 @@ fn header_matches_library() {
         ),
         ("functions", 17),
         ("sizeof cdac_heap_segment", size_of::<CdacHeapSegment>()),
-        ("offsetof cdac_heap_segment.flags", offset_of!(CdacHeapSegment, flags)),
-        ("offsetof cdac_heap_segment.heap", offset_of!(CdacHeapSegment, heap)),
-        ("offsetof cdac_heap_segment.kind", offset_of!(CdacHeapSegment, kind)),
+        (
+            "offsetof cdac_heap_segment.flags",
+            offset_of!(CdacHeapSegment, flags),
+        ),
+        (
+            "offsetof cdac_heap_segment.heap",
+            offset_of!(CdacHeapSegment, heap),
+        ),
+        (
+            "offsetof cdac_heap_segment.kind",
+            offset_of!(CdacHeapSegment, kind),
+        ),
         ("sizeof cdac_type_stat", size_of::<CdacTypeStat>()),
-        ("offsetof cdac_type_stat.total_size", offset_of!(CdacTypeStat, total_size)),
-        ("offsetof cdac_type_stat.is_free", offset_of!(CdacTypeStat, is_free)),
+        (
+            "offsetof cdac_type_stat.total_size",
+            offset_of!(CdacTypeStat, total_size),
+        ),
+        (
+            "offsetof cdac_type_stat.is_free",
+            offset_of!(CdacTypeStat, is_free),
+        ),
         ("sizeof cdac_gc_handle", size_of::<CdacGcHandle>()),
-        ("offsetof cdac_gc_handle.secondary", offset_of!(CdacGcHandle, secondary)),
-        ("offsetof cdac_gc_handle.kind", offset_of!(CdacGcHandle, kind)),
-        ("offsetof cdac_gc_handle.is_strong", offset_of!(CdacGcHandle, is_strong)),
+        (
+            "offsetof cdac_gc_handle.secondary",
+            offset_of!(CdacGcHandle, secondary),
+        ),
+        (
+            "offsetof cdac_gc_handle.kind",
+            offset_of!(CdacGcHandle, kind),
+        ),
+        (
+            "offsetof cdac_gc_handle.is_strong",
+            offset_of!(CdacGcHandle, is_strong),
+        ),
         ("sizeof cdac_eh_clause", size_of::<CdacEhClause>()),
         (
             "offsetof cdac_eh_clause.handler_end",

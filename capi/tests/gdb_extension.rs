@@ -567,8 +567,11 @@ fn pe_prints_the_crash_exception_as_analyze_does() {
     let _ = std::fs::remove_file(&dump);
 }
 
-/// The rows of a `dumpheap`-style table: MethodTable → (count, total size), and the total.
-pub fn dumpheap_rows(text: &str) -> (HashMap<u64, (u64, u64)>, Option<(u64, u64)>) {
+/// MethodTable → (count, total size).
+type HeapRows = HashMap<u64, (u64, u64)>;
+
+/// The rows of a `dumpheap`-style table, and the total (objects, bytes).
+fn dumpheap_rows(text: &str) -> (HeapRows, Option<(u64, u64)>) {
     let mut rows = HashMap::new();
     let mut total = None;
     for line in text.lines() {
@@ -577,7 +580,10 @@ pub fn dumpheap_rows(text: &str) -> (HashMap<u64, (u64, u64)>, Option<(u64, u64)
             total = Some((f[1].parse().expect("count"), f[3].parse().expect("bytes")));
         } else if f.len() >= 4 && f[0].starts_with("0x") {
             let mt = u64::from_str_radix(&f[0][2..], 16).expect("MT");
-            rows.insert(mt, (f[1].parse().expect("count"), f[2].parse().expect("size")));
+            rows.insert(
+                mt,
+                (f[1].parse().expect("count"), f[2].parse().expect("size")),
+            );
         }
     }
     (rows, total)
@@ -593,7 +599,10 @@ fn dumpheap_and_gchandles_equal_the_cli() {
     let stat = cli_json(&["heap"], &target);
     let handles = cli_json(&["handles", "--stat"], &target);
     let out = gdb(
-        &[testbed_exe(Variant::Net10).into_os_string(), dump.into_os_string()],
+        &[
+            testbed_exe(Variant::Net10).into_os_string(),
+            dump.into_os_string(),
+        ],
         &[
             format!("source {}", repo().join("gdb/cdac.py").display()),
             echo("dumpheap"),
@@ -613,20 +622,38 @@ fn dumpheap_and_gchandles_equal_the_cli() {
         .map(|t| {
             (
                 hex(&t["method_table"]),
-                (t["count"].as_u64().unwrap(), t["total_size"].as_u64().unwrap()),
+                (
+                    t["count"].as_u64().unwrap(),
+                    t["total_size"].as_u64().unwrap(),
+                ),
             )
         })
         .collect();
     assert_eq!(rows, cli, "{out}");
     assert_eq!(
         total,
-        Some((stat["objects"].as_u64().unwrap(), stat["total_size"].as_u64().unwrap()))
+        Some((
+            stat["objects"].as_u64().unwrap(),
+            stat["total_size"].as_u64().unwrap()
+        ))
     );
     let strings = section(&out, "strings");
-    assert!(strings.lines().all(|l| l.starts_with("MT") || l.starts_with("Total") || l.contains("System.String")), "{strings}");
+    assert!(
+        strings
+            .lines()
+            .all(|l| l.starts_with("MT") || l.starts_with("Total") || l.contains("System.String")),
+        "{strings}"
+    );
     let gc = section(&out, "gchandles");
-    let strong = handles["counts"]["strong"].as_u64().expect("strong handles");
+    let strong = handles["counts"]["strong"]
+        .as_u64()
+        .expect("strong handles");
     assert!(gc.contains(&format!("{strong:>8} Strong")), "{gc}");
-    let all: u64 = handles["counts"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    let all: u64 = handles["counts"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
     assert!(gc.contains(&format!("{all:>8} handles")), "{gc}");
 }

@@ -14,7 +14,10 @@ use common::{testbed_of, Variant};
 fn list<T: Copy + Default>(f: impl Fn(*mut T, usize, *mut usize) -> i32) -> Vec<T> {
     let mut count = 0usize;
     let rc = f(std::ptr::null_mut(), 0, &mut count);
-    assert!(rc == CDAC_OK || rc == CDAC_E_BUFFER_TOO_SMALL, "status {rc}");
+    assert!(
+        rc == CDAC_OK || rc == CDAC_E_BUFFER_TOO_SMALL,
+        "status {rc}"
+    );
     let mut out = vec![T::default(); count];
     let rc = f(out.as_mut_ptr(), out.len(), &mut count);
     assert_eq!(rc, CDAC_OK);
@@ -26,7 +29,15 @@ fn type_name(h: *mut CdacHandle, mt: u64) -> Option<String> {
     let mut buf = vec![0u8; 1024];
     let mut needed = 0usize;
     // SAFETY: buf holds its length; needed is valid.
-    let rc = unsafe { cdac_type_name(h, mt, buf.as_mut_ptr().cast::<c_char>(), buf.len(), &mut needed) };
+    let rc = unsafe {
+        cdac_type_name(
+            h,
+            mt,
+            buf.as_mut_ptr().cast::<c_char>(),
+            buf.len(),
+            &mut needed,
+        )
+    };
     (rc == CDAC_OK).then(|| {
         let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
         String::from_utf8_lossy(&buf[..end]).into_owned()
@@ -49,7 +60,10 @@ fn heap_through_the_abi_equals_the_rust_api() {
     let theirs = gc.segments().expect("segments");
     assert_eq!(segments.len(), theirs.len());
     for (a, b) in segments.iter().zip(&theirs) {
-        assert_eq!((a.segment, a.start, a.end, a.reserved), (b.segment.address, b.start, b.end, b.segment.reserved));
+        assert_eq!(
+            (a.segment, a.start, a.end, a.reserved),
+            (b.segment.address, b.start, b.end, b.segment.reserved)
+        );
     }
     assert!(segments.iter().any(|s| s.kind == 6), "a frozen segment");
 
@@ -60,7 +74,10 @@ fn heap_through_the_abi_equals_the_rust_api() {
     let rust = rust.sorted();
     assert_eq!(stats.len(), rust.len());
     for (a, b) in stats.iter().zip(&rust) {
-        assert_eq!((a.method_table, a.count, a.total_size, a.is_free), (b.method_table, b.count, b.total_size, u32::from(b.is_free)));
+        assert_eq!(
+            (a.method_table, a.count, a.total_size, a.is_free),
+            (b.method_table, b.count, b.total_size, u32::from(b.is_free))
+        );
     }
     let string = stats
         .iter()
@@ -72,7 +89,10 @@ fn heap_through_the_abi_equals_the_rust_api() {
     let theirs = gc.handles().expect("handles");
     assert_eq!(handles.len(), theirs.len());
     for (a, b) in handles.iter().zip(&theirs) {
-        assert_eq!((a.address, a.object, a.secondary, a.kind), (b.address, b.object, b.secondary, u32::from(b.kind.number())));
+        assert_eq!(
+            (a.address, a.object, a.secondary, a.kind),
+            (b.address, b.object, b.secondary, u32::from(b.kind.number()))
+        );
     }
     assert!(handles.iter().any(|x| x.kind == 2 && x.is_strong == 1));
 
@@ -80,11 +100,17 @@ fn heap_through_the_abi_equals_the_rust_api() {
     let mut one = [CdacTypeStat::default(); 1];
     let mut count = 0usize;
     // SAFETY: one holds one entry; count is valid.
-    assert_eq!(unsafe { cdac_heap_stat(h, one.as_mut_ptr(), 1, &mut count) }, CDAC_E_BUFFER_TOO_SMALL);
+    assert_eq!(
+        unsafe { cdac_heap_stat(h, one.as_mut_ptr(), 1, &mut count) },
+        CDAC_E_BUFFER_TOO_SMALL
+    );
     assert_eq!(count, stats.len());
     assert_eq!(one[0], stats[0]);
     // SAFETY: a NULL handle is refused before anything is read.
-    assert_eq!(unsafe { cdac_heap_segments(std::ptr::null_mut(), std::ptr::null_mut(), 0, &mut count) }, CDAC_E_NULL_POINTER);
+    assert_eq!(
+        unsafe { cdac_heap_segments(std::ptr::null_mut(), std::ptr::null_mut(), 0, &mut count) },
+        CDAC_E_NULL_POINTER
+    );
     // SAFETY: h is open and closed once.
     assert_eq!(unsafe { cdac_close(h) }, CDAC_OK);
 }

@@ -686,7 +686,10 @@ fn dumpheap_and_gchandles_equal_the_cli() {
     let session = lldb(
         &["-c".into(), dump.into_os_string(), exe.into()],
         &[
-            format!("command script import {}", repo().join("lldb/cdac.py").display()),
+            format!(
+                "command script import {}",
+                repo().join("lldb/cdac.py").display()
+            ),
             "cdac dumpheap -stat".into(),
             "cdac gchandles -stat".into(),
         ],
@@ -699,7 +702,10 @@ fn dumpheap_and_gchandles_equal_the_cli() {
             total = Some((f[1].parse::<u64>().unwrap(), f[3].parse::<u64>().unwrap()));
         } else if f.len() >= 4 && f[0].starts_with("0x") {
             let mt = u64::from_str_radix(&f[0][2..], 16).expect("MT");
-            rows.insert(mt, (f[1].parse::<u64>().unwrap(), f[2].parse::<u64>().unwrap()));
+            rows.insert(
+                mt,
+                (f[1].parse::<u64>().unwrap(), f[2].parse::<u64>().unwrap()),
+            );
         }
     }
     let cli: HashMap<u64, (u64, u64)> = stat["types"]
@@ -709,16 +715,27 @@ fn dumpheap_and_gchandles_equal_the_cli() {
         .map(|t| {
             (
                 hex(&t["method_table"]),
-                (t["count"].as_u64().unwrap(), t["total_size"].as_u64().unwrap()),
+                (
+                    t["count"].as_u64().unwrap(),
+                    t["total_size"].as_u64().unwrap(),
+                ),
             )
         })
         .collect();
     assert_eq!(rows, cli);
     assert_eq!(
         total,
-        Some((stat["objects"].as_u64().unwrap(), stat["total_size"].as_u64().unwrap()))
+        Some((
+            stat["objects"].as_u64().unwrap(),
+            stat["total_size"].as_u64().unwrap()
+        ))
     );
     let gc = session.of("cdac gchandles");
-    let all: u64 = handles["counts"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+    let all: u64 = handles["counts"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
     assert!(gc.contains(&format!("{all:>8} handles")), "{gc}");
 }

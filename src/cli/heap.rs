@@ -343,7 +343,9 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
         walked += 1;
         progress.tick(walked);
         if args.free {
-            let g = generations.entry(o.generation.name().to_string()).or_default();
+            let g = generations
+                .entry(o.generation.name().to_string())
+                .or_default();
             g.total += o.size;
             if o.is_free {
                 g.free += o.size;
@@ -502,10 +504,22 @@ fn print_walk(r: &HeapReport) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(f) = &r.fragmentation {
         writeln!(out, "\nfree space per generation:")?;
         for (g, b) in &f.generations {
-            let percent = if b.total == 0 { 0.0 } else { b.free as f64 * 100.0 / b.total as f64 };
-            writeln!(out, "  {g:<7} {:>14} of {:>14} bytes free ({percent:.1}%)", b.free, b.total)?;
+            let percent = if b.total == 0 {
+                0.0
+            } else {
+                b.free as f64 * 100.0 / b.total as f64
+            };
+            writeln!(
+                out,
+                "  {g:<7} {:>14} of {:>14} bytes free ({percent:.1}%)",
+                b.free, b.total
+            )?;
         }
-        writeln!(out, "free blocks of 512 KiB or more followed by a live object: {}", f.blocks.len())?;
+        writeln!(
+            out,
+            "free blocks of 512 KiB or more followed by a live object: {}",
+            f.blocks.len()
+        )?;
         for b in &f.blocks {
             writeln!(
                 out,
