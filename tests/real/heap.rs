@@ -185,6 +185,21 @@ fn segments_on_the_latest_patches() {
     }
 }
 
+/// `cdac ARGS` (ending in `--json`) on a target; the JSON it prints.
+fn cdac_heap_like(args: &[&str], target: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+        .args(args)
+        .args(target)
+        .output()
+        .expect("run cdac");
+    assert!(
+        out.status.success(),
+        "cdac {args:?} {target:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
 /// `cdac heap ARGS --json` on a target; the report.
 fn cdac_heap(args: &[&str], target: &[&str]) -> Value {
     let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
@@ -423,8 +438,9 @@ type Flavour = (
 );
 
 /// Server GC (with DATAS, the default, and without it: two heaps on two cores) and the
-/// segments GC (`libclrgc.so`): the flavour is named, and segments and objects equal
-/// ClrMD's on a full dump of .NET 10.
+/// segments GC (`libclrgc.so`): the flavour is named, segments and objects equal ClrMD's on
+/// a full dump of .NET 10, and the handles include the testbed's and ClrMD's (which misses
+/// some under DATAS).
 #[test]
 fn gc_flavours_equal_clrmd_net10() {
     let flavours: [Flavour; 3] = [
@@ -463,6 +479,47 @@ fn gc_flavours_equal_clrmd_net10() {
         assert_eq!(ours_by_start(&ours), theirs_by_start(&theirs), "{what}");
         let (o, t) = (cdac_objects(&target), clrmd_objects(&target));
         assert!(o == t, "{what}: {} objects, ClrMD {}", o.len(), t.len());
+        // Handles: every one the testbed made is found at its address; cdac finds every
+        // handle ClrMD finds, and more under server GC with DATAS, where ClrMD reads one
+        // handle table per heap and the runtime keeps one per processor (runtime#124872).
+        let ours = cdac_heap_like(&["handles", "--json"], &target);
+        let addresses: BTreeSet<u64> = ours["handles"]
+            .as_array()
+            .expect("handles")
+            .iter()
+            .map(|h| hex_of(&h["address"]))
+            .collect();
+        for h in tb.manifest["heap"]["handles"]
+            .as_array()
+            .expect("manifest handles")
+        {
+            let slot = hex_of(&h["handle"]) & !1;
+            assert!(
+                addresses.contains(&slot),
+                "{what}: the testbed's handle {h} not listed"
+            );
+        }
+        let out = Command::new(clrmd_probe())
+            .args(target)
+            .arg("handles")
+            .output()
+            .expect("run clrmd-probe");
+        let theirs: BTreeSet<u64> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .map(|a| u64::from_str_radix(a.trim_start_matches("0x"), 16).expect("hex"))
+            .collect();
+        assert!(
+            theirs.is_subset(&addresses),
+            "{what}: ClrMD lists handles cdac does not"
+        );
+        if datas && ours["handles"].as_array().map_or(0, Vec::len) > theirs.len() {
+            eprintln!(
+                "{what}: {} handles, ClrMD {} (its DATAS undercount)",
+                addresses.len(),
+                theirs.len()
+            );
+        }
         eprintln!(
             "{what}: {} heap(s), {} segments, {} objects equal ClrMD's ({:?})",
             ours["heaps"].as_array().map_or(0, Vec::len),
