@@ -103,13 +103,22 @@ impl HandleKind {
 
     /// The name printed (`strong`, `weak_short`, ...).
     pub fn name(self) -> String {
-        match self {
-            HandleKind::Other(t) => format!("type_{t}"),
-            k => serde_json::to_value(k)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
-        }
+        let name = match self {
+            HandleKind::WeakShort => "weak_short",
+            HandleKind::WeakLong => "weak_long",
+            HandleKind::Strong => "strong",
+            HandleKind::Pinned => "pinned",
+            HandleKind::Variable => "variable",
+            HandleKind::RefCounted => "ref_counted",
+            HandleKind::Dependent => "dependent",
+            HandleKind::AsyncPinned => "async_pinned",
+            HandleKind::SizedRef => "sized_ref",
+            HandleKind::WeakNativeCom => "weak_native_com",
+            HandleKind::WeakInteriorPointer => "weak_interior_pointer",
+            HandleKind::CrossReference => "cross_reference",
+            HandleKind::Other(t) => return format!("type_{t}"),
+        };
+        name.to_string()
     }
 
     /// Whether the handle keeps its object alive (a root for `gcroot`).
