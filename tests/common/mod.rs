@@ -313,6 +313,8 @@ impl Drop for Testbed {
                 let _ = std::fs::remove_file(f);
             }
         }
+        // Its dumps: a run starts dozens of private testbeds and CI's disk is not large.
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
