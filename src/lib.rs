@@ -78,6 +78,7 @@ pub mod descriptor;
 pub mod exception_report;
 pub mod formats;
 pub mod heap;
+pub mod inspect;
 pub mod limits;
 pub mod memory;
 pub mod names;

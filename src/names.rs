@@ -37,7 +37,8 @@ use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::formats::ecma::signature::decode_method_sig_with;
 use crate::formats::ecma::{
-    format_perf_map_name, IlFormatter, Metadata, PerfMapNameOptions, SigOptions, TableId, Token,
+    format_perf_map_name, CompilerNames, GenericParam, IlFormatter, Metadata, PerfMapNameOptions,
+    SigOptions, TableId, Token, TypeSig,
 };
 use crate::memory::Target;
 
@@ -333,6 +334,36 @@ impl MethodNamer {
         None
     }
 
+    /// The fields the type of a MethodTable declares (not inherited ones), from its
+    /// module's metadata, in metadata order: constants (`const`, no storage) included and
+    /// marked. A field's type is named with the type's own generic arguments where the
+    /// MethodTable has them (`System.Int32[]` for `T[]` of a `List<int>`).
+    pub fn declared_fields(&mut self, method_table: u64) -> Result<Vec<FieldMetadata>, String> {
+        let mt = method_table_info(&self.target, &self.descriptor, method_table)
+            .map_err(|e| e.to_string())?;
+        let mut asked: BTreeSet<u64> = BTreeSet::new();
+        self.ensure_loaded(mt.module);
+        asked.insert(mt.module);
+        for _ in 0..MAX_ROUNDS {
+            let result = {
+                let ctx = Ctx::new(self, &asked, false);
+                ctx.declared_fields(&mt)
+            };
+            match result {
+                Ok(fields) => return Ok(fields),
+                Err(NameError::NeedModule(m)) if !asked.contains(&m) => {
+                    self.ensure_loaded(m);
+                    asked.insert(m);
+                }
+                Err(NameError::NeedModule(m)) => {
+                    return Err(format!("module {m:#x} has no metadata"))
+                }
+                Err(NameError::Fail(e)) => return Err(e),
+            }
+        }
+        Err("too many modules needed to name the fields".into())
+    }
+
     /// The metadata `ImplFlags` of each MethodDesc's method (`NoOptimization`,
     /// `AggressiveOptimization`, ...), in order: 0 for dynamic and array methods, which have
     /// no MethodDef; `None` when the MethodDesc or its module's metadata cannot be read.
@@ -397,6 +428,29 @@ impl MethodNamer {
         self.blobs.insert(module, blob);
     }
 }
+
+/// A field as its module's metadata declares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldMetadata {
+    /// The FieldDef token (`0x04000000 | RID`).
+    pub token: u32,
+    /// Its name.
+    pub name: String,
+    /// Its declared type (`System.String`, `System.Collections.Generic.List`1[System.Int32]`).
+    pub type_name: String,
+    /// A constant: no FieldDesc and no storage.
+    pub is_literal: bool,
+    /// Static (`static`, `const`).
+    pub is_static: bool,
+    /// For a field of a non-generic struct type: the TypeDef or TypeRef token that names
+    /// the struct in the field's module.
+    pub value_type_token: Option<u32>,
+}
+
+/// `FieldAttributes.Static`.
+const FD_STATIC: u16 = 0x0010;
+/// `FieldAttributes.Literal`.
+const FD_LITERAL: u16 = 0x0040;
 
 /// Parsed metadata of the loaded modules, for one naming round.
 struct Ctx<'n> {
@@ -568,6 +622,61 @@ impl<'n> Ctx<'n> {
             return Err(NameError::NeedModule(m));
         }
         Ok(text)
+    }
+
+    fn declared_fields(
+        &self,
+        mt: &crate::contracts::runtime_type_system::MethodTableInfo,
+    ) -> Result<Vec<FieldMetadata>, NameError> {
+        let md = self.metadata(mt.module)?;
+        let rid = mt.token & 0x00FF_FFFF;
+        let count = md
+            .generic_params_of(Token::new(TableId::TypeDef, rid))
+            .len();
+        let args: Vec<String> = if count > 0 {
+            let handles =
+                type_instantiation(&self.namer.target, &self.namer.descriptor, mt, count)?;
+            let mut names = Vec::with_capacity(handles.len());
+            for h in handles {
+                names.push(self.type_handle_name(h, 0)?);
+            }
+            names
+        } else {
+            Vec::new()
+        };
+        let generic = |p: GenericParam, out: &mut String| -> crate::formats::ecma::Result<bool> {
+            match p {
+                GenericParam::Type(n) => match args.get(n as usize) {
+                    Some(a) => {
+                        out.push_str(a);
+                        Ok(true)
+                    }
+                    None => Ok(false),
+                },
+                GenericParam::Method(_) => Ok(false),
+            }
+        };
+        let names = CompilerNames::new(md).with_generic_args(&generic);
+        let mut out = Vec::new();
+        for field in md.type_fields(rid)? {
+            let row = md.field(field)?;
+            let ty = md.field_type(field)?;
+            let mut type_name = String::new();
+            names.type_sig(&ty, &mut type_name)?;
+            let value_type_token = match ty.unmodified() {
+                TypeSig::ValueType(tok) => Some(tok.0),
+                _ => None,
+            };
+            out.push(FieldMetadata {
+                token: 0x0400_0000 | field,
+                name: md.field_name(field)?.into_owned(),
+                type_name,
+                is_literal: row.flags & FD_LITERAL != 0,
+                is_static: row.flags & FD_STATIC != 0,
+                value_type_token,
+            });
+        }
+        Ok(out)
     }
 
     /// The name `ELEMENT_TYPE_INTERNAL` prints: the type's runtime name without its

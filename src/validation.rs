@@ -375,6 +375,20 @@ fn validate_once(rt: &Runtime) -> ValidationReport {
         ],
         check_gc_heap(rt, &threads, list.as_ref()),
     );
+    run(
+        "field-descs",
+        "System.String (found through CoreLib's metadata and TypeDef map) declares FieldDescs for exactly its metadata's fields, with _stringLength an int at 0 and _firstChar a char at 4 (the String offsets the descriptor gives, less the MethodTable pointer); where the runtime counts fields, its count agrees; where statics are read, String.Empty is an empty string",
+        &[
+            "FieldDesc.*",
+            "EEClass.FieldDescList",
+            "EEClass.NumInstanceFields",
+            "EEClass.NumStaticFields",
+            "MethodTable.AuxiliaryData",
+            "DynamicStaticsInfo.*",
+            "Module.TypeDefToMethodTableMap",
+        ],
+        check_field_descs(rt, &modules),
+    );
     let covered: BTreeSet<&str> = checks
         .iter()
         .filter(|c| c.status == CheckStatus::Passed)
@@ -1215,6 +1229,132 @@ fn check_gc_heap(
         if ids.server { "server" } else { "workstation" },
         if ids.regions { "regions" } else { "segments" },
         segments.len()
+    ))
+}
+
+/// `System.String`'s MethodTable through CoreLib's metadata and TypeDef map.
+fn string_method_table_by_metadata(rt: &Runtime, modules: &[ModuleInfo]) -> Result<u64, Stop> {
+    use crate::contracts::code_versions::tables::lookup_map_entry;
+    let (t, d) = (rt.target(), rt.descriptor());
+    let f = Fields::new(t, d);
+    let corelib = corelib(modules).ok_or_else(|| Stop::Skip("CoreLib is not loaded".into()))?;
+    let blob = loader::module_metadata(t, d, corelib)?
+        .ok_or_else(|| Stop::Skip("CoreLib's metadata is not readable".into()))?;
+    let md = crate::formats::ecma::Metadata::parse(&blob)
+        .map_err(|e| fail(format!("CoreLib's metadata: {e}")))?;
+    let rid = md
+        .find_type("System.String")
+        .ok_or_else(|| fail("CoreLib's metadata has no System.String".into()))?;
+    let map = corelib
+        .address
+        .wrapping_add(f.off("Module", "TypeDefToMethodTableMap")?);
+    let mt = lookup_map_entry(&f, map, rid)?;
+    if mt == 0 {
+        return Err(fail(format!(
+            "CoreLib's TypeDef map has no entry for System.String (RID {rid})"
+        )));
+    }
+    Ok(mt)
+}
+
+fn check_field_descs(rt: &Runtime, modules: &Result<Vec<ModuleInfo>, ContractError>) -> Outcome {
+    use crate::contracts::field_desc::{self, ElementType};
+    let (t, d) = (rt.target(), rt.descriptor());
+    let f = Fields::new(t, d);
+    let modules = modules.as_ref().map_err(|e| Stop::Skip(e.to_string()))?;
+    let mt = string_method_table_by_metadata(rt, modules)?;
+    if let Ok(g) = f.global("StringMethodTable") {
+        let named = t.read_pointer(g)?;
+        if named != mt {
+            return Err(fail(format!(
+                "CoreLib's TypeDef map gives String's MethodTable as {mt:#x}, the runtime's StringMethodTable is {named:#x}"
+            )));
+        }
+    }
+    let meta = crate::names::MethodNamer::for_runtime(rt)
+        .declared_fields(mt)
+        .map_err(|e| fail(format!("String's fields in metadata: {e}")))?;
+    let with_storage = meta.iter().filter(|m| !m.is_literal).count() as u64;
+    let parent = f.ptr(mt, "MethodTable", "ParentMethodTable")?;
+    let counted = field_desc::declared_field_count(t, d, mt, parent)?;
+    if let Some(n) = counted {
+        if n != with_storage {
+            return Err(fail(format!(
+                "String's EEClass counts {n} fields, its metadata declares {with_storage} with storage"
+            )));
+        }
+    }
+    let descs = field_desc::declared_field_descs(t, d, mt, with_storage)?;
+    if descs.len() as u64 != with_storage {
+        return Err(fail(format!(
+            "{} of String's {with_storage} FieldDescs name String's MethodTable as their type",
+            descs.len()
+        )));
+    }
+    let name_of = |token: u32| {
+        meta.iter()
+            .find(|m| m.token == token)
+            .map(|m| m.name.as_str())
+    };
+    let mut instance = Vec::new();
+    for fd in &descs {
+        let Some(name) = name_of(fd.token) else {
+            return Err(fail(format!(
+                "FieldDesc {:#x} names field {:#010x}, which String does not declare",
+                fd.address, fd.token
+            )));
+        };
+        if !fd.is_static {
+            instance.push((name, fd.element_type, fd.offset));
+        }
+    }
+    instance.sort_by_key(|i| i.2);
+    let want = [
+        ("_stringLength", ElementType::I4, 0),
+        ("_firstChar", ElementType::Char, 4),
+    ];
+    if instance != want {
+        return Err(fail(format!(
+            "String's instance FieldDescs are {instance:?}, not {want:?}"
+        )));
+    }
+    // The fields follow the MethodTable pointer.
+    if f.off("String", "m_StringLength")? != 8 || f.off("String", "m_FirstChar")? != 12 {
+        return Err(fail(
+            "String's FieldDesc offsets and the descriptor's String offsets disagree".into(),
+        ));
+    }
+    let mut statics = "statics not read on this runtime".to_string();
+    if f.has("DynamicStaticsInfo", "GCStatics") {
+        let empty = descs
+            .iter()
+            .find(|fd| fd.is_static && name_of(fd.token) == Some("Empty"))
+            .ok_or_else(|| fail("String has no static Empty FieldDesc".into()))?;
+        let bases = crate::inspect::values::statics_bases(rt, mt)?;
+        if bases.gc != 0 {
+            let s = t.read_pointer(bases.gc + u64::from(empty.offset))?;
+            if s != 0 {
+                let smt = f.ptr(s, "Object", "m_pMethTab")? & !7;
+                let len = f.u32(s, "String", "m_StringLength")?;
+                if smt != mt || len != 0 {
+                    return Err(fail(format!(
+                        "String.Empty read through the statics is {s:#x} (MethodTable {smt:#x}, length {len}), not an empty string"
+                    )));
+                }
+                statics = format!("String.Empty at {s:#x}");
+            } else {
+                statics = "String.Empty not yet set".into();
+            }
+        }
+    }
+    Ok(format!(
+        "String {mt:#x}: {} FieldDescs{}; {statics}",
+        descs.len(),
+        if counted.is_some() {
+            ", as the EEClass counts"
+        } else {
+            ""
+        }
     ))
 }
 

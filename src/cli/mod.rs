@@ -28,6 +28,7 @@ mod info;
 mod mip;
 pub(crate) mod model;
 mod names;
+mod obj;
 mod output_file;
 mod perf_inject;
 mod r2r;
@@ -103,6 +104,9 @@ enum Command {
     /// The finalization queues: objects registered for finalization per generation, and
     /// those ready for their finalizer (like finalizequeue).
     Finalizequeue(handles::FinalizeQueueArgs),
+    /// One object: type, size, generation, header, every field with its value, an array's
+    /// elements, a string's text (like dumpobj).
+    Obj(obj::ObjArgs),
     /// The JSON Schema of a command's `--json` output.
     Schema(schema::SchemaArgs),
 }
@@ -301,6 +305,7 @@ pub fn main() -> i32 {
         Command::Heap(args) => heap::run_heap(args),
         Command::Handles(args) => handles::run_handles(args),
         Command::Finalizequeue(args) => handles::run_finalizequeue(args),
+        Command::Obj(args) => obj::run_obj(args),
         Command::Schema(args) => schema::run_schema(args),
         Command::PerfInject(args) => perf_inject::run_perf_inject(args),
     };

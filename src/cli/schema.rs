@@ -34,11 +34,13 @@ pub enum SchemaCommand {
     Handles,
     /// `cdac finalizequeue --json`.
     Finalizequeue,
+    /// `cdac obj --json`.
+    Obj,
 }
 
 impl SchemaCommand {
     /// Every command with a schema.
-    pub const ALL: [SchemaCommand; 13] = [
+    pub const ALL: [SchemaCommand; 14] = [
         SchemaCommand::Info,
         SchemaCommand::Ip2md,
         SchemaCommand::Eh,
@@ -52,6 +54,7 @@ impl SchemaCommand {
         SchemaCommand::HeapSegments,
         SchemaCommand::Handles,
         SchemaCommand::Finalizequeue,
+        SchemaCommand::Obj,
     ];
 
     /// The command's name.
@@ -70,6 +73,7 @@ impl SchemaCommand {
             SchemaCommand::HeapSegments => "heap-segments",
             SchemaCommand::Handles => "handles",
             SchemaCommand::Finalizequeue => "finalizequeue",
+            SchemaCommand::Obj => "obj",
         }
     }
 
@@ -92,6 +96,7 @@ impl SchemaCommand {
             SchemaCommand::Finalizequeue => {
                 schemars::schema_for!(super::handles::FinalizeQueueReport)
             }
+            SchemaCommand::Obj => schemars::schema_for!(super::obj::ObjReport),
         };
         schema.insert(
             "title".into(),

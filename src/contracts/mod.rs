@@ -10,6 +10,7 @@ pub mod code_versions;
 pub mod debug_info;
 pub mod exception_trace;
 pub mod execution_manager;
+pub mod field_desc;
 pub(crate) mod fields;
 pub mod gc;
 pub mod gc_info;

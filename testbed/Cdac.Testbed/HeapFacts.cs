@@ -5,6 +5,7 @@
 // the handle's own address (GCHandle.ToIntPtr); finalizable objects; the GC's configuration.
 using System;
 using System.Collections.Generic;
+using System.Linq;
 using System.Reflection;
 using System.Runtime;
 using System.Runtime.CompilerServices;
@@ -41,6 +42,54 @@ public sealed class DependentSecondary
 {
 }
 
+/// <summary>A struct laid out inside <see cref="FieldShapes"/> and in an array.</summary>
+public struct ShapePoint
+{
+    public int X;
+    public int Y;
+    public ShapePoint(int x, int y) { X = x; Y = y; }
+}
+
+/// <summary>The base class of <see cref="FieldShapes"/>: its field comes first.</summary>
+public class FieldShapesBase
+{
+    public int BaseTag = 99;
+}
+
+/// <summary>One instance with a field of every shape <c>cdac obj</c> prints (used nowhere else).</summary>
+public sealed class FieldShapes : FieldShapesBase
+{
+    public const int Literal = 7; // a constant: no FieldDesc, no storage
+    public static int StaticCounter = 42;
+    public static string StaticName = "cdac-static";
+    public int IntValue = 0x12345678;
+    public long LongValue = -5;
+    public double DoubleValue = 2.5;
+    public bool Flag = true;
+    public char Letter = 'Q';
+    public byte Small = 200;
+    public string Text = "cdac-field";
+    public object? Nothing;
+    public ShapePoint Point = new(7, -9);
+    public DayOfWeek Day = DayOfWeek.Wednesday;
+    public Guid Id = new("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0");
+    public List<int> Numbers = new() { 1, 2, 3 };
+    public int[] Array = { 10, 20, 30 };
+    public int[,] Grid = { { 1, 2, 3 }, { 4, 5, 6 } };
+    public ShapePoint[] Points = { new(1, 2), new(3, 4) };
+    public string[] Words = { "alpha", "beta" };
+}
+
+/// <summary>A monitor taken three times by one thread that then sleeps (a thin lock).</summary>
+public sealed class ThinLocked
+{
+}
+
+/// <summary>An object whose hash code the runtime stored in its header.</summary>
+public sealed class Hashed
+{
+}
+
 public static unsafe class HeapFacts
 {
     public const int MarkerCount = 1000;
@@ -52,6 +101,54 @@ public static unsafe class HeapFacts
     private static readonly List<object> Held = new();
     private static readonly List<GCHandle> Handles = new();
     private static DependentHandle s_dependent;
+    private static readonly FieldShapes Shapes = new();
+    private static readonly ThinLocked ThinLock = new();
+    private static readonly Hashed HashedObject = new();
+
+    /// <summary>Takes <see cref="ThinLock"/> three times on a new thread that then sleeps
+    /// holding it; returns the thread's managed id.</summary>
+    private static int HoldThinLock()
+    {
+        int id = 0;
+        using var taken = new System.Threading.ManualResetEventSlim();
+        var t = new System.Threading.Thread(() =>
+        {
+            id = Environment.CurrentManagedThreadId;
+            lock (ThinLock)
+                lock (ThinLock)
+                    lock (ThinLock)
+                    {
+                        taken.Set();
+                        System.Threading.Thread.Sleep(System.Threading.Timeout.Infinite);
+                    }
+        }) { IsBackground = true, Name = "cdac-thin-lock" };
+        t.Start();
+        taken.Wait();
+        return id;
+    }
+
+    /// <summary>The instance fields of <see cref="Shapes"/> as reflection reads them: numbers,
+    /// booleans, chars (as their code), strings, null, and arrays of those.</summary>
+    private static JsonObject ShapeValues()
+    {
+        static JsonNode? Node(object? v) => v switch
+        {
+            null => null,
+            bool b => b,
+            char c => (int)c,
+            string s => s,
+            double d => d,
+            Enum e => Convert.ToInt64(e),
+            IConvertible n when v.GetType().IsPrimitive => n.ToInt64(null),
+            ShapePoint p => new JsonObject { ["X"] = p.X, ["Y"] = p.Y },
+            Array a => new JsonArray(a.Cast<object?>().Select(Node).ToArray()),
+            _ => "(not recorded)",
+        };
+        var values = new JsonObject();
+        foreach (FieldInfo f in typeof(FieldShapes).GetFields(BindingFlags.Instance | BindingFlags.Public))
+            values[f.Name] = Node(f.GetValue(Shapes));
+        return values;
+    }
 
     /// <summary>Makes the objects and handles, collects, and describes them.</summary>
     public static JsonObject Describe()
@@ -113,6 +210,9 @@ public static unsafe class HeapFacts
         fixed (char* chars = FrozenLiteral)
             literalAddress = (ulong)chars - 12;
 
+        int thinLockOwner = HoldThinLock();
+        int hash = RuntimeHelpers.GetHashCode(HashedObject);
+
         GCMemoryInfo info = GC.GetGCMemoryInfo();
         var generations = new JsonArray();
         foreach (GCGenerationInfo g in info.GenerationInfo)
@@ -149,6 +249,27 @@ public static unsafe class HeapFacts
                 ["text"] = FrozenLiteral,
             },
             ["handles"] = handles,
+            // Found by their types (used nowhere else); they may move.
+            ["field_shapes"] = new JsonObject
+            {
+                ["type"] = typeof(FieldShapes).FullName,
+                ["method_table"] = Facts.Hex((ulong)typeof(FieldShapes).TypeHandle.Value),
+                ["point_method_table"] = Facts.Hex((ulong)typeof(ShapePoint).TypeHandle.Value),
+                ["values"] = ShapeValues(),
+                ["static_counter"] = FieldShapes.StaticCounter,
+                ["static_name"] = FieldShapes.StaticName,
+            },
+            ["thin_lock"] = new JsonObject
+            {
+                ["type"] = typeof(ThinLocked).FullName,
+                ["owner_managed_id"] = thinLockOwner,
+                ["lock_count"] = 3, // three nested `lock`s
+            },
+            ["hashed"] = new JsonObject
+            {
+                ["type"] = typeof(Hashed).FullName,
+                ["hash"] = hash,
+            },
         };
     }
 }

@@ -635,3 +635,18 @@ pub fn dotnet_dump() -> PathBuf {
     })
     .clone()
 }
+
+/// `cdac ARGS` (which should include `--json`): the JSON it prints; panics, with its
+/// stderr, when it fails.
+pub fn cdac_json(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+        .args(args)
+        .output()
+        .expect("run cdac");
+    assert!(
+        out.status.success(),
+        "cdac {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("cdac printed JSON")
+}

@@ -89,7 +89,7 @@ fn check_info(from: Source<'_>) {
     assert_eq!(info["runtime_version"], "10.0.0", "{}", from.what());
     // A .NET 10 build the net10 overlay was not verified on, but it describes everything
     // itself: the overlay fits its version line and adds nothing (so no warning) but the
-    // values cdac reads the GC with on runtimes without a GC contract (this one advertises
+    // FieldDesc layout and the values cdac reads the GC with on runtimes without a GC contract (this one advertises
     // one, which cdac does not read yet: the gc-heap check skips it).
     let overlays = info["overlays"].as_array().unwrap();
     let net10 = overlays
@@ -97,14 +97,16 @@ fn check_info(from: Source<'_>) {
         .find(|o| o["name"] == "net10.0-linux-x64")
         .expect("net10 overlay considered");
     assert_eq!(net10["fit"], "same-version-line");
-    for key in [
-        "added_contracts",
-        "added_types",
-        "added_fields",
-        "conflicts",
-    ] {
+    for key in ["added_contracts", "added_fields", "conflicts"] {
         assert_eq!(net10[key], serde_json::json!([]), "{}: {key}", from.what());
     }
+    // No runtime before .NET 11 describes FieldDesc (`cdac obj` reads fields with it).
+    assert_eq!(
+        net10["added_types"],
+        serde_json::json!(["FieldDesc"]),
+        "{}",
+        from.what()
+    );
     assert_eq!(
         net10["added_globals"],
         serde_json::json!(["GcDacGlobalsDacTableSlot", "HandleMaxInternalTypes"]),

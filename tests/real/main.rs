@@ -30,6 +30,7 @@ mod native_unwind;
 mod net8_r2r_layouts;
 mod net8_testbed;
 mod net8_type_layouts;
+mod obj;
 mod pdb_testbed;
 mod perf_inject;
 mod precode_stubs_net8;

@@ -17,7 +17,7 @@
 //! The spec in our words is `contracts/CodeVersions.md`.
 
 pub mod call_counting;
-mod tables;
+pub(crate) mod tables;
 pub mod tier;
 
 use std::collections::{HashMap, HashSet};

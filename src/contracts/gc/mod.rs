@@ -19,7 +19,7 @@ pub use finalize::{FinalizerEntry, FinalizerPart};
 pub use handles::{Handle, HandleKind, HandleLayout};
 pub use segments::{GcHeapData, GcSegment, Generation, HeapSegment, SegmentKind};
 pub use walk::{
-    HeapObject, ObjectGeneration, ObjectLayout, ObjectWalker, WalkProblem, WalkSummary,
+    locate, HeapObject, ObjectGeneration, ObjectLayout, ObjectWalker, WalkProblem, WalkSummary,
 };
 
 use super::registry::{self, Contract, ContractContext};

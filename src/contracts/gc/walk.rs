@@ -11,6 +11,7 @@
 use rustc_hash::FxHashMap;
 
 use super::segments::{GcHeapData, GcSegment, SegmentKind};
+use crate::contracts::ContractError;
 use crate::memory::Target;
 
 /// Bytes read from a segment at a time.
@@ -192,6 +193,24 @@ impl<'a> ObjectWalker<'a> {
         shape
     }
 
+    /// The MethodTable (mark bits cleared), size (as [`HeapObject::size`]) and free flag of
+    /// the one object at `address`, which is not checked to be where an object starts.
+    pub fn object_at(&mut self, address: u64) -> Result<(u64, u64, bool), ContractError> {
+        let mt = self.target.read_pointer(address)? & !self.layout.mt_mask;
+        let shape = self.shape(mt).ok_or_else(|| ContractError::Corrupt {
+            what: "object",
+            addr: address,
+            detail: format!("{mt:#x} is not a MethodTable"),
+        })?;
+        let size = if shape.component_size != 0 {
+            let count = self.target.read_u32(address + self.layout.num_components)?;
+            u64::from(shape.base_size) + u64::from(shape.component_size) * u64::from(count)
+        } else {
+            u64::from(shape.base_size)
+        };
+        Ok((mt, size.max(MIN_OBJECT_BYTES), shape.is_free))
+    }
+
     /// Walks every segment, calling `visit` for each object in address order within a
     /// segment. A segment whose walk meets something impossible (an unreadable chunk, a
     /// pointer that is no MethodTable, an object running past the segment's end) stops
@@ -323,15 +342,7 @@ impl<'a> ObjectWalker<'a> {
                     format!("an object of {size} bytes (MethodTable {mt:#x}) runs past the segment's end {end:#x}"),
                 ));
             }
-            let generation = match (seg.kind, ephemeral_bounds) {
-                (SegmentKind::Ephemeral, Some((_, gen0))) if obj >= gen0 && gen0 != 0 => {
-                    ObjectGeneration::Gen0
-                }
-                (SegmentKind::Ephemeral, Some((gen1, _))) if obj >= gen1 && gen1 != 0 => {
-                    ObjectGeneration::Gen1
-                }
-                (kind, _) => generation_of_kind(kind),
-            };
+            let generation = generation_in(seg.kind, ephemeral_bounds, obj);
             summary.objects += 1;
             visit(&HeapObject {
                 address: obj,
@@ -347,6 +358,40 @@ impl<'a> ObjectWalker<'a> {
         }
         Ok(())
     }
+}
+
+/// The generation of an object at `address` in a segment of `kind`; for the ephemeral
+/// segment, `bounds` are the allocation starts of generations 1 and 0.
+fn generation_in(kind: SegmentKind, bounds: Option<(u64, u64)>, address: u64) -> ObjectGeneration {
+    match (kind, bounds) {
+        (SegmentKind::Ephemeral, Some((_, gen0))) if address >= gen0 && gen0 != 0 => {
+            ObjectGeneration::Gen0
+        }
+        (SegmentKind::Ephemeral, Some((gen1, _))) if address >= gen1 && gen1 != 0 => {
+            ObjectGeneration::Gen1
+        }
+        (kind, _) => generation_of_kind(kind),
+    }
+}
+
+/// The segment holding `address` (between its first object and its end) and the
+/// generation an object there belongs to.
+pub fn locate(
+    segments: &[GcSegment],
+    heaps: &[GcHeapData],
+    address: u64,
+) -> Option<(usize, ObjectGeneration)> {
+    let index = segments
+        .iter()
+        .position(|s| address >= s.start && address < s.end)?;
+    let seg = &segments[index];
+    let bounds = heaps.iter().find(|h| h.index == seg.heap).and_then(|h| {
+        (seg.kind == SegmentKind::Ephemeral).then(|| {
+            let g = |i: usize| h.generations.get(i).map_or(0, |g| g.allocation_start);
+            (g(1), g(0))
+        })
+    });
+    Some((index, generation_in(seg.kind, bounds, address)))
 }
 
 /// The generation of the objects of a segment of this kind (the ephemeral segment's

@@ -312,6 +312,21 @@ impl<'a> Metadata<'a> {
         }
     }
 
+    /// Field `rid`'s name.
+    pub fn field_name(&self, rid: u32) -> Result<std::borrow::Cow<'a, str>> {
+        self.strings.get_lossy(self.field(rid)?.name)
+    }
+
+    /// Field `rid`'s decoded type (its FieldSig).
+    pub fn field_type(&self, rid: u32) -> Result<TypeSig> {
+        let row = self.field(rid)?;
+        let bytes = self.blobs.get(row.signature)?;
+        decode_field_sig(bytes).map_err(|source| MetadataError::Signature {
+            blob: row.signature.0,
+            source,
+        })
+    }
+
     /// The Param rows of MethodDef `rid` (sequence 0 is the return value).
     pub fn method_params(&self, rid: u32) -> Result<Vec<ParamRow>> {
         if self.tables.rows(TableId::ParamPtr) > 0 {

@@ -1,0 +1,270 @@
+//! `cdac obj` on the testbed's heap facts (HeapFacts.cs), on .NET 10, 9 and 8, live and on
+//! `createdump --full` and `gcore` dumps: every instance field of `FieldShapes` has the value
+//! the testbed read by reflection, the statics (9, 10) the values it recorded, the
+//! thin-locked object names its owner and recursion, the hashed object its hash code; and
+//! on the full dump every field row equals SOS `dumpobj` (offset and value).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::{self, cdac_json, testbed_of, Testbed, Variant};
+use serde_json::Value;
+
+/// The target arguments of a testbed, live or one of its dumps.
+fn target(tb: &Testbed, kind: Option<&str>) -> Vec<String> {
+    match kind {
+        None => vec!["--pid".into(), tb.pid.to_string()],
+        Some(k) => vec!["--dump".into(), tb.dump(k).display().to_string()],
+    }
+}
+
+/// The address of the only object of a type used nowhere else.
+fn only_object(t: &[String], type_name: &str) -> String {
+    let mut args = vec!["heap", "--objects", "--json", "--type"];
+    let pattern = format!("^{}$", type_name.replace('.', "\\."));
+    args.push(&pattern);
+    args.extend(t.iter().map(String::as_str));
+    let v = cdac_json(&args);
+    let list = v["object_list"].as_array().expect("object_list");
+    assert_eq!(list.len(), 1, "{type_name}: {v}");
+    list[0]["address"].as_str().expect("address").to_string()
+}
+
+fn obj(t: &[String], address: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["obj", address, "--json"];
+    args.extend_from_slice(extra);
+    args.extend(t.iter().map(String::as_str));
+    cdac_json(&args)
+}
+
+/// A value as the manifest records it: numbers, booleans, chars as codes, strings, null,
+/// `{X, Y}` points, arrays of those.
+fn plain(v: &Value) -> Value {
+    match v["kind"].as_str() {
+        Some("int") | Some("u_int") | Some("float") | Some("bool") => v["value"].clone(),
+        Some("char") => v["value"].clone(),
+        Some("reference") if v["address"].is_null() => Value::Null,
+        Some("reference") => match &v["text"] {
+            Value::String(s) => Value::String(s.clone()),
+            _ => Value::String("(reference)".into()),
+        },
+        Some("struct") => Value::Object(
+            v["fields"]
+                .as_array()
+                .expect("fields")
+                .iter()
+                .map(|f| {
+                    (
+                        f["name"].as_str().expect("name").to_string(),
+                        plain(&f["value"]),
+                    )
+                })
+                .collect(),
+        ),
+        other => panic!("unexpected value kind {other:?}: {v}"),
+    }
+}
+
+/// Two JSON numbers or values that are equal as the manifest means them (2.5 == 2.5).
+fn same(a: &Value, b: &Value) -> bool {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) => x == y,
+        _ => match (a, b) {
+            (Value::Object(x), Value::Object(y)) => {
+                x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| same(v, w)))
+            }
+            (Value::Array(x), Value::Array(y)) => {
+                x.len() == y.len() && x.iter().zip(y).all(|(v, w)| same(v, w))
+            }
+            _ => a == b,
+        },
+    }
+}
+
+fn facts_hold(variant: Variant) {
+    let tb = testbed_of(variant);
+    let heap = &tb.manifest["heap"];
+    let shapes = &heap["field_shapes"];
+    let values = shapes["values"].as_object().expect("values");
+    for kind in [None, Some("full"), Some("gcore")] {
+        let what = format!("{} {}", variant.name(), kind.unwrap_or("live"));
+        let t = target(tb, kind);
+        let address = only_object(&t, shapes["type"].as_str().expect("type"));
+        let statics = variant != Variant::Net8;
+        let v = obj(&t, &address, if statics { &["--statics"] } else { &[] });
+        assert_eq!(v["method_table"], shapes["method_table"], "{what}");
+        assert_eq!(v["type_name"], shapes["type"], "{what}");
+        let fields: BTreeMap<&str, &Value> = v["fields"]
+            .as_array()
+            .expect("fields")
+            .iter()
+            .map(|f| (f["name"].as_str().expect("name"), f))
+            .collect();
+        // Every field reflection sees, and nothing else.
+        assert_eq!(fields.len(), values.len(), "{what}: {v}");
+        let mut compared = 0;
+        for (name, want) in values {
+            let f = fields
+                .get(name.as_str())
+                .unwrap_or_else(|| panic!("{what}: no field {name}"));
+            if want == "(not recorded)" {
+                continue;
+            }
+            let got = if want.is_array() {
+                // An array: its elements, read by `cdac obj` on the array itself.
+                let a = f["value"]["address"].as_str().expect("array address");
+                let arr = obj(&t, a, &[]);
+                Value::Array(
+                    arr["array"]["elements"]
+                        .as_array()
+                        .expect("elements")
+                        .iter()
+                        .map(plain)
+                        .collect(),
+                )
+            } else {
+                plain(&f["value"])
+            };
+            assert!(
+                same(&got, want),
+                "{what}: {name} is {got}, the testbed read {want}"
+            );
+            compared += 1;
+        }
+        assert!(compared >= 14, "{what}: {compared}");
+        // The struct fields are expanded, and Point's declared type is the testbed's struct.
+        assert_eq!(
+            fields["Point"]["value"]["method_table"], shapes["point_method_table"],
+            "{what}"
+        );
+        assert_eq!(fields["Id"]["value"]["type_name"], "System.Guid", "{what}");
+        if statics {
+            let s: BTreeMap<&str, &Value> = v["statics"]
+                .as_array()
+                .expect("statics")
+                .iter()
+                .map(|f| (f["name"].as_str().expect("name"), &f["value"]))
+                .collect();
+            assert_eq!(
+                s["StaticCounter"]["value"], shapes["static_counter"],
+                "{what}"
+            );
+            assert_eq!(s["StaticName"]["text"], shapes["static_name"], "{what}");
+        }
+
+        let lock = &heap["thin_lock"];
+        let a = only_object(&t, lock["type"].as_str().expect("type"));
+        let h = &obj(&t, &a, &[])["header"];
+        assert_eq!(h["kind"], "thin_lock", "{what}: {h}");
+        assert_eq!(
+            h["owner_managed_id"], lock["owner_managed_id"],
+            "{what}: {h}"
+        );
+        assert_eq!(
+            h["recursion"].as_u64(),
+            lock["lock_count"].as_u64().map(|n| n - 1),
+            "{what}: {h}"
+        );
+
+        let hashed = &heap["hashed"];
+        let a = only_object(&t, hashed["type"].as_str().expect("type"));
+        let h = &obj(&t, &a, &[])["header"];
+        assert_eq!(h["kind"], "hash_code", "{what}: {h}");
+        assert_eq!(h["hash"], hashed["hash"], "{what}: {h}");
+    }
+}
+
+#[test]
+fn facts_hold_net10() {
+    facts_hold(Variant::Net10);
+}
+
+#[test]
+fn facts_hold_net9() {
+    facts_hold(Variant::Net9);
+}
+
+#[test]
+fn facts_hold_net8() {
+    facts_hold(Variant::Net8);
+}
+
+/// SOS `dumpobj` rows: name → (offset, value text), instance fields only.
+fn sos_dumpobj(dump: &Path, address: &str) -> BTreeMap<String, (u64, String)> {
+    let out = Command::new(common::dotnet_dump())
+        .arg("analyze")
+        .arg(dump)
+        .args(["-c", &format!("dumpobj {address}"), "-c", "exit"])
+        .output()
+        .expect("run dotnet-dump");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut rows = BTreeMap::new();
+    for line in text.lines() {
+        // MT Field Offset Type VT Attr Value Name: the type may be cut ("...d.Heap.ShapePoint"),
+        // never spaced, so the columns split on whitespace.
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() == 8 && f[5] == "instance" && u64::from_str_radix(f[0], 16).is_ok() {
+            let offset = u64::from_str_radix(f[2], 16).expect("offset");
+            rows.insert(f[7].to_string(), (offset, f[6].to_string()));
+        }
+    }
+    rows
+}
+
+/// Our value as SOS prints it: integers in decimal, chars in hex, bools as 1/0, doubles with
+/// six decimals, references and structs as the address.
+fn as_sos(field: &Value) -> String {
+    let v = &field["value"];
+    match v["kind"].as_str() {
+        Some("int") | Some("u_int") => v["value"].to_string(),
+        Some("char") => format!("{:x}", v["value"].as_u64().expect("char")),
+        Some("bool") => (if v["value"] == true { "1" } else { "0" }).into(),
+        Some("float") => format!("{:.6}", v["value"].as_f64().expect("float")),
+        Some("reference") => format!(
+            "{:016x}",
+            v["address"]
+                .as_str()
+                .map_or(0, |a| common::hex(&Value::String(a.into())))
+        ),
+        Some("struct") => format!("{:016x}", common::hex(&field["address"])),
+        other => panic!("unexpected value kind {other:?}"),
+    }
+}
+
+fn equals_sos(variant: Variant) {
+    let tb = testbed_of(variant);
+    let shapes = &tb.manifest["heap"]["field_shapes"];
+    let t = target(tb, Some("full"));
+    let address = only_object(&t, shapes["type"].as_str().expect("type"));
+    let ours = obj(&t, &address, &[]);
+    let sos = sos_dumpobj(&tb.dump("full"), &address);
+    let fields = ours["fields"].as_array().expect("fields");
+    assert_eq!(fields.len(), sos.len(), "{}: SOS {sos:?}", variant.name());
+    for f in fields {
+        let name = f["name"].as_str().expect("name");
+        let (offset, value) = &sos[name];
+        assert_eq!(
+            f["offset"].as_u64(),
+            Some(*offset),
+            "{}: {name}",
+            variant.name()
+        );
+        assert_eq!(&as_sos(f), value, "{}: {name}", variant.name());
+    }
+}
+
+#[test]
+fn fields_equal_sos_dumpobj_net10() {
+    equals_sos(Variant::Net10);
+}
+
+#[test]
+fn fields_equal_sos_dumpobj_net9() {
+    equals_sos(Variant::Net9);
+}
+
+#[test]
+fn fields_equal_sos_dumpobj_net8() {
+    equals_sos(Variant::Net8);
+}
