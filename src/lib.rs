@@ -85,6 +85,7 @@ pub mod names;
 pub mod process;
 pub mod profile;
 pub mod regs;
+pub mod roots;
 pub mod runtime;
 pub mod source_lines;
 pub mod stacks;

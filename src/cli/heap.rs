@@ -16,6 +16,7 @@ use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs, UsageError};
 use cdac::contracts::gc::{DacVarsSource, GcHeap, GcSegment, HeapObject, ObjectGeneration};
 use cdac::heap::{self as managed_heap, HeapStats};
 use cdac::names::MethodNamer;
+use cdac::roots::{Marker, RootSet};
 use cdac::runtime::Runtime;
 
 /// Arguments of `cdac heap`.
@@ -54,6 +55,11 @@ pub struct HeapArgs {
     /// more followed by a live object (what SOS's dumpheap -stat lists as fragmented).
     #[arg(long)]
     free: bool,
+    /// Only objects reachable from the roots cdac reads (strong and pinned handles, the
+    /// finalizer queue; not yet stack frames or thread statics, so objects only those hold
+    /// are left out).
+    #[arg(long)]
+    live: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -193,6 +199,20 @@ pub struct HeapReport {
     /// Fragmentation (`--free`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fragmentation: Option<FragmentationReport>,
+    /// The mark behind `--live`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live: Option<LiveReport>,
+}
+
+/// The mark from the roots (`--live`).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct LiveReport {
+    /// Objects reachable from the roots read.
+    pub marked: u64,
+    /// Roots read.
+    pub roots: u64,
+    /// Roots not read yet: objects only they hold are not counted as live.
+    pub roots_not_read: Vec<String>,
 }
 
 /// Free space on the heap (`--free`).
@@ -327,6 +347,20 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
             && args.min_size.is_none_or(|m| o.size >= m)
             && args.max_size.is_none_or(|m| o.size <= m)
     };
+    // --live: mark from the roots first; the walk then keeps marked objects only.
+    let marker = if args.live {
+        let mut m = Marker::new(rt, RootSet::read(rt)?)?;
+        m.mark_all();
+        Some(m)
+    } else {
+        None
+    };
+    let keep_raw = |o: &HeapObject| {
+        keep_raw(o)
+            && marker
+                .as_ref()
+                .is_none_or(|m| !o.is_free && m.is_marked(o.address))
+    };
     let mut stats = HeapStats::default();
     let mut objects: Vec<HeapObject> = Vec::new();
     let mut progress = Progress {
@@ -386,6 +420,14 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
         problems,
         segments: layout.segments.len(),
         fragmentation: None,
+        live: marker.as_ref().map(|m| LiveReport {
+            marked: m.summary().marked,
+            roots: m.roots().roots.len() as u64,
+            roots_not_read: vec![
+                "stack frames (every thread's live slots)".into(),
+                "thread statics".into(),
+            ],
+        }),
     };
     if args.free {
         let blocks = large_free

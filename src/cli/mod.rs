@@ -22,6 +22,7 @@ macro_rules! out {
 
 mod analyze;
 mod code;
+mod gcroot;
 mod handles;
 mod heap;
 mod info;
@@ -107,6 +108,9 @@ enum Command {
     /// One object: type, size, generation, header, every field with its value, an array's
     /// elements, a string's text (like dumpobj).
     Obj(obj::ObjArgs),
+    /// A path from a GC root (a handle, the finalizer queue) to an object, each step named by
+    /// the field that holds the next (like gcroot).
+    Gcroot(gcroot::GcRootArgs),
     /// The JSON Schema of a command's `--json` output.
     Schema(schema::SchemaArgs),
 }
@@ -306,6 +310,7 @@ pub fn main() -> i32 {
         Command::Handles(args) => handles::run_handles(args),
         Command::Finalizequeue(args) => handles::run_finalizequeue(args),
         Command::Obj(args) => obj::run_obj(args),
+        Command::Gcroot(args) => gcroot::run_gcroot(args),
         Command::Schema(args) => schema::run_schema(args),
         Command::PerfInject(args) => perf_inject::run_perf_inject(args),
     };

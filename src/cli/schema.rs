@@ -36,11 +36,13 @@ pub enum SchemaCommand {
     Finalizequeue,
     /// `cdac obj --json`.
     Obj,
+    /// `cdac gcroot --json`.
+    Gcroot,
 }
 
 impl SchemaCommand {
     /// Every command with a schema.
-    pub const ALL: [SchemaCommand; 14] = [
+    pub const ALL: [SchemaCommand; 15] = [
         SchemaCommand::Info,
         SchemaCommand::Ip2md,
         SchemaCommand::Eh,
@@ -55,6 +57,7 @@ impl SchemaCommand {
         SchemaCommand::Handles,
         SchemaCommand::Finalizequeue,
         SchemaCommand::Obj,
+        SchemaCommand::Gcroot,
     ];
 
     /// The command's name.
@@ -74,6 +77,7 @@ impl SchemaCommand {
             SchemaCommand::Handles => "handles",
             SchemaCommand::Finalizequeue => "finalizequeue",
             SchemaCommand::Obj => "obj",
+            SchemaCommand::Gcroot => "gcroot",
         }
     }
 
@@ -97,6 +101,7 @@ impl SchemaCommand {
                 schemars::schema_for!(super::handles::FinalizeQueueReport)
             }
             SchemaCommand::Obj => schemars::schema_for!(super::obj::ObjReport),
+            SchemaCommand::Gcroot => schemars::schema_for!(super::gcroot::GcRootReport),
         };
         schema.insert(
             "title".into(),

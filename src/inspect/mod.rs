@@ -417,10 +417,12 @@ impl<'r> Inspector<'r> {
                 for fd in descs {
                     match by_token.get(&fd.token) {
                         Some(m) => layout.fields.push((fd, (*m).clone())),
-                        None => layout.problem = Some(format!(
+                        None => {
+                            layout.problem = Some(format!(
                             "FieldDesc {:#x} names field {:#010x}, which the type does not declare",
                             fd.address, fd.token
-                        )),
+                        ))
+                        }
                     }
                 }
             }

@@ -10,12 +10,14 @@
 
 pub mod dac_vars;
 pub mod finalize;
+pub mod gc_desc;
 pub mod handles;
 pub mod segments;
 pub mod walk;
 
 pub use dac_vars::{DacVarsSource, GcDacVars};
 pub use finalize::{FinalizerEntry, FinalizerPart};
+pub use gc_desc::{GcDesc, GcDescCache, CONTAINS_GC_POINTERS};
 pub use handles::{Handle, HandleKind, HandleLayout};
 pub use segments::{GcHeapData, GcSegment, Generation, HeapSegment, SegmentKind};
 pub use walk::{

@@ -1,0 +1,219 @@
+//! `cdac gcroot ADDR` (like SOS `gcroot`): a path from a root to the object, each step
+//! named by the field (or array element) that refers to the next.
+
+use std::io::Write;
+
+use clap::Args;
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use super::code::parse_address;
+use super::model::Addr;
+use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
+use cdac::inspect::{FieldView, InspectOptions, Inspector, Value};
+use cdac::roots::{Marker, RootSet, Via};
+
+/// Arguments of `cdac gcroot`.
+#[derive(Debug, Args)]
+pub struct GcRootArgs {
+    #[command(flatten)]
+    target: TargetArgs,
+    #[command(flatten)]
+    descriptor: DescriptorArgs,
+    /// The object's address.
+    #[arg(value_name = "ADDR", value_parser = parse_address)]
+    address: u64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `cdac gcroot --json`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct GcRootReport {
+    /// The object asked about.
+    pub target: Addr,
+    /// A root reaches it.
+    pub found: bool,
+    /// The root: `strong_handle`, `pinned_handle`, `async_pinned_handle`,
+    /// `sized_ref_handle`, `finalizer_queue`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub root: Option<RootReport>,
+    /// The objects from the root's to the target, each with how the one before refers to it.
+    pub path: Vec<StepReport>,
+    /// Roots read, by kind.
+    pub roots: std::collections::BTreeMap<String, u64>,
+    /// Objects marked before the path was found (or all reachable ones).
+    pub objects_marked: u64,
+    /// Which roots are not read yet (so an object may be alive through them alone).
+    pub roots_not_read: Vec<String>,
+    /// What could not be read.
+    pub problems: Vec<String>,
+}
+
+/// The root of a path.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RootReport {
+    /// Its kind.
+    pub kind: String,
+    /// The handle, or the finalizer queue entry.
+    pub address: Addr,
+}
+
+/// One object on a path.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StepReport {
+    /// The object.
+    pub address: Addr,
+    /// Its type.
+    pub type_name: String,
+    /// How the previous object refers to it: a field name (`_items`, `Point.Inner`), an
+    /// element (`[3]`), `dependent` (a dependent handle's secondary), or `root`.
+    pub via: String,
+}
+
+const NOT_READ: &[&str] = &["stack frames (every thread's live slots)", "thread statics"];
+
+/// Runs `cdac gcroot`.
+pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
+    let rt = args.target.open(&args.descriptor)?;
+    let roots = RootSet::read(&rt)?;
+    let mut counts = std::collections::BTreeMap::new();
+    for r in &roots.roots {
+        *counts
+            .entry(
+                serde_json::to_value(r.kind)?
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_string(),
+            )
+            .or_insert(0u64) += 1;
+    }
+    let problems = roots.problems.clone();
+    let mut marker = Marker::new(&rt, roots)?;
+    let path = marker.path_to(args.address);
+    let mut inspector = Inspector::new(&rt)?;
+    let mut steps = Vec::new();
+    let mut previous: Option<u64> = None;
+    if let Some(p) = &path {
+        for s in &p.steps {
+            let via = match (s.via, previous) {
+                (Via::Root, _) => "root".to_string(),
+                (Via::Dependent, _) => "dependent".to_string(),
+                (Via::Slot(offset), Some(parent)) => field_name(&mut inspector, parent, offset),
+                (Via::Slot(offset), None) => format!("+{offset:#x}"),
+            };
+            steps.push(StepReport {
+                address: Addr(s.object),
+                type_name: inspector.type_name(s.method_table),
+                via,
+            });
+            previous = Some(s.object);
+        }
+    }
+    let report = GcRootReport {
+        target: Addr(args.address),
+        found: path.is_some(),
+        root: path.as_ref().map(|p| RootReport {
+            kind: serde_json::to_value(p.root.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            address: Addr(p.root.address),
+        }),
+        path: steps,
+        roots: counts,
+        objects_marked: marker.summary().marked,
+        roots_not_read: NOT_READ.iter().map(|s| s.to_string()).collect(),
+        problems,
+    };
+    if args.json {
+        super::emit_json(&report)?;
+        return Ok(outcome(&report));
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    match (&report.root, path.as_ref()) {
+        (Some(root), Some(p)) => {
+            writeln!(out, "{} {}", p.root.kind.describe(), hex(root.address.0))?;
+            for s in &report.path {
+                writeln!(
+                    out,
+                    "  -> {} {}{}",
+                    hex(s.address.0),
+                    s.type_name,
+                    match s.via.as_str() {
+                        "root" => String::new(),
+                        v => format!("  (via {v})"),
+                    }
+                )?;
+            }
+        }
+        _ => writeln!(
+            out,
+            "no root read by cdac reaches {} ({} objects reachable from them)",
+            hex(args.address),
+            report.objects_marked
+        )?,
+    }
+    writeln!(out, "roots not read yet: {}", NOT_READ.join(", "))?;
+    for p in &report.problems {
+        writeln!(out, "problem: {p}")?;
+    }
+    out.flush()?;
+    Ok(outcome(&report))
+}
+
+/// Exit 1 when no root read reaches the object (the stack roots might).
+fn outcome(report: &GcRootReport) -> Outcome {
+    if report.found {
+        Outcome::Answered
+    } else {
+        Outcome::Partial(format!(
+            "no root read reaches {:#x} (stack roots are not read yet)",
+            report.target.0
+        ))
+    }
+}
+
+/// The name of the field or element of `parent` at `offset` from its start.
+fn field_name(inspector: &mut Inspector<'_>, parent: u64, offset: u64) -> String {
+    let view = match inspector.inspect(
+        parent,
+        InspectOptions {
+            max_elements: 0,
+            statics: false,
+        },
+    ) {
+        Ok(v) => v,
+        Err(_) => return format!("+{offset:#x}"),
+    };
+    if let Some(a) = &view.array {
+        let at = parent + offset;
+        if a.component_size > 0 && at >= a.data {
+            let index = (at - a.data) / u64::from(a.component_size);
+            let within = (at - a.data) % u64::from(a.component_size);
+            return if within == 0 {
+                format!("[{index}]")
+            } else {
+                format!("[{index}]+{within:#x}")
+            };
+        }
+    }
+    find_field(&view.fields, parent + offset).unwrap_or_else(|| format!("+{offset:#x}"))
+}
+
+/// The dotted name of the field stored at `address`, looking inside structs.
+fn find_field(fields: &[FieldView], address: u64) -> Option<String> {
+    for f in fields {
+        if f.address == address && !matches!(f.value, Value::Struct { .. }) {
+            return Some(f.name.clone());
+        }
+        if let Value::Struct { fields: inner, .. } = &f.value {
+            if let Some(n) = find_field(inner, address) {
+                return Some(format!("{}.{n}", f.name));
+            }
+        }
+    }
+    None
+}
