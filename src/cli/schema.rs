@@ -16,6 +16,8 @@ pub enum SchemaCommand {
     Eh,
     /// `cdac unwind --json`.
     Unwind,
+    /// `cdac gcinfo --json`.
+    Gcinfo,
     /// `cdac modules --json`.
     Modules,
     /// `cdac methods --json`.
@@ -38,11 +40,12 @@ pub enum SchemaCommand {
 
 impl SchemaCommand {
     /// Every command with a schema.
-    pub const ALL: [SchemaCommand; 13] = [
+    pub const ALL: [SchemaCommand; 14] = [
         SchemaCommand::Info,
         SchemaCommand::Ip2md,
         SchemaCommand::Eh,
         SchemaCommand::Unwind,
+        SchemaCommand::Gcinfo,
         SchemaCommand::Modules,
         SchemaCommand::Methods,
         SchemaCommand::Threads,
@@ -61,6 +64,7 @@ impl SchemaCommand {
             SchemaCommand::Ip2md => "ip2md",
             SchemaCommand::Eh => "eh",
             SchemaCommand::Unwind => "unwind",
+            SchemaCommand::Gcinfo => "gcinfo",
             SchemaCommand::Modules => "modules",
             SchemaCommand::Methods => "methods",
             SchemaCommand::Threads => "threads",
@@ -81,6 +85,7 @@ impl SchemaCommand {
             SchemaCommand::Ip2md => schemars::schema_for!(Vec<super::code::Ip2mdItem>),
             SchemaCommand::Eh => schemars::schema_for!(super::code::EhReport),
             SchemaCommand::Unwind => schemars::schema_for!(super::code::UnwindReport),
+            SchemaCommand::Gcinfo => schemars::schema_for!(Vec<super::gcinfo::GcInfoItem>),
             SchemaCommand::Modules => schemars::schema_for!(Vec<Module>),
             SchemaCommand::Methods => schemars::schema_for!(Vec<Method>),
             SchemaCommand::Threads => schemars::schema_for!(super::threads::ThreadsReport),
