@@ -466,9 +466,13 @@ fn print_report(r: &GcInfoReport) -> Result<(), Box<dyn std::error::Error>> {
         if s.untracked {
             flags.push("untracked");
         }
-        out!("  [{:>3}] {:<16} {}", s.index, s.name, flags.join(" "));
+        let line = format!("  [{:>3}] {:<16} {}", s.index, s.name, flags.join(" "));
+        out!("{}", line.trim_end());
     }
     let names = |live: &[usize]| {
+        if live.is_empty() {
+            return "(none)".to_string();
+        }
         live.iter()
             .map(|&i| {
                 r.slots
