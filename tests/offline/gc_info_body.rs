@@ -9,7 +9,8 @@ use std::collections::BTreeSet;
 
 use crate::gc_info::{lay_out, BitWriter};
 use cdac::contracts::gc_info::{
-    decode, GcInfoArch, GcSlotOptions, SlotLocation, StackBase, SLOT_INTERIOR, SLOT_PINNED,
+    decode, FrameRegisters, GcInfoArch, GcSlotOptions, SlotAddress, SlotLocation, StackBase,
+    SLOT_INTERIOR, SLOT_PINNED,
 };
 use cdac::contracts::ContractError;
 use cdac::memory::builder::MemoryBuilder;
@@ -601,6 +602,54 @@ fn reporting_filters() {
     );
     assert!(info.slots[5].untracked && info.slots[5].is_pinned());
     assert!(info.slots[2].is_interior());
+
+    // Locations in a frame with SP 0x1000, caller SP 0x1100 and rbp 0x10f0.
+    let frame = FrameRegisters {
+        sp: 0x1000,
+        caller_sp: 0x1100,
+        frame_register: Some(0x10f0),
+    };
+    let located = |options: GcSlotOptions, frame: &FrameRegisters| -> Vec<(usize, SlotAddress)> {
+        info.live_slot_addresses(&t, 0x10, &options, frame)
+            .expect("addresses")
+            .into_iter()
+            .map(|(l, a)| (l.index, a))
+            .collect()
+    };
+    let all = vec![
+        (0, SlotAddress::Register(0)),
+        (1, SlotAddress::Register(3)),
+        (2, SlotAddress::Stack(0x10e0)),
+        (3, SlotAddress::Stack(0x10f8)),
+        (4, SlotAddress::Stack(0x1008)),
+        (5, SlotAddress::Stack(0x10d8)),
+    ];
+    assert_eq!(located(active, &frame), all);
+    let not_active: Vec<_> = all
+        .iter()
+        .copied()
+        .filter(|(i, _)| ![0, 4].contains(i))
+        .collect();
+    assert_eq!(located(GcSlotOptions::default(), &frame), not_active);
+    // A caller-SP-relative slot that falls in the outgoing area is scratch too once the
+    // frame is known: caller SP 0x1010 puts caller.sp-8 at 0x1008.
+    let tight = FrameRegisters {
+        caller_sp: 0x1010,
+        ..frame
+    };
+    assert_eq!(
+        located(GcSlotOptions::default(), &tight)
+            .iter()
+            .map(|x| x.0)
+            .collect::<Vec<_>>(),
+        vec![1, 2, 5]
+    );
+    // A frame-register-relative slot needs the register.
+    let no_fp = FrameRegisters {
+        frame_register: None,
+        ..frame
+    };
+    assert!(info.live_slot_addresses(&t, 0x10, &active, &no_fp).is_err());
 }
 
 /// A version 3 safe point is stored one byte before its return address: the same bits

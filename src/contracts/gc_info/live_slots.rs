@@ -312,3 +312,81 @@ fn run_length_vector(
     }
     Ok(out)
 }
+
+/// What a frame gives to turn slots into locations: its stack pointer, its caller's stack
+/// pointer (from unwinding it once) and the value of its stack base register (rbp on x64)
+/// when the method has one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameRegisters {
+    /// The frame's stack pointer.
+    pub sp: u64,
+    /// The caller's stack pointer.
+    pub caller_sp: u64,
+    /// The value of the GC info's stack base register in this frame.
+    pub frame_register: Option<u64>,
+}
+
+/// Where a live slot is in a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotAddress {
+    /// The reference is in this register (its value in the frame's context).
+    Register(u32),
+    /// The reference is in memory at this address.
+    Stack(u64),
+}
+
+impl GcInfo {
+    /// Where `slot` is in a frame: a register, or the base's value plus the offset. A
+    /// frame-register-relative slot needs `frame.frame_register`.
+    pub fn slot_address(
+        &self,
+        slot: &GcSlot,
+        frame: &FrameRegisters,
+    ) -> Result<SlotAddress, ContractError> {
+        let (base, offset) = match slot.location {
+            SlotLocation::Register(r) => return Ok(SlotAddress::Register(r)),
+            SlotLocation::Stack { base, offset } => (base, offset),
+        };
+        let from = match base {
+            StackBase::CallerSp => frame.caller_sp,
+            StackBase::Sp => frame.sp,
+            StackBase::FrameRegister => frame.frame_register.ok_or(ContractError::Corrupt {
+                what: "GC info",
+                addr: self.address,
+                detail: "a frame-register-relative slot without the frame register's value".into(),
+            })?,
+        };
+        Ok(SlotAddress::Stack(
+            from.wrapping_add_signed(i64::from(offset)),
+        ))
+    }
+
+    /// The slots reported for a frame at code `offset`, with their locations: as
+    /// [`enumerate_live_slots`](GcInfo::enumerate_live_slots), except that, the frame
+    /// being known, a tracked stack slot of any base lying in the outgoing argument area
+    /// (`[sp, sp + size)`) is left out when the frame is not the active one.
+    pub fn live_slot_addresses(
+        &self,
+        target: &Target,
+        offset: u32,
+        options: &GcSlotOptions,
+        frame: &FrameRegisters,
+    ) -> Result<Vec<(LiveSlot, SlotAddress)>, ContractError> {
+        let area = u64::from(
+            self.header
+                .size_of_stack_outgoing_and_scratch_area
+                .unwrap_or(0),
+        );
+        let mut out = Vec::new();
+        for live in self.enumerate_live_slots(target, offset, options)? {
+            let at = self.slot_address(&live.slot, frame)?;
+            let scratch = matches!(at, SlotAddress::Stack(a)
+                if a >= frame.sp && a - frame.sp < area);
+            if options.active_frame || live.slot.untracked || !scratch {
+                out.push((live, at));
+            }
+        }
+        Ok(out)
+    }
+}

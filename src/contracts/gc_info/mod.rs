@@ -31,5 +31,7 @@ pub use header::{
     check_version, code_length, decode_header, r2r_gc_info_version, GcInfoHeader, HEADER_MAX_BYTES,
     MAX_VERSION,
 };
-pub use live_slots::{wants_report_only_leaf, GcSlotOptions, LiveSlot};
+pub use live_slots::{
+    wants_report_only_leaf, FrameRegisters, GcSlotOptions, LiveSlot, SlotAddress,
+};
 pub use platform::{Encoding, GcInfoArch};
