@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
         .interruptible_ranges
         .iter()
         .all(|&(s, e)| s < e && e <= info.header.code_length));
-    let offsets = (0..info.header.code_length.min(200)).chain(info.safe_points.iter().copied());
+    let offsets = (0..info.header.code_length.min(64)).chain(info.safe_points.iter().copied());
     for offset in offsets {
         if let Ok(Some(live)) = info.tracked_live_at(&target, offset, options.execution_aborted) {
             assert!(live.iter().all(|&i| i < info.num_tracked));
