@@ -193,11 +193,24 @@ pub fn decode(
         if stored_safe_points.last().is_some_and(|&p| p > stored) {
             return Err(r.corrupt("safe points are not in ascending order"));
         }
+        // A return address lies inside the code or at its end.
+        if stored > norm_length {
+            return Err(r.corrupt(format!(
+                "safe point {stored} (stored) past the code's end ({norm_length})"
+            )));
+        }
         stored_safe_points.push(stored);
         let bytes = arch
             .denormalize_code_offset(version, u64::from(stored))
+            .and_then(|b| {
+                if version >= 4 {
+                    Some(b)
+                } else {
+                    b.checked_add(1)
+                }
+            })
             .ok_or_else(|| r.corrupt("a safe point offset does not fit in 32 bits"))?;
-        safe_points.push(if version >= 4 { bytes } else { bytes + 1 });
+        safe_points.push(bytes);
     }
     let safe_points_end_bit = r.bits_read();
 
