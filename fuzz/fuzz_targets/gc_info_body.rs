@@ -4,8 +4,8 @@
 #![no_main]
 
 use cdac::contracts::gc_info::{decode, GcInfoArch, GcSlotOptions};
-use cdac_fuzz::{memory, Input, BASE};
 use cdac::memory::DataLayout;
+use cdac_fuzz::{memory, Input, BASE};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -38,7 +38,9 @@ fuzz_target!(|data: &[u8]| {
             assert!(live.windows(2).all(|w| w[0] < w[1]));
         }
         if let Ok(slots) = info.enumerate_live_slots(&target, offset, &options) {
-            assert!(slots.iter().all(|s| info.slots.get(s.index) == Some(&s.slot)));
+            assert!(slots
+                .iter()
+                .all(|s| info.slots.get(s.index) == Some(&s.slot)));
         }
     }
 });
