@@ -22,6 +22,7 @@ macro_rules! out {
 
 mod analyze;
 mod code;
+mod gcinfo;
 mod gcroot;
 mod handles;
 mod heap;
@@ -64,6 +65,9 @@ enum Command {
     Eh(code::AddressArgs),
     /// How the method at an address unwinds (its RUNTIME_FUNCTION and unwind codes).
     Unwind(code::AddressArgs),
+    /// The GC info of the method at an address (or of a MethodDesc): header, interruptible
+    /// ranges, slot table, and the live slots at each safe point (like SOS gcinfo).
+    Gcinfo(gcinfo::GcInfoArgs),
     /// The loaded modules: path, base, size, flags.
     Modules(names::ModulesArgs),
     /// Every method with code (JIT'ed and resolved ReadyToRun), with its name.
@@ -294,6 +298,7 @@ pub fn main() -> i32 {
         Command::Ip2md(args) => code::run_ip2md(args),
         Command::Eh(args) => code::run_eh(args),
         Command::Unwind(args) => code::run_unwind(args),
+        Command::Gcinfo(args) => gcinfo::run_gcinfo(args),
         Command::Modules(args) => names::run_modules(args),
         Command::Methods(args) => names::run_methods(args),
         Command::Perfmap(args) => names::run_perfmap(args),

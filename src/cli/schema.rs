@@ -16,6 +16,8 @@ pub enum SchemaCommand {
     Eh,
     /// `cdac unwind --json`.
     Unwind,
+    /// `cdac gcinfo --json`.
+    Gcinfo,
     /// `cdac modules --json`.
     Modules,
     /// `cdac methods --json`.
@@ -42,11 +44,12 @@ pub enum SchemaCommand {
 
 impl SchemaCommand {
     /// Every command with a schema.
-    pub const ALL: [SchemaCommand; 15] = [
+    pub const ALL: [SchemaCommand; 16] = [
         SchemaCommand::Info,
         SchemaCommand::Ip2md,
         SchemaCommand::Eh,
         SchemaCommand::Unwind,
+        SchemaCommand::Gcinfo,
         SchemaCommand::Modules,
         SchemaCommand::Methods,
         SchemaCommand::Threads,
@@ -67,6 +70,7 @@ impl SchemaCommand {
             SchemaCommand::Ip2md => "ip2md",
             SchemaCommand::Eh => "eh",
             SchemaCommand::Unwind => "unwind",
+            SchemaCommand::Gcinfo => "gcinfo",
             SchemaCommand::Modules => "modules",
             SchemaCommand::Methods => "methods",
             SchemaCommand::Threads => "threads",
@@ -89,6 +93,7 @@ impl SchemaCommand {
             SchemaCommand::Ip2md => schemars::schema_for!(Vec<super::code::Ip2mdItem>),
             SchemaCommand::Eh => schemars::schema_for!(super::code::EhReport),
             SchemaCommand::Unwind => schemars::schema_for!(super::code::UnwindReport),
+            SchemaCommand::Gcinfo => schemars::schema_for!(Vec<super::gcinfo::GcInfoItem>),
             SchemaCommand::Modules => schemars::schema_for!(Vec<Module>),
             SchemaCommand::Methods => schemars::schema_for!(Vec<Method>),
             SchemaCommand::Threads => schemars::schema_for!(super::threads::ThreadsReport),

@@ -77,3 +77,28 @@ fn perf_records_lost_counts_saturate() {
     assert!(samples.len() as u64 <= stats.samples);
     assert_eq!(stats.lost, u64::MAX, "{stats:?}");
 }
+
+/// `gc_info_body`: a version 3 safe point stored as 2^32 − 1 (far past the code's end)
+/// overflowed when turned into its return address (+1). Safe points past the code's end
+/// are now corrupt.
+#[test]
+fn gc_info_body_safe_point_past_the_end_is_corrupt() {
+    use cdac::contracts::gc_info::{decode, GcInfoArch};
+    use cdac::contracts::ContractError;
+    use cdac::memory::builder::MemoryBuilder;
+    use cdac::memory::DataLayout;
+
+    let data = fixture("gc_info_body-safe-point-overflow.bin");
+    // The target's input: architecture, version, options and memory-kind bytes (odd:
+    // the GC info repeated over the window), then the GC info.
+    let arch = GcInfoArch::ALL[usize::from(data[0]) % GcInfoArch::ALL.len()];
+    let version = 2 + u32::from(data[1] % 3);
+    let repeated: Vec<u8> = data[4..].iter().copied().cycle().take(64 * 1024).collect();
+    let mut b = MemoryBuilder::new(DataLayout::LE64);
+    b.region(0x1000_0000, repeated.len()).bytes(0, &repeated);
+    let t = b.into_target();
+    match decode(&t, 0x1000_0000, version, arch) {
+        Err(ContractError::Corrupt { .. }) | Err(ContractError::Read(_)) => {}
+        other => panic!("{other:?}"),
+    }
+}

@@ -16,18 +16,18 @@ use proptest::prelude::*;
 
 /// Bits, first written = first in the stream.
 #[derive(Default, Clone)]
-struct BitWriter {
-    bits: Vec<bool>,
+pub(crate) struct BitWriter {
+    pub(crate) bits: Vec<bool>,
 }
 
 impl BitWriter {
-    fn write(&mut self, value: u64, n: u32) {
+    pub(crate) fn write(&mut self, value: u64, n: u32) {
         for i in 0..n {
             self.bits.push((value >> i) & 1 == 1);
         }
     }
 
-    fn var_unsigned(&mut self, mut value: u64, base: u32) {
+    pub(crate) fn var_unsigned(&mut self, mut value: u64, base: u32) {
         loop {
             let chunk = value & ((1u64 << base) - 1);
             value >>= base;
@@ -39,7 +39,7 @@ impl BitWriter {
         }
     }
 
-    fn var_signed(&mut self, mut value: i64, base: u32) {
+    pub(crate) fn var_signed(&mut self, mut value: i64, base: u32) {
         loop {
             let chunk = (value as u64) & ((1u64 << base) - 1);
             value >>= base;
@@ -278,7 +278,13 @@ fn encode(w: &mut BitWriter, s: &Stored, version: u32, arch: GcInfoArch) -> GcIn
 /// Lays the bits out as words of the layout's pointer size and byte order, preceded by
 /// `lead` bytes of `fill` (so the stream starts at an unaligned address) and followed by
 /// `tail` bytes of it; returns the target and the stream's address.
-fn lay_out(layout: DataLayout, lead: usize, fill: u8, bits: &[bool], tail: usize) -> (Target, u64) {
+pub(crate) fn lay_out(
+    layout: DataLayout,
+    lead: usize,
+    fill: u8,
+    bits: &[bool],
+    tail: usize,
+) -> (Target, u64) {
     let ps = usize::from(layout.pointer_size);
     let mut all: Vec<bool> = Vec::new();
     for _ in 0..lead {

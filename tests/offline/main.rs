@@ -13,6 +13,7 @@ mod execution_manager_mock;
 mod execution_manager_synthetic;
 mod fuzz_regressions;
 mod gc_info;
+mod gc_info_body;
 #[path = "../common/json_schema.rs"]
 mod json_schema;
 mod loader_mock;

@@ -94,6 +94,17 @@ fn every_command(kind: Option<&'static str>) {
     let unwind = run_json(&["unwind", "--json", &start_hex]);
     assert!(unwind.to_string().contains("push rbp"), "{what}: {unwind}");
 
+    // The same method's GC info, by code address and by MethodDesc.
+    let gc = run_json(&["gcinfo", "--json", &middle, &md]);
+    assert_eq!(gc[0]["start"], start_hex, "{what}: {gc}");
+    assert_eq!(gc[1]["start"], start_hex, "{what}: {gc}");
+    assert_eq!(gc[0]["version"], 4, "{what}");
+    assert_eq!(
+        gc[0]["header"]["code_length"].as_u64(),
+        Some(size),
+        "{what}: {gc}"
+    );
+
     let modules = run_json(&["modules", "--json"]);
     assert!(
         modules

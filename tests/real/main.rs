@@ -18,6 +18,7 @@ mod exception_trace_live;
 mod execution_manager_net8;
 mod exit_codes;
 mod gc_info_net8;
+mod gc_info_sos;
 mod heap;
 mod install;
 #[path = "../common/json_schema.rs"]

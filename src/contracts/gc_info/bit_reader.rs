@@ -174,6 +174,19 @@ impl<'t> BitReader<'t> {
         }
     }
 
+    /// Moves to `bits` past the stream's start (forward or back); positions beyond the cap
+    /// are refused, as reads there would be.
+    pub fn seek(&mut self, bits: u64) -> Result<(), ContractError> {
+        let skip = (self.start - self.base) * 8;
+        match skip.checked_add(bits) {
+            Some(p) if p <= self.end_bit => {
+                self.pos = p;
+                Ok(())
+            }
+            _ => Err(self.over_cap()),
+        }
+    }
+
     /// Decodes a variable-length unsigned number with chunks of `base` data bits: each
     /// chunk is `base` data bits then one "more follows" bit, least significant chunk
     /// first. A value that does not fit in 64 bits is a typed error.

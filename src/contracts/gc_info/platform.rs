@@ -315,6 +315,59 @@ impl GcInfoArch {
     }
 }
 
+/// log2 of the number of normalized code offsets one chunk of fully interruptible live
+/// state covers (64 offsets per chunk, on every architecture).
+pub const CHUNK_OFFSETS_LOG2: u32 = 6;
+
+/// Normalized code offsets one chunk of fully interruptible live state covers.
+pub const CHUNK_OFFSETS: u32 = 1 << CHUNK_OFFSETS_LOG2;
+
+/// x64 register names in encoding order (0 = rax).
+const AMD64_REGISTERS: [&str; 16] = [
+    "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13",
+    "r14", "r15",
+];
+
+impl GcInfoArch {
+    /// Whether register `reg` is a scratch (caller-saved) register, whose contents a GC
+    /// may only take from the active frame. x64 follows the System V ABI (everything but
+    /// rbx, rbp and r12 to r15, so rsi and rdi are scratch); the other architectures use
+    /// the runtime's Unix lists.
+    pub fn is_scratch_register(self, reg: u32) -> bool {
+        match self {
+            GcInfoArch::Amd64 | GcInfoArch::Interpreter => {
+                !matches!(reg, 3 | 5 | 12 | 13 | 14 | 15)
+            }
+            GcInfoArch::Arm64 => reg <= 17 || reg >= 29,
+            GcInfoArch::Arm => reg <= 3 || reg >= 12,
+            GcInfoArch::LoongArch64 => (4..=21).contains(&reg),
+            GcInfoArch::RiscV64 => {
+                reg == 0 || (5..=7).contains(&reg) || (10..=17).contains(&reg) || reg >= 28
+            }
+        }
+    }
+
+    /// A register's name as debuggers print it (`rbx`, `x19`); `reg<N>` for a number the
+    /// architecture does not have.
+    pub fn register_name(self, reg: u32) -> String {
+        match self {
+            GcInfoArch::Amd64 | GcInfoArch::Interpreter => AMD64_REGISTERS
+                .get(reg as usize)
+                .map_or_else(|| format!("reg{reg}"), |n| (*n).to_string()),
+            GcInfoArch::Arm64 => match reg {
+                0..=28 => format!("x{reg}"),
+                29 => "fp".into(),
+                30 => "lr".into(),
+                31 => "sp".into(),
+                _ => format!("reg{reg}"),
+            },
+            GcInfoArch::Arm if reg <= 15 => format!("r{reg}"),
+            GcInfoArch::LoongArch64 | GcInfoArch::RiscV64 if reg <= 31 => format!("r{reg}"),
+            _ => format!("reg{reg}"),
+        }
+    }
+}
+
 fn shift_u32(stored: u64, shift: u32) -> Option<u32> {
     let v = u32::try_from(stored).ok()?;
     v.checked_mul(1u32 << shift)
