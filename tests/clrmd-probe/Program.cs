@@ -81,6 +81,7 @@ internal static class Program
             case "heap-objects": HeapObjects(runtime); return 0;
             case "handles": Handles(runtime); return 0;
             case "finalizer": Finalizer(json, runtime); break;
+            case "live-objects": LiveObjects(runtime, operands); return 0;
             case "bench-heap":
                 {
                     // What `dumpheap -stat` does: every object, its size, totals per MethodTable.
@@ -201,6 +202,58 @@ internal static class Program
             json.WriteStringValue(Hex(r.Object.Address));
         json.WriteEndArray();
         json.WriteEndObject();
+    }
+
+    /// <summary>Every object reachable from the roots of the kinds named (ClrRootKind names:
+    /// StrongHandle, PinnedHandle, FinalizerQueue, Stack, ...), one address per line, and on
+    /// standard error the number of roots of each kind used.</summary>
+    private static void LiveObjects(ClrRuntime runtime, List<string> kinds)
+    {
+        ClrHeap heap = runtime.Heap;
+        var wanted = new HashSet<string>(kinds);
+        var marked = new HashSet<ulong>();
+        var stack = new Stack<ClrObject>();
+        var used = new SortedDictionary<string, int>();
+        // Handles and the finalizer queue directly: EnumerateRoots also walks every stack,
+        // which crashes ClrMD on 10.0.14 (a thread parked in an exception filter).
+        var roots = new List<(string Kind, ClrObject Object)>();
+        foreach (ClrHandle h in runtime.EnumerateHandles())
+        {
+            string? kind = h.HandleKind switch
+            {
+                ClrHandleKind.Strong => "StrongHandle",
+                ClrHandleKind.Pinned => "PinnedHandle",
+                ClrHandleKind.AsyncPinned => "AsyncPinnedHandle",
+                ClrHandleKind.SizedRef => "SizedRefHandle",
+                _ => null,
+            };
+            if (kind is not null)
+                roots.Add((kind, h.Object));
+        }
+        foreach (ClrRoot r in heap.EnumerateFinalizerRoots())
+            roots.Add(("FinalizerQueue", r.Object));
+        foreach (var (kind, obj) in roots)
+        {
+            if (!wanted.Contains(kind) || obj.Address == 0)
+                continue;
+            used[kind] = used.GetValueOrDefault(kind) + 1;
+            if (marked.Add(obj.Address))
+                stack.Push(obj);
+        }
+        while (stack.Count > 0)
+        {
+            ClrObject o = stack.Pop();
+            foreach (ClrObject r in o.EnumerateReferences(carefully: false, considerDependantHandles: true))
+            {
+                if (r.Address != 0 && marked.Add(r.Address))
+                    stack.Push(r);
+            }
+        }
+        using var stdout = new StreamWriter(Console.OpenStandardOutput());
+        foreach (ulong a in marked.OrderBy(a => a))
+            stdout.Write($"{Hex(a)}\n");
+        foreach (var (kind, n) in used)
+            Console.Error.WriteLine($"{kind} {n}");
     }
 
     /// <summary>The DAC of the runtime build: libmscordaccore.so beside its libcoreclr.so.</summary>

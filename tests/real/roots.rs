@@ -1,0 +1,231 @@
+//! What keeps objects alive, on .NET 10, 9 and 8 full dumps: `cdac heap --live` lists exactly
+//! the objects ClrMD reaches from the same kinds of roots (following references and
+//! dependent handles), and `cdac gcroot` finds, for the testbed's own objects, the holder the
+//! testbed knows, with the same root and objects as SOS `gcroot`.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::{self, cdac_json, clrmd_probe, testbed_of, Variant};
+
+/// The ClrMD root kinds cdac reads (its `RootKind`s).
+const KINDS: &[&str] = &[
+    "StrongHandle",
+    "PinnedHandle",
+    "AsyncPinnedHandle",
+    "SizedRefHandle",
+    "FinalizerQueue",
+];
+
+fn clrmd_live(dump: &Path) -> BTreeSet<u64> {
+    let out = Command::new(clrmd_probe())
+        .arg("--dump")
+        .arg(dump)
+        .arg("live-objects")
+        .args(KINDS)
+        .output()
+        .expect("run clrmd-probe");
+    assert!(
+        out.status.success(),
+        "clrmd-probe live-objects: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| u64::from_str_radix(l.trim().trim_start_matches("0x"), 16).expect("hex"))
+        .collect()
+}
+
+fn live_equals_clrmd(variant: Variant) {
+    let dump = testbed_of(variant).dump("full");
+    let d = dump.display().to_string();
+    let ours = cdac_json(&["heap", "--live", "--objects", "--json", "--dump", &d]);
+    let ours: BTreeSet<u64> = ours["object_list"]
+        .as_array()
+        .expect("object_list")
+        .iter()
+        .map(|o| common::hex(&o["address"]))
+        .collect();
+    let theirs = clrmd_live(&dump);
+    let only_ours: Vec<_> = ours.difference(&theirs).take(10).collect();
+    let only_theirs: Vec<_> = theirs.difference(&ours).take(10).collect();
+    eprintln!(
+        "{}: {} live objects (cdac), {} (ClrMD)",
+        variant.name(),
+        ours.len(),
+        theirs.len()
+    );
+    assert!(
+        only_ours.is_empty() && only_theirs.is_empty(),
+        "{}: only cdac {only_ours:x?}; only ClrMD {only_theirs:x?}",
+        variant.name()
+    );
+    assert!(ours.len() > 1000, "{}", variant.name());
+}
+
+#[test]
+fn live_equals_clrmd_net10() {
+    live_equals_clrmd(Variant::Net10);
+}
+
+#[test]
+fn live_equals_clrmd_net9() {
+    live_equals_clrmd(Variant::Net9);
+}
+
+#[test]
+fn live_equals_clrmd_net8() {
+    live_equals_clrmd(Variant::Net8);
+}
+
+/// SOS `gcroot` of each address (one SOS process each: on 10.0.14 SOS dies walking the
+/// stacks after it has printed the handle roots): the handle rooting it and the objects of
+/// the first path printed under the handle table.
+fn sos_gcroot(dump: &Path, targets: &[u64]) -> Vec<Option<(u64, String, Vec<u64>)>> {
+    targets
+        .iter()
+        .map(|t| {
+            let out = Command::new(common::dotnet_dump())
+                .arg("analyze")
+                .arg(dump)
+                .args(["-c", &format!("gcroot {t:#x}"), "-c", "exit"])
+                .output()
+                .expect("run dotnet-dump");
+            first_handle_path(&String::from_utf8_lossy(&out.stdout))
+        })
+        .collect()
+}
+
+/// The first path under `HandleTable:` in SOS `gcroot` output.
+fn first_handle_path(text: &str) -> Option<(u64, String, Vec<u64>)> {
+    let mut lines = text
+        .lines()
+        .skip_while(|l| l.trim() != "HandleTable:")
+        .skip(1);
+    let (handle, kind) = lines.next()?.trim().split_once(" (")?;
+    let handle = u64::from_str_radix(handle, 16).ok()?;
+    let kind = kind.trim_end_matches(')').to_string();
+    let objects = lines
+        .map_while(|l| l.trim().strip_prefix("-> "))
+        .filter_map(|rest| u64::from_str_radix(rest.split_whitespace().next()?, 16).ok())
+        .collect();
+    Some((handle, kind, objects))
+}
+
+/// The only object of a type used nowhere else (or the first of several).
+fn first_of(dump: &str, type_name: &str) -> u64 {
+    let pattern = format!("^{}$", type_name.replace('.', "\\."));
+    let v = cdac_json(&[
+        "heap",
+        "--objects",
+        "--json",
+        "--type",
+        &pattern,
+        "--dump",
+        dump,
+    ]);
+    common::hex(&v["object_list"][0]["address"])
+}
+
+/// The object a handle holds.
+fn strong_target(dump: &str, handle: u64) -> u64 {
+    let v = cdac_json(&["handles", "--json", "--dump", dump]);
+    v["handles"]
+        .as_array()
+        .expect("handles")
+        .iter()
+        .find(|h| common::hex(&h["address"]) == handle)
+        .map(|h| common::hex(&h["object"]))
+        .expect("the manifest's strong handle is listed")
+}
+
+fn gcroot_finds_the_holders(variant: Variant) {
+    let tb = testbed_of(variant);
+    let dump = tb.dump("full");
+    let d = dump.display().to_string();
+    let heap = &tb.manifest["heap"];
+    let handles = heap["handles"].as_array().expect("handles");
+    let strong = handles
+        .iter()
+        .find(|h| h["kind"] == "strong")
+        .expect("a strong handle");
+    let targets = [
+        first_of(&d, heap["marker_type"].as_str().expect("marker_type")),
+        first_of(&d, heap["field_shapes"]["type"].as_str().expect("type")),
+        strong_target(&d, common::hex(&strong["handle"])),
+    ];
+    let sos = sos_gcroot(&dump, &targets);
+    assert_eq!(
+        sos.len(),
+        targets.len(),
+        "{}: SOS answered {sos:?}",
+        variant.name()
+    );
+    let mut strong_seen = false;
+    for (t, theirs) in targets.iter().zip(&sos) {
+        let what = format!("{} {t:#x}", variant.name());
+        let ours = cdac_json(&["gcroot", &format!("{t:#x}"), "--json", "--dump", &d]);
+        assert_eq!(ours["found"], true, "{what}: {ours}");
+        let path: Vec<u64> = ours["path"]
+            .as_array()
+            .expect("path")
+            .iter()
+            .map(|s| common::hex(&s["address"]))
+            .collect();
+        assert_eq!(path.last(), Some(t), "{what}");
+        let root = common::hex(&ours["root"]["address"]);
+        let (handle, kind, objects) = theirs
+            .as_ref()
+            .unwrap_or_else(|| panic!("{what}: SOS found no root"));
+        assert_eq!(root, *handle, "{what}: {ours}");
+        assert_eq!(
+            ours["root"]["kind"].as_str().map(|k| k.replace('_', " ")),
+            Some(kind.clone()),
+            "{what}"
+        );
+        assert_eq!(&path, objects, "{what}: {ours}");
+        // The holders the testbed knows: the marker list's array, then the marker.
+        let steps = ours["path"].as_array().expect("path");
+        if *t == targets[0] {
+            let via: Vec<&str> = steps.iter().filter_map(|s| s["via"].as_str()).collect();
+            assert!(via.contains(&"_items"), "{what}: {via:?}");
+            assert!(
+                steps
+                    .iter()
+                    .any(|s| s["type_name"].as_str().is_some_and(|n| n.starts_with(
+                        "System.Collections.Generic.List`1[Cdac.Testbed.Heap.UniqueMarker]"
+                    ))),
+                "{what}"
+            );
+        }
+        if root == common::hex(&strong["handle"]) {
+            strong_seen = true;
+            assert_eq!(
+                path,
+                vec![*t],
+                "{what}: the strong handle holds its target directly"
+            );
+        }
+    }
+    assert!(
+        strong_seen,
+        "{}: the manifest's strong handle roots its HandleTarget",
+        variant.name()
+    );
+}
+
+#[test]
+fn gcroot_finds_the_holders_net10() {
+    gcroot_finds_the_holders(Variant::Net10);
+}
+
+#[test]
+fn gcroot_finds_the_holders_net9() {
+    gcroot_finds_the_holders(Variant::Net9);
+}
+
+#[test]
+fn gcroot_finds_the_holders_net8() {
+    gcroot_finds_the_holders(Variant::Net8);
+}
