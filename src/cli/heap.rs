@@ -422,7 +422,7 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
         fragmentation: None,
         live: marker.as_ref().map(|m| LiveReport {
             marked: m.summary().marked,
-            roots: m.roots().roots.len() as u64,
+            roots: m.roots().len() as u64,
             roots_not_read: vec![
                 "stack frames (every thread's live slots)".into(),
                 "thread statics".into(),

@@ -11,9 +11,6 @@ use crate::contracts::ContractError;
 use crate::memory::Target;
 use crate::runtime::Runtime;
 
-/// Bytes of an object read at once when following its references.
-const WINDOW: u64 = 1 << 20;
-
 /// How an object on a path is reached from the one before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Via {
@@ -105,20 +102,150 @@ impl SegmentBits {
     }
 }
 
-/// Marks what the roots keep alive.
-pub struct Marker<'r> {
+/// Bytes of target memory per cached block, and blocks kept: object reads go through
+/// these (large reads, which a core dump serves without mapping its pages) so that a mark
+/// over a heap of any size stays within a few tens of MiB.
+const BLOCK: u64 = 256 << 10;
+const BLOCKS: usize = 64;
+
+/// A small cache of target memory blocks, least recently used out first.
+struct BlockCache {
+    blocks: FxHashMap<u64, (u64, Vec<u8>)>,
+    clock: u64,
+}
+
+impl BlockCache {
+    fn new() -> BlockCache {
+        BlockCache {
+            blocks: FxHashMap::default(),
+            clock: 0,
+        }
+    }
+
+    /// Reads `out.len()` bytes at `addr` (any length; what crosses a block is read directly).
+    fn read(&mut self, target: &Target, addr: u64, out: &mut [u8]) -> bool {
+        let index = addr / BLOCK;
+        let within = (addr % BLOCK) as usize;
+        if within + out.len() > BLOCK as usize {
+            return target.read_into(addr, out).is_ok();
+        }
+        self.clock += 1;
+        let clock = self.clock;
+        if let Some((used, data)) = self.blocks.get_mut(&index) {
+            *used = clock;
+            out.copy_from_slice(&data[within..within + out.len()]);
+            return true;
+        }
+        if self.blocks.len() >= BLOCKS {
+            if let Some(&oldest) = self
+                .blocks
+                .iter()
+                .min_by_key(|(_, (u, _))| *u)
+                .map(|(k, _)| k)
+            {
+                self.blocks.remove(&oldest);
+            }
+        }
+        let mut data = vec![0u8; BLOCK as usize];
+        if target.read_into(index * BLOCK, &mut data).is_err() {
+            // Part of the block is not readable (before a segment's first page, after its
+            // last): read just what was asked.
+            return target.read_into(addr, out).is_ok();
+        }
+        out.copy_from_slice(&data[within..within + out.len()]);
+        self.blocks.insert(index, (clock, data));
+        true
+    }
+
+    fn word(&mut self, target: &Target, addr: u64) -> Option<u64> {
+        let mut w = [0u8; 8];
+        self.read(target, addr, &mut w)
+            .then(|| u64::from_le_bytes(w))
+    }
+}
+
+/// Reads objects and their references.
+struct ObjectReader<'r> {
     target: &'r Target,
     walker: ObjectWalker<'r>,
-    mt_flags_offset: u64,
-    mt_flags: FxHashMap<u64, u32>,
     descs: GcDescCache,
-    roots: RootSet,
+    cache: BlockCache,
+    dependent: FxHashMap<u64, Vec<u64>>,
+    unreadable: u64,
+}
+
+impl ObjectReader<'_> {
+    /// The MethodTable and size of `object`.
+    fn header(&mut self, object: u64) -> Option<(u64, u64, bool, u32)> {
+        let target = self.target;
+        let mt = self.cache.word(target, object)? & !self.walker.method_table_mask();
+        let count_at = object + self.walker.component_count_offset();
+        let cache = &mut self.cache;
+        let (size, free, flags) = self.walker.size_of(mt, || {
+            let mut c = [0u8; 4];
+            cache
+                .read(target, count_at, &mut c)
+                .then(|| u32::from_le_bytes(c))
+        })?;
+        Some((mt, size, free, flags))
+    }
+
+    /// Calls `visit(slot offset, or None for a dependent handle's edge; referenced object)`
+    /// for each non-null reference of `object` until it returns false; the object's
+    /// MethodTable, or `None` when the object cannot be read.
+    fn for_each_reference(
+        &mut self,
+        object: u64,
+        mut visit: impl FnMut(Option<u64>, u64) -> bool,
+    ) -> Option<u64> {
+        let Some((mt, size, is_free, flags)) = self.header(object) else {
+            self.unreadable += 1;
+            return None;
+        };
+        if let Some(secondaries) = self.dependent.get(&object) {
+            for &s in secondaries {
+                if !visit(None, s) {
+                    return Some(mt);
+                }
+            }
+        }
+        if is_free {
+            return Some(mt);
+        }
+        let target = self.target;
+        let Some(desc) = self.descs.get(target, mt, flags) else {
+            self.unreadable += 1;
+            return Some(mt);
+        };
+        let cache = &mut self.cache;
+        let mut failed = false;
+        desc.for_each_slot(size, size / 8, |s| match cache.word(target, object + s) {
+            Some(0) => true,
+            Some(v) => visit(Some(s), v),
+            None => {
+                failed = true;
+                false
+            }
+        });
+        if failed {
+            self.unreadable += 1;
+        }
+        Some(mt)
+    }
+}
+
+/// Marks what the roots keep alive.
+pub struct Marker<'r> {
+    reader: ObjectReader<'r>,
+    roots: Vec<Root>,
+    problems: Vec<String>,
     bits: SegmentBits,
     levels: Vec<Vec<u64>>,
     /// The next level to expand.
     next: usize,
+    /// Keep every level (for paths); without, a level is dropped once expanded.
+    keep_levels: bool,
     summary: MarkSummary,
-    buf: Vec<u8>,
 }
 
 impl<'r> Marker<'r> {
@@ -127,7 +254,6 @@ impl<'r> Marker<'r> {
         let gc = rt.contracts().gc()?;
         let heaps = gc.heaps()?;
         let segments = gc.segments()?;
-        let layout = gc.object_layout()?;
         let mut bits = SegmentBits::new(&segments);
         let mut level0 = Vec::new();
         let mut summary = MarkSummary::default();
@@ -140,28 +266,40 @@ impl<'r> Marker<'r> {
         }
         summary.marked = level0.len() as u64;
         Ok(Marker {
-            target: rt.target(),
-            walker: gc.walker(&heaps, Vec::new())?,
-            mt_flags_offset: layout.mt_flags,
-            mt_flags: FxHashMap::default(),
-            descs: GcDescCache::default(),
-            roots,
+            reader: ObjectReader {
+                target: rt.target(),
+                walker: gc.walker(&heaps, Vec::new())?,
+                descs: GcDescCache::default(),
+                cache: BlockCache::new(),
+                dependent: roots.dependent,
+                unreadable: 0,
+            },
+            roots: roots.roots,
+            problems: roots.problems,
             bits,
             levels: vec![level0],
             next: 0,
+            keep_levels: true,
             summary,
-            buf: Vec::new(),
         })
     }
 
     /// The roots marked from.
-    pub fn roots(&self) -> &RootSet {
+    pub fn roots(&self) -> &[Root] {
         &self.roots
+    }
+
+    /// What could not be read of the roots.
+    pub fn problems(&self) -> &[String] {
+        &self.problems
     }
 
     /// What the mark has done so far.
     pub fn summary(&self) -> MarkSummary {
-        self.summary
+        MarkSummary {
+            unreadable: self.reader.unreadable,
+            ..self.summary
+        }
     }
 
     /// Whether `object` is reached (after [`Marker::mark_all`], whether it is live as far as
@@ -170,59 +308,11 @@ impl<'r> Marker<'r> {
         self.bits.get(object)
     }
 
-    /// Marks everything reachable.
+    /// Marks everything reachable, keeping no path (levels are dropped once expanded).
     pub fn mark_all(&mut self) -> MarkSummary {
+        self.keep_levels = false;
         while self.expand_level(None) {}
-        self.summary
-    }
-
-    /// The MethodTable and references of `object`: `(slot offset or None for a dependent
-    /// edge, referenced object)`.
-    fn references(&mut self, object: u64, out: &mut Vec<(Option<u64>, u64)>) -> Option<u64> {
-        out.clear();
-        let Ok((mt, size, is_free)) = self.walker.object_at(object) else {
-            self.summary.unreadable += 1;
-            return None;
-        };
-        if let Some(secondaries) = self.roots.dependent.get(&object) {
-            out.extend(secondaries.iter().map(|&s| (None, s)));
-        }
-        if is_free {
-            return Some(mt);
-        }
-        let target = self.target;
-        let offset = self.mt_flags_offset;
-        let flags = *self
-            .mt_flags
-            .entry(mt)
-            .or_insert_with(|| target.read_u32(mt + offset).unwrap_or(0));
-        let Some(desc) = self.descs.get(target, mt, flags) else {
-            self.summary.unreadable += 1;
-            return Some(mt);
-        };
-        let mut slots = Vec::new();
-        desc.for_each_slot(size, size / 8, |s| slots.push(s));
-        let (mut wstart, mut wlen) = (0u64, 0u64);
-        for s in slots {
-            if s < wstart || s + 8 > wstart + wlen {
-                wstart = s;
-                wlen = WINDOW.min(size.saturating_sub(8).saturating_sub(s)).max(8);
-                self.buf.resize(wlen as usize, 0);
-                if target.read_into(object + s, &mut self.buf).is_err() {
-                    self.summary.unreadable += 1;
-                    wlen = 0;
-                    continue;
-                }
-            }
-            let i = (s - wstart) as usize;
-            let mut w = [0u8; 8];
-            w.copy_from_slice(&self.buf[i..i + 8]);
-            let v = u64::from_le_bytes(w);
-            if v != 0 {
-                out.push((Some(s), v));
-            }
-        }
-        Some(mt)
+        self.summary()
     }
 
     /// Expands the next level (whole, so that a later mark goes on from the next one).
@@ -235,29 +325,34 @@ impl<'r> Marker<'r> {
         }
         self.next += 1;
         let mut found = Vec::new();
-        let mut refs = Vec::new();
         let mut reached = false;
+        let mut outside = 0u64;
         for i in 0..count {
             let object = self.levels[index][i];
-            self.references(object, &mut refs);
-            for &(_, child) in &refs {
-                match self.bits.set(child) {
+            let bits = &mut self.bits;
+            self.reader.for_each_reference(object, |_, child| {
+                match bits.set(child) {
                     Some(true) => {
                         reached |= Some(child) == target;
                         found.push(child);
                     }
                     Some(false) => {}
-                    None => self.summary.outside += 1,
+                    None => outside += 1,
                 }
-            }
+                true
+            });
         }
+        if !self.keep_levels {
+            self.levels[index] = Vec::new();
+        }
+        self.summary.outside += outside;
         self.summary.marked += found.len() as u64;
         self.levels.push(found);
         !reached
     }
 
     /// A shortest path (fewest references) from a root to `target`, or `None` when no root
-    /// reaches it.
+    /// reaches it (or the levels were dropped by [`Marker::mark_all`]).
     pub fn path_to(&mut self, target: u64) -> Option<RootPath> {
         if !self.bits.get(target) {
             while self.expand_level(Some(target)) {}
@@ -265,21 +360,25 @@ impl<'r> Marker<'r> {
         let depth = self.levels.iter().position(|l| l.contains(&target))?;
         let mut steps = Vec::with_capacity(depth + 1);
         let mut current = target;
-        let mut refs = Vec::new();
         for k in (0..depth).rev() {
             let mut parent = None;
             for i in 0..self.levels[k].len() {
                 let object = self.levels[k][i];
-                let Some(mt) = self.references(object, &mut refs) else {
-                    continue;
-                };
-                if let Some(&(slot, _)) = refs.iter().find(|&&(_, c)| c == current) {
-                    parent = Some((object, mt, slot));
+                let mut via = None;
+                let mt = self.reader.for_each_reference(object, |slot, child| {
+                    if child == current {
+                        via = Some(slot);
+                        return false;
+                    }
+                    true
+                });
+                if let (Some(slot), Some(_)) = (via, mt) {
+                    parent = Some((object, slot));
                     break;
                 }
             }
-            let (object, _, slot) = parent?;
-            let mt = self.walker.object_at(current).map_or(0, |o| o.0);
+            let (object, slot) = parent?;
+            let mt = self.reader.header(current).map_or(0, |h| h.0);
             steps.push(PathStep {
                 object: current,
                 method_table: mt,
@@ -287,14 +386,14 @@ impl<'r> Marker<'r> {
             });
             current = object;
         }
-        let mt = self.walker.object_at(current).map_or(0, |o| o.0);
+        let mt = self.reader.header(current).map_or(0, |h| h.0);
         steps.push(PathStep {
             object: current,
             method_table: mt,
             via: Via::Root,
         });
         steps.reverse();
-        let root = *self.roots.roots.iter().find(|r| r.object == current)?;
+        let root = *self.roots.iter().find(|r| r.object == current)?;
         Some(RootPath { root, steps })
     }
 }

@@ -77,8 +77,8 @@ impl GcDesc {
     }
 
     /// Calls `visit(slot offset)` for each reference slot of an object of `size` bytes
-    /// (as the heap walk reports it), in address order, at most `max` of them.
-    pub fn for_each_slot(&self, size: u64, max: u64, mut visit: impl FnMut(u64)) {
+    /// (as the heap walk reports it), at most `max` of them, until `visit` returns false.
+    pub fn for_each_slot(&self, size: u64, max: u64, mut visit: impl FnMut(u64) -> bool) {
         let mut seen = 0u64;
         match self {
             GcDesc::None => {}
@@ -89,10 +89,9 @@ impl GcDesc {
                     let end = offset as i128 + len.max(0);
                     let mut at = offset;
                     while (at as i128) < end && at + 16 <= size {
-                        if seen >= max {
+                        if seen >= max || !visit(at) {
                             return;
                         }
-                        visit(at);
                         seen += 1;
                         at += 8;
                     }
@@ -106,10 +105,9 @@ impl GcDesc {
                     let before = at;
                     for &(refs, skip) in steps {
                         for _ in 0..refs {
-                            if at >= end || seen >= max {
+                            if at >= end || seen >= max || !visit(at) {
                                 return;
                             }
-                            visit(at);
                             seen += 1;
                             at += 8;
                         }
@@ -151,7 +149,10 @@ mod tests {
 
     fn slots(d: &GcDesc, size: u64) -> Vec<u64> {
         let mut v = Vec::new();
-        d.for_each_slot(size, u64::MAX, |s| v.push(s));
+        d.for_each_slot(size, u64::MAX, |s| {
+            v.push(s);
+            true
+        });
         v
     }
 
@@ -184,7 +185,10 @@ mod tests {
     fn bounded() {
         let d = GcDesc::Series(vec![(16, -24)]);
         let mut n = 0;
-        d.for_each_slot(24 + 1000 * 8, 10, |_| n += 1);
+        d.for_each_slot(24 + 1000 * 8, 10, |_| {
+            n += 1;
+            true
+        });
         assert_eq!(n, 10);
         let stuck = GcDesc::Repeating {
             start: 16,

@@ -116,6 +116,7 @@ pub struct ObjectLayout {
 /// A MethodTable's size information, read once per MethodTable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Shape {
+    flags: u32,
     base_size: u32,
     component_size: u32,
     is_free: bool,
@@ -182,6 +183,7 @@ impl<'a> ObjectWalker<'a> {
                 None => flags == FREE_FLAGS && base_size == FREE_BASE_SIZE,
             };
             Some(Shape {
+                flags,
                 base_size,
                 component_size,
                 is_free,
@@ -209,6 +211,33 @@ impl<'a> ObjectWalker<'a> {
             u64::from(shape.base_size)
         };
         Ok((mt, size.max(MIN_OBJECT_BYTES), shape.is_free))
+    }
+
+    /// The size (as [`HeapObject::size`]), free flag and `MTFlags` of an object of
+    /// MethodTable `mt` (mark bits cleared); `count` reads its component count, asked only
+    /// for arrays and strings. `None` when `mt` is no MethodTable or the count is unreadable.
+    pub fn size_of(
+        &mut self,
+        mt: u64,
+        count: impl FnOnce() -> Option<u32>,
+    ) -> Option<(u64, bool, u32)> {
+        let shape = self.shape(mt)?;
+        let size = if shape.component_size != 0 {
+            u64::from(shape.base_size) + u64::from(shape.component_size) * u64::from(count()?)
+        } else {
+            u64::from(shape.base_size)
+        };
+        Some((size.max(MIN_OBJECT_BYTES), shape.is_free, shape.flags))
+    }
+
+    /// Where an object's component count is, from its start.
+    pub fn component_count_offset(&self) -> u64 {
+        self.layout.num_components
+    }
+
+    /// The MethodTable bits the GC uses as marks.
+    pub fn method_table_mask(&self) -> u64 {
+        self.layout.mt_mask
     }
 
     /// Walks every segment, calling `visit` for each object in address order within a
