@@ -16,7 +16,8 @@ on a core gdb has open. It adds:
   * commands: `cdac ip2md ADDR`, `cdac clrstack` (the selected thread, managed and native
     frames), `cdac pe [ADDR]` (the exception on the selected thread, or the exception object
     at ADDR), `cdac modules`, `cdac dumpheap [-stat] [-type SUBSTRING]` (objects per type on
-    the GC heap), `cdac gchandles [-stat]`, `cdac reset` (forget what was read: after the
+    the GC heap), `cdac gchandles [-stat]`, `cdac dumpobj ADDR` (fields and values),
+    `cdac gcroot ADDR` (a path from a root), `cdac reset` (forget what was read: after the
     process ran).
 
 What was read is kept until the inferior runs again (each resume forgets it), so a live
@@ -26,6 +27,7 @@ process must stay stopped between uses, as it does in gdb's all-stop mode.
 import ctypes
 import os
 import re
+import struct
 
 import gdb
 from gdb.FrameDecorator import FrameDecorator
@@ -70,6 +72,42 @@ class GcHandle(ctypes.Structure):
     _fields_ = [("address", ctypes.c_uint64), ("object", ctypes.c_uint64),
                 ("secondary", ctypes.c_uint64), ("kind", ctypes.c_uint32),
                 ("is_strong", ctypes.c_uint32)]
+
+
+class Field(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 64), ("type_name", ctypes.c_char * 192),
+                ("offset", ctypes.c_uint64), ("address", ctypes.c_uint64),
+                ("value", ctypes.c_uint64), ("value_kind", ctypes.c_uint32),
+                ("depth", ctypes.c_uint32), ("is_static", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32)]
+
+
+class RootStep(ctypes.Structure):
+    _fields_ = [("object", ctypes.c_uint64), ("method_table", ctypes.c_uint64),
+                ("slot_offset", ctypes.c_uint64)]
+
+
+ROOT_KINDS = {1: "strong handle", 2: "pinned handle", 3: "async-pinned handle",
+              4: "sized-ref handle", 5: "finalizer queue", 255: "root"}
+VIA_ROOT, VIA_DEPENDENT = 2**64 - 1, 2**64 - 2
+
+
+def field_value(f):
+    """A cdac_field's value as text (its kind, cdac.h CDAC_VALUE_*)."""
+    k, v = f.value_kind, f.value
+    if k == 1:
+        return str(v - 2**64 if v >= 2**63 else v)
+    if k == 2:
+        return str(v)
+    if k == 3:
+        return repr(struct.unpack("<d", struct.pack("<Q", v))[0])
+    if k == 4:
+        return "true" if v else "false"
+    if k == 5:
+        return "'%s' (%#x)" % (chr(v), v)
+    if k in (6, 7):
+        return "null" if v == 0 and k == 7 else "%#x" % v
+    return {8: "", 9: "(struct not expanded)"}.get(k, "(unreadable)")
 
 
 HANDLE_KINDS = {0: "WeakShort", 1: "WeakLong", 2: "Strong", 3: "Pinned", 4: "Variable",
@@ -158,6 +196,11 @@ def _library():
         "cdac_heap_stat": [h, ctypes.POINTER(TypeStat), ctypes.c_size_t, size_p],
         "cdac_type_name": [h, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t, size_p],
         "cdac_gc_handles": [h, ctypes.POINTER(GcHandle), ctypes.c_size_t, size_p],
+        "cdac_object_fields": [h, ctypes.c_uint64, ctypes.c_uint32, ctypes.POINTER(Field),
+                               ctypes.c_size_t, size_p],
+        "cdac_gcroot": [h, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint32),
+                        ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(RootStep),
+                        ctypes.c_size_t, size_p],
     }
     for name, args in list(sigs.items()) + list(optional.items()):
         fn = getattr(lib, name, None)
@@ -405,7 +448,7 @@ def _native_name(pc, shown):
 
 class CdacCommand(gdb.Command):
     """cdac: .NET runtime data read by cdac (ip2md ADDR, clrstack, pe [ADDR], modules,
-    dumpheap [-stat] [-type SUBSTRING], gchandles [-stat], reset)."""
+    dumpheap [-stat] [-type SUBSTRING], gchandles [-stat], dumpobj ADDR, gcroot ADDR, reset)."""
 
     def __init__(self):
         super().__init__("cdac", gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
@@ -600,6 +643,61 @@ class GcHandles(gdb.Command):
         gdb.write("%8d handles\n" % len(handles))
 
 
+class DumpObj(gdb.Command):
+    """cdac dumpobj ADDR: the object's fields with their values (a struct's fields indented
+    under it) and its type's statics (like SOS dumpobj)."""
+
+    def __init__(self):
+        super().__init__("cdac dumpobj", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        _require("cdac_object_fields")
+        try:
+            addr = int(gdb.parse_and_eval(arg))
+        except gdb.error:
+            raise gdb.GdbError("usage: cdac dumpobj ADDR")
+        h = Target.get()
+        fields, _ = _listed(lambda h_, out, cap, count: LIB.cdac_object_fields(
+            h_, addr, 1, out, cap, count), h, Field)
+        gdb.write("%8s  %-40s %-24s %s\n" % ("offset", "type", "name", "value"))
+        for f in fields:
+            name = "  " * f.depth + f.name.decode("utf-8", "replace")
+            gdb.write("%8s  %-40s %-24s %s%s\n" % (
+                "%#x" % f.offset, f.type_name.decode("utf-8", "replace"), name,
+                field_value(f), " (static)" if f.is_static else ""))
+
+
+class GcRoot(gdb.Command):
+    """cdac gcroot ADDR: a path from a root (a handle, the finalizer queue) to the object
+    (like SOS gcroot; stack roots are not read yet)."""
+
+    def __init__(self):
+        super().__init__("cdac gcroot", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        _require("cdac_gcroot")
+        try:
+            addr = int(gdb.parse_and_eval(arg))
+        except gdb.error:
+            raise gdb.GdbError("usage: cdac gcroot ADDR")
+        h = Target.get()
+        kind, root = ctypes.c_uint32(0), ctypes.c_uint64(0)
+        steps = (RootStep * 256)()
+        count = ctypes.c_size_t(0)
+        status = LIB.cdac_gcroot(h, addr, ctypes.byref(kind), ctypes.byref(root), steps,
+                                 len(steps), ctypes.byref(count))
+        if status == NOT_FOUND:
+            gdb.write("no root cdac reads reaches %#x (stack roots are not read yet)\n" % addr)
+            return
+        if status != OK:
+            raise gdb.GdbError("cdac: " + last_error())
+        gdb.write("%s %#x\n" % (ROOT_KINDS.get(kind.value, "root"), root.value))
+        for s in steps[:count.value]:
+            via = ("" if s.slot_offset == VIA_ROOT else "  (dependent)"
+                   if s.slot_offset == VIA_DEPENDENT else "  (at +%#x)" % s.slot_offset)
+            gdb.write("  -> %#x %s%s\n" % (s.object, _type_name(h, s.method_table), via))
+
+
 class Reset(gdb.Command):
     """cdac reset: forget what cdac read (after the process ran on)."""
 
@@ -617,6 +715,8 @@ PrintException()
 Modules()
 DumpHeap()
 GcHandles()
+DumpObj()
+GcRoot()
 Reset()
 ManagedFrameNames()
 gdb.unwinder.register_unwinder(None, ManagedUnwinder(), replace=True)

@@ -73,6 +73,42 @@ class GcHandle(ctypes.Structure):
                 ("is_strong", ctypes.c_uint32)]
 
 
+class Field(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 64), ("type_name", ctypes.c_char * 192),
+                ("offset", ctypes.c_uint64), ("address", ctypes.c_uint64),
+                ("value", ctypes.c_uint64), ("value_kind", ctypes.c_uint32),
+                ("depth", ctypes.c_uint32), ("is_static", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32)]
+
+
+class RootStep(ctypes.Structure):
+    _fields_ = [("object", ctypes.c_uint64), ("method_table", ctypes.c_uint64),
+                ("slot_offset", ctypes.c_uint64)]
+
+
+ROOT_KINDS = {1: "strong handle", 2: "pinned handle", 3: "async-pinned handle",
+              4: "sized-ref handle", 5: "finalizer queue", 255: "root"}
+VIA_ROOT, VIA_DEPENDENT = 2**64 - 1, 2**64 - 2
+
+
+def field_value(f):
+    """A cdac_field's value as text (its kind, cdac.h CDAC_VALUE_*)."""
+    k, v = f.value_kind, f.value
+    if k == 1:
+        return str(v - 2**64 if v >= 2**63 else v)
+    if k == 2:
+        return str(v)
+    if k == 3:
+        return repr(struct.unpack("<d", struct.pack("<Q", v))[0])
+    if k == 4:
+        return "true" if v else "false"
+    if k == 5:
+        return "'%s' (%#x)" % (chr(v), v)
+    if k in (6, 7):
+        return "null" if v == 0 and k == 7 else "%#x" % v
+    return {8: "", 9: "(struct not expanded)"}.get(k, "(unreadable)")
+
+
 HANDLE_KINDS = {0: "WeakShort", 1: "WeakLong", 2: "Strong", 3: "Pinned", 4: "Variable",
                 5: "RefCounted", 6: "Dependent", 7: "AsyncPinned", 8: "SizedRef",
                 9: "WeakNativeCom", 10: "WeakInteriorPointer", 11: "CrossReference"}
@@ -162,6 +198,11 @@ def lib():
         "cdac_heap_stat": [h, ctypes.POINTER(TypeStat), ctypes.c_size_t, size_p],
         "cdac_type_name": [h, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t, size_p],
         "cdac_gc_handles": [h, ctypes.POINTER(GcHandle), ctypes.c_size_t, size_p],
+        "cdac_object_fields": [h, ctypes.c_uint64, ctypes.c_uint32, ctypes.POINTER(Field),
+                               ctypes.c_size_t, size_p],
+        "cdac_gcroot": [h, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint32),
+                        ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(RootStep),
+                        ctypes.c_size_t, size_p],
     }
     for name, args in sigs.items():
         if not hasattr(so, name):
@@ -823,6 +864,61 @@ def cmd_gchandles(debugger, args):
     return gchandles_lines(Target.get(debugger), args)
 
 
+def _address(args):
+    try:
+        return int(args[0], 0) if len(args) == 1 else None
+    except ValueError:
+        return None
+
+
+def dumpobj_lines(h, args):
+    """`dumpobj ADDR`: the object's fields and values, then its type's statics."""
+    addr = _address(args)
+    if addr is None:
+        raise CdacError("usage: cdac dumpobj ADDR")
+    fields, _ = _listed(lambda h_, out, cap, count: lib().cdac_object_fields(
+        h_, addr, 1, out, cap, count), h, Field)
+    out = ["%8s  %-40s %-24s %s" % ("offset", "type", "name", "value")]
+    for f in fields:
+        name = "  " * f.depth + f.name.decode("utf-8", "replace")
+        out.append("%8s  %-40s %-24s %s%s" % (
+            "%#x" % f.offset, f.type_name.decode("utf-8", "replace"), name, field_value(f),
+            " (static)" if f.is_static else ""))
+    return out
+
+
+def gcroot_lines(h, args):
+    """`gcroot ADDR`: a path from a root to the object."""
+    addr = _address(args)
+    if addr is None:
+        raise CdacError("usage: cdac gcroot ADDR")
+    kind, root = ctypes.c_uint32(0), ctypes.c_uint64(0)
+    steps = (RootStep * 256)()
+    count = ctypes.c_size_t(0)
+    status = lib().cdac_gcroot(h, addr, ctypes.byref(kind), ctypes.byref(root), steps,
+                               len(steps), ctypes.byref(count))
+    if status == NOT_FOUND:
+        return ["no root cdac reads reaches %#x (stack roots are not read yet)" % addr]
+    if status != OK:
+        raise CdacError("cdac: " + last_error())
+    out = ["%s %#x" % (ROOT_KINDS.get(kind.value, "root"), root.value)]
+    for s in steps[:count.value]:
+        via = ("" if s.slot_offset == VIA_ROOT else "  (dependent)"
+               if s.slot_offset == VIA_DEPENDENT else "  (at +%#x)" % s.slot_offset)
+        out.append("  -> %#x %s%s" % (s.object, _type_name(h, s.method_table), via))
+    return out
+
+
+def cmd_dumpobj(debugger, args):
+    _require("cdac_object_fields")
+    return dumpobj_lines(Target.get(debugger), args)
+
+
+def cmd_gcroot(debugger, args):
+    _require("cdac_gcroot")
+    return gcroot_lines(Target.get(debugger), args)
+
+
 def cmd_reset(debugger, args):
     Target.reset()
     return []
@@ -832,7 +928,9 @@ COMMANDS = {
     "bt": cmd_bt,
     "clrstack": cmd_clrstack,
     "dumpheap": cmd_dumpheap,
+    "dumpobj": cmd_dumpobj,
     "gchandles": cmd_gchandles,
+    "gcroot": cmd_gcroot,
     "ip2md": cmd_ip2md,
     "modules": cmd_modules,
     "pe": cmd_pe,
@@ -844,6 +942,8 @@ USAGE = """cdac: .NET runtime data read by cdac
   cdac clrstack     the selected thread's stack as cdac walks it, IL offsets, file:line
   cdac dumpheap [-stat] [-type SUBSTRING]
                     objects per type on the GC heap, smallest total first
+  cdac dumpobj ADDR the object's fields and values, and its type's statics
+  cdac gcroot ADDR  a path from a root (a handle, the finalizer queue) to the object
   cdac gchandles [-stat]
                     every GC handle (kind, object, secondary), then the count per kind
   cdac ip2md ADDR   the managed method owning a code address
@@ -853,7 +953,8 @@ USAGE = """cdac: .NET runtime data read by cdac
 
 
 def cdac_command(debugger, command, result, _internal_dict):
-    """cdac bt [all] | clrstack | dumpheap | gchandles | ip2md ADDR | modules | pe [ADDR] | reset"""
+    """cdac bt [all] | clrstack | dumpheap | dumpobj ADDR | gcroot ADDR | gchandles | ip2md ADDR |
+    modules | pe [ADDR] | reset"""
     try:
         args = shlex.split(command)
     except ValueError as e:

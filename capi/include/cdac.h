@@ -188,6 +188,51 @@ typedef struct cdac_gc_handle {
     uint32_t is_strong; /* 1 when it keeps its object alive */
 } cdac_gc_handle;
 
+/* cdac_field.value_kind */
+#define CDAC_VALUE_INT 1          /* value: a signed integer, sign-extended */
+#define CDAC_VALUE_UINT 2         /* value: an unsigned integer */
+#define CDAC_VALUE_FLOAT 3        /* value: the bits of a double (a float widened) */
+#define CDAC_VALUE_BOOL 4         /* value: 0 or 1 */
+#define CDAC_VALUE_CHAR 5         /* value: a UTF-16 unit */
+#define CDAC_VALUE_POINTER 6      /* value: an unmanaged pointer */
+#define CDAC_VALUE_REFERENCE 7    /* value: the object's address, 0 for null */
+#define CDAC_VALUE_STRUCT 8       /* a struct: its fields follow, one depth deeper */
+#define CDAC_VALUE_NOT_EXPANDED 9 /* a struct whose fields are not listed */
+#define CDAC_VALUE_UNREADABLE 10
+/* cdac_object_fields flags */
+#define CDAC_FIELDS_STATICS 1     /* also the type's static fields (.NET 9 and later) */
+
+/* One field of an object, or of a struct inside it. */
+typedef struct cdac_field {
+    char name[64];       /* NUL-terminated, cut to 63 bytes */
+    char type_name[192]; /* its declared type, NUL-terminated, cut to 191 bytes */
+    uint64_t offset;     /* from the object's start (a struct's field: the struct's data) */
+    uint64_t address;    /* where the value is */
+    uint64_t value;      /* CDAC_VALUE_* says how to read it */
+    uint32_t value_kind; /* CDAC_VALUE_* */
+    uint32_t depth;      /* 0: the object's own; n + 1: of the struct field at depth n before it */
+    uint32_t is_static;  /* 1 for a static field */
+    uint32_t reserved;   /* 0 */
+} cdac_field;
+
+/* cdac_gcroot root kinds */
+#define CDAC_ROOT_STRONG_HANDLE 1
+#define CDAC_ROOT_PINNED_HANDLE 2
+#define CDAC_ROOT_ASYNC_PINNED_HANDLE 3
+#define CDAC_ROOT_SIZED_REF_HANDLE 4
+#define CDAC_ROOT_FINALIZER_QUEUE 5 /* ready for finalization */
+#define CDAC_ROOT_OTHER 255
+/* cdac_root_step.slot_offset values that are not offsets */
+#define CDAC_VIA_ROOT UINT64_MAX            /* the root's own object */
+#define CDAC_VIA_DEPENDENT (UINT64_MAX - 1) /* a dependent handle's secondary */
+
+/* One object on a path from a root. */
+typedef struct cdac_root_step {
+    uint64_t object;       /* the object */
+    uint64_t method_table; /* its MethodTable (cdac_type_name names it) */
+    uint64_t slot_offset;  /* where the previous object refers to it, or CDAC_VIA_* */
+} cdac_root_step;
+
 /* Copies the message of the last failure on this thread into buf (NUL-terminated,
  * truncated to len); returns the size it needs, NUL included (1: no message). buf may be
  * NULL when len is 0. */
@@ -264,6 +309,18 @@ int32_t cdac_type_name(cdac_handle *h, uint64_t method_table, char *buf, size_t 
 
 /* Every GC handle in use (count-then-fill). */
 int32_t cdac_gc_handles(cdac_handle *h, cdac_gc_handle *out, size_t cap, size_t *count);
+
+/* The fields of the object at `object` with their values (a struct's fields follow it, one
+ * depth deeper), count-then-fill; flags CDAC_FIELDS_STATICS adds the type's statics. */
+int32_t cdac_object_fields(cdac_handle *h, uint64_t object, uint32_t flags, cdac_field *out,
+                           size_t cap, size_t *count);
+
+/* A shortest path from a root to `object`, the root's object first, count-then-fill:
+ * CDAC_OK, or CDAC_NOT_FOUND when no root cdac reads reaches it (stack roots are not read
+ * yet). root_kind (CDAC_ROOT_*) and root_address (the handle, or the queue entry) may be
+ * NULL. */
+int32_t cdac_gcroot(cdac_handle *h, uint64_t object, uint32_t *root_kind, uint64_t *root_address,
+                    cdac_root_step *out, size_t cap, size_t *count);
 
 /* The image path of module `module` (a cdac_module.address): CDAC_NOT_FOUND when it has
  * none (dynamic modules), CDAC_E_INVALID_ARGUMENT when it is not a module of the runtime.

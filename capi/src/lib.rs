@@ -27,8 +27,10 @@ use cdac_core::contracts::loader::{self, ModuleInfo};
 use cdac_core::contracts::thread::Threads;
 use cdac_core::contracts::ContractError;
 use cdac_core::exception_report::ExceptionReport;
+use cdac_core::inspect::{FieldView, InspectOptions, Inspector, Value};
 use cdac_core::memory::{DataLayout, MappedFile, MemorySource, ReadError, TargetKind, ThreadInfo};
 use cdac_core::names::MethodNamer;
+use cdac_core::roots::{Marker, RootKind, RootSet, Via};
 use cdac_core::runtime::{OpenOptions, Runtime, RuntimeError};
 use cdac_core::source_lines::SourceLines;
 use cdac_core::stacks::walk::{FrameCode, StackWalker};
@@ -259,6 +261,146 @@ pub struct CdacGcHandle {
     pub kind: u32,
     /// 1 when the handle keeps its object alive.
     pub is_strong: u32,
+}
+
+/// `cdac_field.value_kind`.
+pub const CDAC_VALUE_INT: u32 = 1;
+/// An unsigned integer.
+pub const CDAC_VALUE_UINT: u32 = 2;
+/// A `float` or `double` (`value` holds a double's bits).
+pub const CDAC_VALUE_FLOAT: u32 = 3;
+/// A `bool` (0 or 1).
+pub const CDAC_VALUE_BOOL: u32 = 4;
+/// A `char` (a UTF-16 unit).
+pub const CDAC_VALUE_CHAR: u32 = 5;
+/// An unmanaged pointer.
+pub const CDAC_VALUE_POINTER: u32 = 6;
+/// An object reference (`value` is its address, 0 for null).
+pub const CDAC_VALUE_REFERENCE: u32 = 7;
+/// A struct: its fields follow, one `depth` deeper.
+pub const CDAC_VALUE_STRUCT: u32 = 8;
+/// A struct whose fields are not listed.
+pub const CDAC_VALUE_NOT_EXPANDED: u32 = 9;
+/// A value that could not be read.
+pub const CDAC_VALUE_UNREADABLE: u32 = 10;
+/// `cdac_object_fields` flags: also the type's static fields.
+pub const CDAC_FIELDS_STATICS: u32 = 1;
+
+/// One field of an object (or of a struct inside it), with its value.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CdacField {
+    /// Its name, NUL-terminated (cut to 63 bytes).
+    pub name: [c_char; 64],
+    /// Its declared type, NUL-terminated (cut to 191 bytes).
+    pub type_name: [c_char; 192],
+    /// Bytes from the object's start (a struct's field: from the struct's data).
+    pub offset: u64,
+    /// Where the value is.
+    pub address: u64,
+    /// The value's bits (integers extended to 64 bits, a double's bits, a reference's
+    /// address; 0 for structs).
+    pub value: u64,
+    /// `CDAC_VALUE_*`.
+    pub value_kind: u32,
+    /// 0 for the object's own fields; n + 1 for the fields of a struct field at depth n,
+    /// which follow it.
+    pub depth: u32,
+    /// 1 for a static field.
+    pub is_static: u32,
+    /// 0.
+    pub reserved: u32,
+}
+
+impl Default for CdacField {
+    fn default() -> Self {
+        CdacField {
+            name: [0; 64],
+            type_name: [0; 192],
+            offset: 0,
+            address: 0,
+            value: 0,
+            value_kind: 0,
+            depth: 0,
+            is_static: 0,
+            reserved: 0,
+        }
+    }
+}
+
+/// `cdac_gcroot`'s root kinds.
+pub const CDAC_ROOT_STRONG_HANDLE: u32 = 1;
+/// A pinned handle.
+pub const CDAC_ROOT_PINNED_HANDLE: u32 = 2;
+/// An async-pinned handle.
+pub const CDAC_ROOT_ASYNC_PINNED_HANDLE: u32 = 3;
+/// A sized-ref handle.
+pub const CDAC_ROOT_SIZED_REF_HANDLE: u32 = 4;
+/// The finalizer queue (ready for finalization).
+pub const CDAC_ROOT_FINALIZER_QUEUE: u32 = 5;
+/// Another kind of root.
+pub const CDAC_ROOT_OTHER: u32 = 255;
+/// `cdac_root_step.slot_offset` of the root's own object.
+pub const CDAC_VIA_ROOT: u64 = u64::MAX;
+/// `cdac_root_step.slot_offset` of a dependent handle's secondary.
+pub const CDAC_VIA_DEPENDENT: u64 = u64::MAX - 1;
+
+/// One object on a path from a root.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CdacRootStep {
+    /// The object.
+    pub object: u64,
+    /// Its MethodTable (`cdac_type_name` names it).
+    pub method_table: u64,
+    /// Where the previous object refers to it (bytes from its start), or `CDAC_VIA_ROOT`,
+    /// `CDAC_VIA_DEPENDENT`.
+    pub slot_offset: u64,
+}
+
+/// Copies `text` into a fixed C string field, cut at a character boundary.
+fn fixed_text<const N: usize>(text: &str) -> [c_char; N] {
+    let mut out = [0 as c_char; N];
+    let mut end = text.len().min(N - 1);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    for (o, b) in out.iter_mut().zip(&text.as_bytes()[..end]) {
+        *o = *b as c_char;
+    }
+    out
+}
+
+/// Flattens fields (structs' fields after them, one deeper).
+fn flatten_fields(fields: &[FieldView], depth: u32, out: &mut Vec<CdacField>) {
+    for f in fields {
+        let (kind, value) = match &f.value {
+            Value::Int(v) => (CDAC_VALUE_INT, *v as u64),
+            Value::UInt(v) => (CDAC_VALUE_UINT, *v),
+            Value::Float(v) => (CDAC_VALUE_FLOAT, v.to_bits()),
+            Value::Bool(v) => (CDAC_VALUE_BOOL, u64::from(*v)),
+            Value::Char(v) => (CDAC_VALUE_CHAR, u64::from(*v)),
+            Value::Pointer(v) => (CDAC_VALUE_POINTER, *v),
+            Value::Reference { address, .. } => (CDAC_VALUE_REFERENCE, *address),
+            Value::Struct { .. } => (CDAC_VALUE_STRUCT, 0),
+            Value::NotExpanded { .. } => (CDAC_VALUE_NOT_EXPANDED, 0),
+            Value::Unreadable(_) => (CDAC_VALUE_UNREADABLE, 0),
+        };
+        out.push(CdacField {
+            name: fixed_text(&f.name),
+            type_name: fixed_text(&f.type_name),
+            offset: f.offset,
+            address: f.address,
+            value,
+            value_kind: kind,
+            depth,
+            is_static: u32::from(f.is_static),
+            reserved: 0,
+        });
+        if let Value::Struct { fields, .. } = &f.value {
+            flatten_fields(fields, depth + 1, out);
+        }
+    }
 }
 
 /// A memory source over the host's read callback and mapping list.
@@ -1280,6 +1422,113 @@ pub unsafe extern "C" fn cdac_type_name(
             Some(name) => return_text(&name, "the name", buf, len, needed),
             None => Ok(CDAC_NOT_FOUND),
         }
+    })
+}
+
+/// The fields of the object at `object` with their values (structs' fields after them, one
+/// `depth` deeper), count-then-fill; with `CDAC_FIELDS_STATICS` in `flags`, the type's
+/// static fields after them.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_object_fields(
+    h: *mut CdacHandle,
+    object: u64,
+    flags: u32,
+    out: *mut CdacField,
+    cap: usize,
+    count: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        if out.is_null() && cap > 0 {
+            return Err(null("out"));
+        }
+        let view = Inspector::new(&h.rt)?.inspect(
+            object,
+            InspectOptions {
+                max_elements: 0,
+                statics: flags & CDAC_FIELDS_STATICS != 0,
+            },
+        )?;
+        let mut list = Vec::new();
+        flatten_fields(&view.fields, 0, &mut list);
+        flatten_fields(&view.statics, 0, &mut list);
+        fill(&list, out, cap, count)
+    })
+}
+
+/// A path from a root to `object` (count-then-fill, the root's object first): `CDAC_OK`,
+/// or `CDAC_NOT_FOUND` when no root cdac reads reaches it. `root_kind` (`CDAC_ROOT_*`) and
+/// `root_address` (the handle, or the finalizer queue's entry) may be NULL.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_gcroot(
+    h: *mut CdacHandle,
+    object: u64,
+    root_kind: *mut u32,
+    root_address: *mut u64,
+    out: *mut CdacRootStep,
+    cap: usize,
+    count: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        if out.is_null() && cap > 0 {
+            return Err(null("out"));
+        }
+        let roots = RootSet::read(&h.rt)?;
+        let mut marker = Marker::new(&h.rt, roots)?;
+        let Some(path) = marker.path_to(object) else {
+            put(count, 0);
+            return Ok(CDAC_NOT_FOUND);
+        };
+        if !root_kind.is_null() {
+            put(
+                root_kind,
+                match path.root.kind {
+                    RootKind::StrongHandle => CDAC_ROOT_STRONG_HANDLE,
+                    RootKind::PinnedHandle => CDAC_ROOT_PINNED_HANDLE,
+                    RootKind::AsyncPinnedHandle => CDAC_ROOT_ASYNC_PINNED_HANDLE,
+                    RootKind::SizedRefHandle => CDAC_ROOT_SIZED_REF_HANDLE,
+                    RootKind::FinalizerQueue => CDAC_ROOT_FINALIZER_QUEUE,
+                    #[allow(unreachable_patterns)]
+                    _ => CDAC_ROOT_OTHER,
+                },
+            );
+        }
+        if !root_address.is_null() {
+            put(root_address, path.root.address);
+        }
+        let steps: Vec<CdacRootStep> = path
+            .steps
+            .iter()
+            .map(|s| CdacRootStep {
+                object: s.object,
+                method_table: s.method_table,
+                slot_offset: match s.via {
+                    Via::Root => CDAC_VIA_ROOT,
+                    Via::Dependent => CDAC_VIA_DEPENDENT,
+                    Via::Slot(o) => o,
+                },
+            })
+            .collect();
+        fill(&steps, out, cap, count)
     })
 }
 

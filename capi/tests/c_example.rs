@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cdac::{
-    CdacEhClause, CdacFrame, CdacGcHandle, CdacHeapSegment, CdacMapping, CdacMethodInfo,
-    CdacModule, CdacTypeStat, CdacX64Regs,
+    CdacEhClause, CdacField, CdacFrame, CdacGcHandle, CdacHeapSegment, CdacMapping, CdacMethodInfo,
+    CdacModule, CdacRootStep, CdacTypeStat, CdacX64Regs,
 };
 use cdac_core::contracts::execution_manager::{execution_manager, JitType};
 use cdac_core::names::MethodNamer;
@@ -86,6 +86,11 @@ int main(void) {
     S(cdac_heap_segment); O(cdac_heap_segment, flags); O(cdac_heap_segment, heap); O(cdac_heap_segment, kind);
     S(cdac_type_stat); O(cdac_type_stat, total_size); O(cdac_type_stat, is_free);
     S(cdac_gc_handle); O(cdac_gc_handle, secondary); O(cdac_gc_handle, kind); O(cdac_gc_handle, is_strong);
+    S(cdac_field); O(cdac_field, offset); O(cdac_field, value); O(cdac_field, value_kind);
+    O(cdac_field, depth); O(cdac_field, is_static);
+    S(cdac_root_step); O(cdac_root_step, method_table); O(cdac_root_step, slot_offset);
+    C(CDAC_VALUE_REFERENCE); C(CDAC_VALUE_STRUCT); C(CDAC_FIELDS_STATICS);
+    C(CDAC_ROOT_STRONG_HANDLE); C(CDAC_ROOT_FINALIZER_QUEUE); C(CDAC_VIA_DEPENDENT - CDAC_VIA_ROOT);
     C(CDAC_EH_TYPED); C(CDAC_EH_FILTER); C(CDAC_EH_FINALLY); C(CDAC_EH_FAULT);
     S(cdac_frame); O(cdac_frame, method_desc); O(cdac_frame, kind); O(cdac_frame, il_offset);
     C(CDAC_OK); C(CDAC_NOT_FOUND); C(CDAC_E_NULL_POINTER); C(CDAC_E_BAD_HANDLE);
@@ -102,7 +107,8 @@ int main(void) {
         (void *)cdac_method_name, (void *)cdac_source_line, (void *)cdac_unwind_step,
         (void *)cdac_stack, (void *)cdac_eh_clauses, (void *)cdac_modules,
         (void *)cdac_module_path, (void *)cdac_heap_segments, (void *)cdac_heap_stat,
-        (void *)cdac_type_name, (void *)cdac_gc_handles,
+        (void *)cdac_type_name, (void *)cdac_gc_handles, (void *)cdac_object_fields,
+        (void *)cdac_gcroot,
     };
     printf("functions %zu\n", sizeof fns / sizeof fns[0]);
     /* Calls that need no target: a NULL handle and an unknown one. */
@@ -177,7 +183,7 @@ fn header_matches_library() {
             "offsetof cdac_frame.il_offset",
             offset_of!(CdacFrame, il_offset),
         ),
-        ("functions", 17),
+        ("functions", 19),
         ("sizeof cdac_heap_segment", size_of::<CdacHeapSegment>()),
         (
             "offsetof cdac_heap_segment.flags",
@@ -212,6 +218,27 @@ fn header_matches_library() {
         (
             "offsetof cdac_gc_handle.is_strong",
             offset_of!(CdacGcHandle, is_strong),
+        ),
+        ("sizeof cdac_field", size_of::<CdacField>()),
+        ("offsetof cdac_field.offset", offset_of!(CdacField, offset)),
+        ("offsetof cdac_field.value", offset_of!(CdacField, value)),
+        (
+            "offsetof cdac_field.value_kind",
+            offset_of!(CdacField, value_kind),
+        ),
+        ("offsetof cdac_field.depth", offset_of!(CdacField, depth)),
+        (
+            "offsetof cdac_field.is_static",
+            offset_of!(CdacField, is_static),
+        ),
+        ("sizeof cdac_root_step", size_of::<CdacRootStep>()),
+        (
+            "offsetof cdac_root_step.method_table",
+            offset_of!(CdacRootStep, method_table),
+        ),
+        (
+            "offsetof cdac_root_step.slot_offset",
+            offset_of!(CdacRootStep, slot_offset),
         ),
         ("sizeof cdac_eh_clause", size_of::<CdacEhClause>()),
         (
@@ -289,6 +316,21 @@ fn header_matches_library() {
         ("CDAC_EH_FILTER", cdac::CDAC_EH_FILTER.into()),
         ("CDAC_EH_FINALLY", cdac::CDAC_EH_FINALLY.into()),
         ("CDAC_EH_FAULT", cdac::CDAC_EH_FAULT.into()),
+        ("CDAC_VALUE_REFERENCE", cdac::CDAC_VALUE_REFERENCE.into()),
+        ("CDAC_VALUE_STRUCT", cdac::CDAC_VALUE_STRUCT.into()),
+        ("CDAC_FIELDS_STATICS", cdac::CDAC_FIELDS_STATICS.into()),
+        (
+            "CDAC_ROOT_STRONG_HANDLE",
+            cdac::CDAC_ROOT_STRONG_HANDLE.into(),
+        ),
+        (
+            "CDAC_ROOT_FINALIZER_QUEUE",
+            cdac::CDAC_ROOT_FINALIZER_QUEUE.into(),
+        ),
+        (
+            "CDAC_VIA_DEPENDENT - CDAC_VIA_ROOT",
+            (cdac::CDAC_VIA_DEPENDENT.wrapping_sub(cdac::CDAC_VIA_ROOT)) as i64,
+        ),
     ];
     for &(name, want) in consts {
         assert_eq!(value(&format!("const {name}")), want, "{name}");

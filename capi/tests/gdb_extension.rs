@@ -657,3 +657,73 @@ fn dumpheap_and_gchandles_equal_the_cli() {
         .sum();
     assert!(gc.contains(&format!("{all:>8} handles")), "{gc}");
 }
+
+/// `cdac dumpobj` and `cdac gcroot` in gdb on the testbed's `FieldShapes` object print the
+/// fields and values the CLI's `obj` prints and the path its `gcroot` finds (memory read
+/// through gdb).
+#[test]
+fn dumpobj_and_gcroot_equal_the_cli() {
+    let tb = testbed_of(Variant::Net10);
+    let dump = tb.dump("full");
+    let target: Vec<OsString> = vec!["--dump".into(), dump.clone().into_os_string()];
+    let objects = cli_json(
+        &[
+            "heap",
+            "--objects",
+            "--type",
+            "^Cdac\\.Testbed\\.Heap\\.FieldShapes$",
+        ],
+        &target,
+    );
+    let address = objects["object_list"][0]["address"]
+        .as_str()
+        .expect("FieldShapes")
+        .to_string();
+    let obj = cli_json(&["obj", &address], &target);
+    let root = cli_json(&["gcroot", &address], &target);
+    let out = gdb(
+        &[
+            testbed_exe(Variant::Net10).into_os_string(),
+            dump.into_os_string(),
+        ],
+        &[
+            format!("source {}", repo().join("gdb/cdac.py").display()),
+            echo("dumpobj"),
+            format!("cdac dumpobj {address}"),
+            echo("gcroot"),
+            format!("cdac gcroot {address}"),
+            echo("end"),
+        ],
+    );
+    let fields = section(&out, "dumpobj");
+    for f in obj["fields"].as_array().expect("fields") {
+        let name = f["name"].as_str().expect("name");
+        let value = &f["value"];
+        let shown = match value["kind"].as_str() {
+            Some("int") | Some("u_int") => value["value"].to_string(),
+            Some("reference") => value["address"].as_str().unwrap_or("null").to_string(),
+            _ => continue,
+        };
+        let line = fields
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(name))
+            .unwrap_or_else(|| panic!("{name} missing:\n{fields}"));
+        assert!(
+            line.contains(&format!("{:#x}", f["offset"].as_u64().expect("offset")))
+                && line.split_whitespace().nth(3) == Some(shown.as_str()),
+            "{name}: {line} (CLI {shown})"
+        );
+    }
+    let path = section(&out, "gcroot");
+    let root_handle = root["root"]["address"].as_str().expect("root");
+    assert!(
+        path.lines()
+            .next()
+            .is_some_and(|l| l.ends_with(root_handle)),
+        "{path}"
+    );
+    for step in root["path"].as_array().expect("path") {
+        let a = step["address"].as_str().expect("address");
+        assert!(path.contains(&format!("-> {a} ")), "{a}: {path}");
+    }
+}

@@ -739,3 +739,69 @@ fn dumpheap_and_gchandles_equal_the_cli() {
         .sum();
     assert!(gc.contains(&format!("{all:>8} handles")), "{gc}");
 }
+
+/// `cdac dumpobj` and `cdac gcroot` in lldb on the testbed's `FieldShapes` object print the
+/// fields and values the CLI's `obj` prints and the path its `gcroot` finds.
+#[test]
+fn dumpobj_and_gcroot_equal_the_cli() {
+    if !have_lldb() {
+        return;
+    }
+    let tb = testbed_of(Variant::Net10);
+    let dump = tb.dump("full");
+    let target: Vec<OsString> = vec!["--dump".into(), dump.clone().into_os_string()];
+    let objects = cli_json(
+        &[
+            "heap",
+            "--objects",
+            "--type",
+            "^Cdac\\.Testbed\\.Heap\\.FieldShapes$",
+        ],
+        &target,
+    );
+    let address = objects["object_list"][0]["address"]
+        .as_str()
+        .expect("FieldShapes")
+        .to_string();
+    let obj = cli_json(&["obj", &address], &target);
+    let root = cli_json(&["gcroot", &address], &target);
+    let exe = Path::new(tb.manifest["app_dir"].as_str().expect("app_dir")).join("Cdac.Testbed");
+    let session = lldb(
+        &["-c".into(), dump.into_os_string(), exe.into()],
+        &[
+            format!(
+                "command script import {}",
+                repo().join("lldb/cdac.py").display()
+            ),
+            format!("cdac dumpobj {address}"),
+            format!("cdac gcroot {address}"),
+        ],
+    );
+    let fields = session.of("cdac dumpobj");
+    let mut compared = 0;
+    for f in obj["fields"].as_array().expect("fields") {
+        let name = f["name"].as_str().expect("name");
+        let shown = match f["value"]["kind"].as_str() {
+            Some("int") | Some("u_int") => f["value"]["value"].to_string(),
+            _ => continue,
+        };
+        let line = fields
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(name))
+            .unwrap_or_else(|| panic!("{name} missing:\n{fields}"));
+        assert_eq!(
+            line.split_whitespace().nth(3),
+            Some(shown.as_str()),
+            "{line}"
+        );
+        compared += 1;
+    }
+    assert!(compared >= 5, "{fields}");
+    let path = session.of("cdac gcroot");
+    let root_handle = root["root"]["address"].as_str().expect("root");
+    assert!(path.contains(root_handle), "{path}");
+    for step in root["path"].as_array().expect("path") {
+        let a = step["address"].as_str().expect("address");
+        assert!(path.contains(&format!("-> {a} ")), "{a}: {path}");
+    }
+}

@@ -639,10 +639,11 @@ pub fn dotnet_dump() -> PathBuf {
 /// `cdac ARGS` (which should include `--json`): the JSON it prints; panics, with its
 /// stderr, when it fails.
 pub fn cdac_json(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
-        .args(args)
-        .output()
-        .expect("run cdac");
+    // Only the cdac package's own tests have the binary (capi's include this file too).
+    let Some(exe) = option_env!("CARGO_BIN_EXE_cdac") else {
+        panic!("cdac_json needs the cdac binary: only the cdac package's tests have it");
+    };
+    let out = Command::new(exe).args(args).output().expect("run cdac");
     assert!(
         out.status.success(),
         "cdac {args:?}: {}",
