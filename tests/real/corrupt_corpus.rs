@@ -220,7 +220,7 @@ struct Cmd {
 
 /// Every `--dump` command: info, modules, methods, perfmap, coverage, ip2md, eh, unwind,
 /// stacks, threads and analyze, each also with `--json` where it has one.
-fn commands(ip2md_addrs: &[String], eh_addr: &str) -> Vec<Cmd> {
+fn commands(ip2md_addrs: &[String], eh_addr: &str, object: &str) -> Vec<Cmd> {
     let mut cmds = Vec::new();
     let mut add = |label: &str, args: &[&str]| {
         cmds.push(Cmd {
@@ -252,6 +252,13 @@ fn commands(ip2md_addrs: &[String], eh_addr: &str) -> Vec<Cmd> {
     add("heap --segments --json", &["heap", "--segments", "--json"]);
     add("handles --json", &["handles", "--json"]);
     add("finalizequeue --json", &["finalizequeue", "--json"]);
+    add("heap --live", &["heap", "--live"]);
+    add(
+        "obj --statics --json",
+        &["obj", object, "--statics", "--json"],
+    );
+    add("gcroot --json", &["gcroot", object, "--json"]);
+    add("gcinfo --json", &["gcinfo", eh_addr, "--json"]);
     cmds
 }
 
@@ -347,7 +354,27 @@ fn damaged_dumps_give_bounded_typed_results() {
     ip2md_addrs.extend((0..3).map(|k| middle(r2r[k * r2r.len() / 3])));
     ip2md_addrs.push(eh_addr.clone());
     ip2md_addrs.push("0x1000".into()); // not managed code: an error entry, not a failure
-    let cmds = commands(&ip2md_addrs, &eh_addr);
+                                       // An object held by a static list, for obj and gcroot.
+    let markers = run_bounded(
+        &[
+            "heap".into(),
+            "--dump".into(),
+            dump.clone().into_os_string(),
+            "--objects".into(),
+            "--json".into(),
+            "--type".into(),
+            "UniqueMarker$".into(),
+        ],
+        &work.join("intact-markers.json"),
+        true,
+    );
+    assert!(markers.ok(), "heap on the intact dump: {markers:?}");
+    let markers: serde_json::Value = serde_json::from_str(&markers.stdout).expect("heap JSON");
+    let object = markers["object_list"][0]["address"]
+        .as_str()
+        .expect("a UniqueMarker")
+        .to_string();
+    let cmds = commands(&ip2md_addrs, &eh_addr, &object);
 
     // Every command succeeds on the intact dump; ip2md answers all but 0x1000, which it
     // names (exit 1: one item not answered).
@@ -592,6 +619,9 @@ fn damaged_dumps_give_bounded_typed_results() {
         "heap --segments --json",
         "handles --json",
         "finalizequeue --json",
+        "heap --live",
+        "obj --statics --json",
+        "gcroot --json",
     ] {
         let o = outcome("gc-dacvars-ff", label);
         assert!(
