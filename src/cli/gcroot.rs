@@ -190,6 +190,10 @@ fn field_name(inspector: &mut Inspector<'_>, parent: u64, offset: u64) -> String
     };
     if let Some(a) = &view.array {
         let at = parent + offset;
+        // Statics live in object[]s held by handles: name the static field.
+        if let Some(name) = inspector.static_at(at) {
+            return format!("static {name}");
+        }
         if a.component_size > 0 && at >= a.data {
             let index = (at - a.data) / u64::from(a.component_size);
             let within = (at - a.data) % u64::from(a.component_size);

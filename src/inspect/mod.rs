@@ -562,6 +562,63 @@ impl<'r> Inspector<'r> {
         Ok(out)
     }
 
+    /// The static field of a loaded, non-generic type whose storage is at `slot` (a
+    /// reference static, as a path from a root passes through it): `Type.Field`. Looks at
+    /// every type in every module's TypeDef map, so it is for one question, not a loop.
+    /// `None` where statics are not read (.NET 8) or no type's statics hold that slot.
+    pub fn static_at(&mut self, slot: u64) -> Option<String> {
+        let rt = self.rt;
+        let (target, descriptor) = (rt.target(), rt.descriptor());
+        let f = Fields::new(target, descriptor);
+        if !f.has("DynamicStaticsInfo", "GCStatics") {
+            return None;
+        }
+        let map_offset = f.off("Module", "TypeDefToMethodTableMap").ok()?;
+        let modules = crate::contracts::loader::modules(target, descriptor).ok()?;
+        for m in &modules {
+            let Ok(Some(blob)) = crate::contracts::loader::module_metadata(target, descriptor, m)
+            else {
+                continue;
+            };
+            let Ok(md) = crate::formats::ecma::Metadata::parse(&blob) else {
+                continue;
+            };
+            let types = md.tables.rows(crate::formats::ecma::TableId::TypeDef);
+            for rid in 1..=types {
+                let Ok(mt) = lookup_map_entry(&f, m.address.wrapping_add(map_offset), rid) else {
+                    break;
+                };
+                if mt == 0 {
+                    continue;
+                }
+                let Ok(bases) = values::statics_bases(rt, mt) else {
+                    continue;
+                };
+                // A type's reference statics sit together after its GC statics base.
+                if bases.gc == 0 || slot < bases.gc || slot - bases.gc >= 1 << 16 {
+                    continue;
+                }
+                let Ok(info) = method_table_info(target, descriptor, mt) else {
+                    continue;
+                };
+                let Ok(layout) = self.layout(&info) else {
+                    continue;
+                };
+                let hit = layout.fields.iter().find(|(fd, _)| {
+                    fd.is_static
+                        && !fd.is_thread_static
+                        && matches!(fd.element_type, ElementType::Class | ElementType::ValueType)
+                        && bases.gc + u64::from(fd.offset) == slot
+                });
+                if let Some((_, meta)) = hit {
+                    let name = meta.name.clone();
+                    return Some(format!("{}.{name}", self.type_name(mt)));
+                }
+            }
+        }
+        None
+    }
+
     /// The sync block at `index` of the sync table, checked to point back at `object`.
     fn sync_block(&self, index: u32, object: u64) -> Result<Option<u64>, ContractError> {
         let rt = self.rt;
