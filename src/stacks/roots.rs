@@ -53,9 +53,9 @@ pub struct StackRoot {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FrameNote {
-    /// The frame lies between a catch, finally or fault funclet and its method's frame:
-    /// the exception already unwound it (its memory is still there), so it reports
-    /// nothing.
+    /// The frame lies between a catch, finally or fault funclet and its method's frame,
+    /// in the run of managed frames from the exception's throw site to that method: the
+    /// exception already unwound it (its memory is still there), so it reports nothing.
     UnwoundByException,
     /// The frame is the parent of a non-filter funclet and its GC info wants only the
     /// leaf reported: the funclet reported the method's slots.
@@ -136,7 +136,15 @@ impl StackRootScanner {
                 if let Some(p) = parent_frame.filter(|&p| p > i && p < frames.len()) {
                     parent_of[p] = Some(i);
                     if !filter_funclet[i] {
-                        for u in unwound.iter_mut().take(p).skip(i + 1) {
+                        // The exception unwound the frames from its throw site up to the
+                        // parent: the run of managed frames right below the parent. Managed
+                        // frames nearer the funclet, before native code, are the exception
+                        // dispatcher that called the funclet (.NET 9's `EH.DispatchEx`): live.
+                        let from = (i + 1..p)
+                            .rev()
+                            .find(|&k| matches!(frames[k].code, FrameCode::Native))
+                            .map_or(i + 1, |k| k + 1);
+                        for u in unwound.iter_mut().take(p).skip(from) {
                             *u = true;
                         }
                     }
