@@ -39,6 +39,7 @@ mod profile;
 mod r2rmap_crossgen2;
 mod r2rmap_net8;
 mod real_runtimes;
+mod stack_roots;
 mod stacks;
 mod thread_snapshot;
 mod threads;

@@ -1,0 +1,295 @@
+//! Stack roots on real runtimes: `cdac stacks --gc --json` on a `createdump --full` dump
+//! against ClrMD's `ClrThread.EnumerateStackRoots()` (the runtime's own DAC), thread by
+//! thread, on .NET 10, 9 and 8; and `cdac gcroot` / `heap --live` finding an object that
+//! only a local of a parked frame holds.
+//!
+//! The comparison is per thread, on the set of (slot, object) for non-interior roots
+//! holding a non-null reference: a stack slot by its address, a register by its name and
+//! the frame's IP. Left out of the oracle's side: roots of explicit Frames (`frame_kind`
+//! `Runtime`, e.g. `HelperMethodFrame_1OBJ` on 9 and 8), which cdac does not read, except
+//! those ClrMD labels `InlinedCallFrame`: that Frame has no roots, they are the slots of
+//! the managed frame that made the P/Invoke. ClrMD
+//! runs once per thread in its own process: on 10.0.14 it crashes on the thread parked in
+//! an exception filter (`cdac-filter`), which is then checked against the thread's
+//! exception only.
+
+use crate::common;
+use crate::json_schema;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use common::{clrmd_probe, testbed_of, Variant};
+use serde_json::Value;
+
+/// `cdac ARGS` on a dump; its JSON (exit code 0 or 1 allowed).
+fn cdac_json(args: &[&str], dump: &std::path::Path) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+        .args(args)
+        .arg("--dump")
+        .arg(dump)
+        .output()
+        .expect("run cdac");
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "cdac {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("cdac JSON")
+}
+
+/// One root as compared: slot (address or `register@ip`) and object.
+type Key = (String, u64);
+
+/// cdac's roots of one thread of `stacks --gc --json`.
+fn cdac_roots(thread: &Value) -> BTreeSet<Key> {
+    let mut out = BTreeSet::new();
+    for f in thread["frames"].as_array().into_iter().flatten() {
+        let Some(gc) = f.get("gc") else { continue };
+        for s in gc["slots"].as_array().expect("slots") {
+            let object = common::hex(&s["object"]);
+            if s["interior"].as_bool().expect("interior") || object == 0 {
+                continue;
+            }
+            let slot = match s["address"].as_str() {
+                Some(a) => a.to_string(),
+                None => format!(
+                    "{}@{}",
+                    s["slot"].as_str().expect("slot"),
+                    f["ip"].as_str().expect("ip")
+                ),
+            };
+            out.insert((slot, object));
+        }
+    }
+    out
+}
+
+/// What ClrMD says of one thread: its comparable roots and how many explicit-Frame roots
+/// were left out; `None` when the probe process crashed.
+fn clrmd_roots(dump: &std::path::Path, os_id: i64) -> Option<(BTreeSet<Key>, usize)> {
+    let out = Command::new(clrmd_probe())
+        .arg("--dump")
+        .arg(dump)
+        .args(["stack-roots", "--thread", &os_id.to_string()])
+        .output()
+        .expect("run clrmd-probe");
+    if !out.status.success() {
+        // A crash (a signal) is the known DAC defect; anything else is a failure.
+        assert!(
+            out.status.code().is_none(),
+            "clrmd-probe stack-roots --thread {os_id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).expect("clrmd-probe JSON");
+    let mut set = BTreeSet::new();
+    let mut explicit = 0;
+    for r in v.as_array().expect("roots") {
+        let object = common::hex(&r["object"]);
+        if r["interior"].as_bool().expect("interior") || object == 0 {
+            continue;
+        }
+        // An InlinedCallFrame has no roots of its own: ClrMD may label the slots of the
+        // managed frame it describes (the P/Invoke's caller) with it. Other explicit
+        // Frames' roots (HelperMethodFrame, GCFrame) are theirs: cdac does not read them.
+        if r["frame_kind"].as_str() == Some("Runtime")
+            && r["frame_name"].as_str() != Some("InlinedCallFrame")
+        {
+            explicit += 1;
+            continue;
+        }
+        let address = common::hex(&r["address"]);
+        let slot = if address == 0 {
+            format!(
+                "{}@{}",
+                r["register"].as_str().expect("register"),
+                r["frame_ip"].as_str().expect("frame_ip")
+            )
+        } else {
+            format!("{address:#x}")
+        };
+        set.insert((slot, object));
+    }
+    Some((set, explicit))
+}
+
+fn thread_name(t: &Value) -> &str {
+    t["name"].as_str().unwrap_or("")
+}
+
+fn stack_roots_equal_clrmd(variant: Variant, crash_allowed_on: &[&str]) {
+    let tb = testbed_of(variant);
+    let dump = tb.dump("full");
+    let v = cdac_json(&["stacks", "--gc", "--json"], &dump);
+    json_schema::assert_matches_schema("stacks", &v);
+    let (mut compared, mut roots, mut explicit_left_out) = (0, 0, 0);
+    let mut crashed = Vec::new();
+    let mut differ = Vec::new();
+    for t in v["threads"].as_array().expect("threads") {
+        if t["managed"].is_null() || t["frames"].is_null() {
+            continue;
+        }
+        let os_id = t["os_id"].as_i64().expect("os_id");
+        let ours = cdac_roots(t);
+        // No frame failed to decode.
+        for f in t["frames"].as_array().expect("frames") {
+            if let Some(gc) = f.get("gc") {
+                assert!(
+                    gc["errors"].as_array().expect("errors").is_empty(),
+                    "{variant:?} thread {os_id} frame {}: {}",
+                    f["index"],
+                    gc["errors"]
+                );
+            }
+        }
+        match clrmd_roots(&dump, os_id) {
+            None => crashed.push((os_id, thread_name(t).to_string(), t.clone())),
+            Some((theirs, explicit)) => {
+                compared += 1;
+                roots += theirs.len();
+                explicit_left_out += explicit;
+                if ours != theirs {
+                    differ.push(format!(
+                        "thread {os_id} {:?}: only cdac {:?}, only ClrMD {:?}",
+                        thread_name(t),
+                        ours.difference(&theirs).collect::<Vec<_>>(),
+                        theirs.difference(&ours).collect::<Vec<_>>()
+                    ));
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{variant:?}: {compared} threads compared, {roots} roots equal, {explicit_left_out} \
+         explicit-Frame roots of ClrMD left out, oracle crashed on {:?}",
+        crashed.iter().map(|(id, n, _)| (id, n)).collect::<Vec<_>>()
+    );
+    assert!(differ.is_empty(), "{variant:?}:\n{}", differ.join("\n"));
+    assert!(
+        compared >= 12,
+        "{variant:?}: only {compared} threads compared"
+    );
+    assert!(roots >= 40, "{variant:?}: only {roots} roots compared");
+    for (os_id, name, t) in &crashed {
+        assert!(
+            crash_allowed_on.contains(&name.as_str()),
+            "{variant:?}: ClrMD crashed on thread {os_id} {name:?}"
+        );
+        // Checked alone: the filter's frame holds the exception being filtered.
+        let exception = common::hex(&t["managed"]["exception"]["address"]);
+        let ours = cdac_roots(t);
+        assert!(
+            ours.iter().any(|(_, o)| *o == exception),
+            "{variant:?} thread {os_id}: no stack root holds its exception {exception:#x}"
+        );
+    }
+    // Every parked thread's frames hold its ParkedThread object.
+    for name in ["cdac-sleep", "cdac-finally", "cdac-catch", "cdac-filter"] {
+        let t = v["threads"]
+            .as_array()
+            .expect("threads")
+            .iter()
+            .find(|t| thread_name(t) == name)
+            .unwrap_or_else(|| panic!("{variant:?}: no thread {name}"));
+        let typed = t["frames"]
+            .as_array()
+            .expect("frames")
+            .iter()
+            .filter_map(|f| f.get("gc"))
+            .flat_map(|gc| gc["slots"].as_array().expect("slots").iter())
+            .filter(|s| s["type_name"].as_str() == Some("Cdac.Testbed.Parked.ParkedThread"))
+            .count();
+        assert!(typed >= 3, "{variant:?} {name}: {typed} ParkedThread roots");
+    }
+}
+
+#[test]
+fn stack_roots_equal_clrmd_full_dump_net10() {
+    stack_roots_equal_clrmd(Variant::Net10, &["cdac-filter"]);
+}
+
+#[test]
+fn stack_roots_equal_clrmd_full_dump_net9() {
+    stack_roots_equal_clrmd(Variant::Net9, &[]);
+}
+
+#[test]
+fn stack_roots_equal_clrmd_full_dump_net8() {
+    stack_roots_equal_clrmd(Variant::Net8, &[]);
+}
+
+/// The testbed's `StackRootMarker` is held by a local of `HoldOnStackBody` only: `gcroot`
+/// finds a stack root on the thread `cdac-stack-root`, in that method's frame, and
+/// `heap --live` counts the object with stack roots and not without.
+#[test]
+fn gcroot_finds_an_object_held_by_a_local_net10() {
+    let tb = testbed_of(Variant::Net10);
+    let facts = &tb.manifest["heap"]["stack_root"];
+    let type_name = facts["type"].as_str().expect("stack_root.type");
+    let dump = tb.dump("full");
+    let pattern = format!("^{}$", type_name.replace('.', "\\."));
+    let objects = cdac_json(&["heap", "--objects", "--type", &pattern, "--json"], &dump);
+    let list = objects["object_list"].as_array().expect("object_list");
+    assert_eq!(list.len(), 1, "one {type_name}: {list:?}");
+    let address = list[0]["address"].as_str().expect("address").to_string();
+
+    let report = cdac_json(&["gcroot", &address, "--json"], &dump);
+    json_schema::assert_matches_schema("gcroot", &report);
+    assert_eq!(report["found"], true, "{report}");
+    assert_eq!(report["root"]["kind"], "stack", "{report}");
+    let path = report["path"].as_array().expect("path");
+    assert_eq!(path.len(), 1, "held directly by the slot: {report}");
+    assert_eq!(path[0]["type_name"].as_str(), Some(type_name));
+    assert!(report["roots"]["stack"].as_u64().expect("stack roots") > 20);
+    assert!(!report["roots_not_read"]
+        .as_array()
+        .expect("roots_not_read")
+        .iter()
+        .any(|s| s.as_str().is_some_and(|s| s.starts_with("stack"))));
+
+    // The root's thread and frame: the thread named cdac-stack-root, in HoldOnStackBody.
+    let stacks = cdac_json(&["stacks", "--gc", "--json"], &dump);
+    let thread = stacks["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .find(|t| thread_name(t) == "cdac-stack-root")
+        .expect("thread cdac-stack-root");
+    assert_eq!(
+        thread["managed"]["managed_id"], facts["thread_managed_id"],
+        "the manifest's thread"
+    );
+    assert_eq!(report["root"]["thread"], thread["os_id"], "{report}");
+    let frame = report["root"]["frame"].as_u64().expect("frame") as usize;
+    let f = &thread["frames"][frame];
+    assert!(
+        f["name"]
+            .as_str()
+            .is_some_and(|n| n.contains(facts["method"].as_str().expect("method"))),
+        "root frame {f}"
+    );
+    let slot_address = common::hex(&report["root"]["address"]);
+    assert!(
+        f["gc"]["slots"]
+            .as_array()
+            .expect("slots")
+            .iter()
+            .any(|s| s["object"].as_str() == Some(&address)
+                && s["address"].as_str().map(|a| common::hex(&Value::from(a)))
+                    == Some(slot_address)),
+        "the frame's slot {slot_address:#x} holds {address}: {f}"
+    );
+
+    // heap --live: kept by the stack root, dropped without stack roots.
+    let live = |extra: &[&str]| {
+        let mut args = vec!["heap", "--live", "--type", &pattern, "--json"];
+        args.extend_from_slice(extra);
+        cdac_json(&args, &dump)["objects"]
+            .as_u64()
+            .expect("objects")
+    };
+    assert_eq!(live(&[]), 1);
+    assert_eq!(live(&["--no-stacks"]), 0);
+}
