@@ -121,36 +121,12 @@ impl StackRootScanner {
     /// `thread`; `mem` reads the stack as it was when the registers were taken.
     pub fn scan(&mut self, thread: i32, stack: &Stack, mem: &dyn StackMemory) -> Vec<FrameRoots> {
         let frames = &stack.frames;
-        // Per frame: parent of which funclet, and whether it is a filter.
-        let mut filter_funclet = vec![false; frames.len()];
-        let mut parent_of: Vec<Option<usize>> = vec![None; frames.len()];
-        let mut unwound = vec![false; frames.len()];
-        for (i, f) in frames.iter().enumerate() {
-            if let FrameCode::Managed {
-                funclet: true,
-                parent_frame,
-                ..
-            } = f.code
-            {
-                filter_funclet[i] = self.is_filter_funclet(f, i == 0);
-                if let Some(p) = parent_frame.filter(|&p| p > i && p < frames.len()) {
-                    parent_of[p] = Some(i);
-                    if !filter_funclet[i] {
-                        // The exception unwound the frames from its throw site up to the
-                        // parent: the run of managed frames right below the parent. Managed
-                        // frames nearer the funclet, before native code, are the exception
-                        // dispatcher that called the funclet (.NET 9's `EH.DispatchEx`): live.
-                        let from = (i + 1..p)
-                            .rev()
-                            .find(|&k| matches!(frames[k].code, FrameCode::Native))
-                            .map_or(i + 1, |k| k + 1);
-                        for u in unwound.iter_mut().take(p).skip(from) {
-                            *u = true;
-                        }
-                    }
-                }
-            }
-        }
+        let filter_funclet: Vec<bool> = frames
+            .iter()
+            .enumerate()
+            .map(|(i, f)| f.is_funclet() && self.is_filter_funclet(f, i == 0))
+            .collect();
+        let FuncletRoles { parent_of, unwound } = funclet_roles(frames, &filter_funclet);
         let mut out = Vec::new();
         for (i, f) in frames.iter().enumerate() {
             let FrameCode::Managed { .. } = f.code else {
@@ -315,6 +291,51 @@ impl StackRootScanner {
     }
 }
 
+/// How funclets shape what each frame of a stack reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FuncletRoles {
+    /// Per frame: the funclet frame it is the parent of.
+    parent_of: Vec<Option<usize>>,
+    /// Per frame: unwound by the exception a catch/finally/fault funclet handles.
+    unwound: Vec<bool>,
+}
+
+/// The funclet roles of `frames` (linked by `parent_frame`); `filter[i]` says that frame
+/// `i` runs a filter. A filter runs in the exception's first pass: nothing is unwound
+/// and its parent reports as usual. Any other funclet runs in the second pass: the
+/// exception unwound the run of managed frames right below the parent (from the throw
+/// site); managed frames nearer the funclet, before native code, are the dispatcher that
+/// called it (.NET 9's `EH.DispatchEx`) and stay live.
+fn funclet_roles(frames: &[StackFrame], filter: &[bool]) -> FuncletRoles {
+    let mut parent_of: Vec<Option<usize>> = vec![None; frames.len()];
+    let mut unwound = vec![false; frames.len()];
+    for (i, f) in frames.iter().enumerate() {
+        let FrameCode::Managed {
+            funclet: true,
+            parent_frame: Some(p),
+            ..
+        } = f.code
+        else {
+            continue;
+        };
+        if p <= i || p >= frames.len() {
+            continue;
+        }
+        parent_of[p] = Some(i);
+        if filter.get(i).copied().unwrap_or(false) {
+            continue;
+        }
+        let from = (i + 1..p)
+            .rev()
+            .find(|&k| matches!(frames[k].code, FrameCode::Native))
+            .map_or(i + 1, |k| k + 1);
+        for u in unwound.iter_mut().take(p).skip(from) {
+            *u = true;
+        }
+    }
+    FuncletRoles { parent_of, unwound }
+}
+
 /// The code offset whose GC state applies to a frame at `offset`. A frame that is not
 /// the active one stands at a return address. GC info versions 2 and 3 describe the
 /// state there one byte earlier, inside the call: safe points are stored that way (the
@@ -355,5 +376,105 @@ pub fn slot_name(info: &GcInfo, location: &gc_info::SlotLocation) -> String {
             let sign = if offset < 0 { '-' } else { '+' };
             format!("{base}{sign}{:#x}", offset.unsigned_abs())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(code: FrameCode) -> StackFrame {
+        StackFrame {
+            ip: 0x1000,
+            sp: 0x2000,
+            code,
+            offset: Some(0),
+            il_offset: None,
+            found_by: FoundBy::UnwindInfo,
+            context: None,
+            caller_sp: None,
+        }
+    }
+
+    fn managed(md: u64, funclet: bool, parent_frame: Option<usize>) -> StackFrame {
+        frame(FrameCode::Managed {
+            method_desc: md,
+            method_start: md,
+            jit_type: "jit",
+            funclet,
+            parent_frame,
+        })
+    }
+
+    fn native() -> StackFrame {
+        frame(FrameCode::Native)
+    }
+
+    // sleep <- catch funclet of owner <- native <- dispatcher <- native <- thrower <- helper
+    // <- owner <- caller
+    fn catch_stack() -> Vec<StackFrame> {
+        vec![
+            managed(1, false, None),
+            managed(2, true, Some(7)),
+            native(),
+            managed(3, false, None),
+            native(),
+            managed(4, false, None),
+            managed(5, false, None),
+            managed(2, false, None),
+            managed(6, false, None),
+        ]
+    }
+
+    #[test]
+    fn a_catch_unwinds_the_managed_run_below_its_parent_not_the_dispatcher() {
+        let frames = catch_stack();
+        let roles = funclet_roles(&frames, &[false; 9]);
+        assert_eq!(roles.parent_of[7], Some(1));
+        let unwound: Vec<usize> = (0..9).filter(|&i| roles.unwound[i]).collect();
+        assert_eq!(unwound, vec![5, 6]);
+    }
+
+    #[test]
+    fn a_filter_unwinds_nothing() {
+        let frames = catch_stack();
+        let mut filter = [false; 9];
+        filter[1] = true;
+        let roles = funclet_roles(&frames, &filter);
+        assert_eq!(roles.parent_of[7], Some(1));
+        assert!(roles.unwound.iter().all(|&u| !u));
+    }
+
+    #[test]
+    fn a_funclet_called_by_its_parent_unwinds_nothing_between() {
+        // A finally run by its method (no exception): the parent is the next frame.
+        let frames = vec![
+            managed(1, false, None),
+            managed(2, true, Some(2)),
+            managed(2, false, None),
+        ];
+        let roles = funclet_roles(&frames, &[false; 3]);
+        assert_eq!(roles.parent_of[2], Some(1));
+        assert!(roles.unwound.iter().all(|&u| !u));
+    }
+
+    #[test]
+    fn without_native_frames_everything_between_is_unwound() {
+        let frames = vec![
+            managed(2, true, Some(3)),
+            managed(4, false, None),
+            managed(5, false, None),
+            managed(2, false, None),
+        ];
+        let roles = funclet_roles(&frames, &[false; 4]);
+        assert_eq!(roles.unwound, vec![false, true, true, false]);
+    }
+
+    #[test]
+    fn a_bad_parent_link_is_ignored() {
+        let frames = vec![managed(2, true, Some(9)), managed(2, true, Some(0))];
+        let roles = funclet_roles(&frames, &[false; 2]);
+        assert!(roles.parent_of.iter().all(Option::is_none));
+        assert!(roles.unwound.iter().all(|&u| !u));
     }
 }
