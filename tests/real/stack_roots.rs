@@ -293,3 +293,42 @@ fn gcroot_finds_an_object_held_by_a_local_net10() {
     assert_eq!(live(&[]), 1);
     assert_eq!(live(&["--no-stacks"]), 0);
 }
+
+/// The same on the live testbed: `gcroot --pid` stops each thread for a moment to read its
+/// stack roots, and finds the marker through a stack slot of `cdac-stack-root`.
+#[test]
+fn gcroot_finds_an_object_held_by_a_local_live_net10() {
+    let tb = testbed_of(Variant::Net10);
+    let type_name = tb.manifest["heap"]["stack_root"]["type"]
+        .as_str()
+        .expect("stack_root.type");
+    let pid = tb.pid.to_string();
+    let run = |args: &[&str]| -> Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+            .args(args)
+            .args(["--pid", &pid])
+            .output()
+            .expect("run cdac");
+        assert!(
+            out.status.success(),
+            "cdac {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("cdac JSON")
+    };
+    let pattern = format!("^{}$", type_name.replace('.', "\\."));
+    let objects = run(&["heap", "--objects", "--type", &pattern, "--json"]);
+    let list = objects["object_list"].as_array().expect("object_list");
+    assert_eq!(list.len(), 1, "one {type_name}: {list:?}");
+    let address = list[0]["address"].as_str().expect("address").to_string();
+    let report = run(&["gcroot", &address, "--json"]);
+    assert_eq!(report["root"]["kind"], "stack", "{report}");
+    let stacks = run(&["stacks", "--json"]);
+    let thread = stacks["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .find(|t| thread_name(t) == "cdac-stack-root")
+        .expect("thread cdac-stack-root");
+    assert_eq!(report["root"]["thread"], thread["os_id"], "{report}");
+}
