@@ -5,7 +5,9 @@
 //!
 //! The comparison is per thread, on the set of (slot, object) for non-interior roots
 //! holding a non-null reference: a stack slot by its address, a register by its name and
-//! the frame's IP. Left out of the oracle's side: roots of explicit Frames (`frame_kind`
+//! the frame's IP; interior roots by slot (those pointing into the stack left out of
+//! cdac's side, as the runtime drops them), ClrMD's containing object at or below cdac's
+//! byref. Left out of the oracle's side: roots of explicit Frames (`frame_kind`
 //! `Runtime`, e.g. `HelperMethodFrame_1OBJ` on 9 and 8), which cdac does not read, except
 //! those ClrMD labels `InlinedCallFrame`: that Frame has no roots, they are the slots of
 //! the managed frame that made the P/Invoke. ClrMD
@@ -16,7 +18,7 @@
 use crate::common;
 use crate::json_schema;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 use common::{clrmd_probe, testbed_of, Variant};
@@ -65,9 +67,50 @@ fn cdac_roots(thread: &Value) -> BTreeSet<Key> {
     out
 }
 
-/// What ClrMD says of one thread: its comparable roots and how many explicit-Frame roots
-/// were left out; `None` when the probe process crashed.
-fn clrmd_roots(dump: &std::path::Path, os_id: i64) -> Option<(BTreeSet<Key>, usize)> {
+/// cdac's interior roots of one thread whose value points outside the thread's stack
+/// (the runtime does not report byrefs to the stack: `PromoteCarefully`), by slot, with
+/// the value. The stack is taken as from the innermost frame's SP to 1 MiB above the
+/// outermost frame's.
+fn cdac_interior(thread: &Value) -> BTreeMap<String, u64> {
+    let frames = thread["frames"].as_array().expect("frames");
+    let sps: Vec<u64> = frames.iter().map(|f| common::hex(&f["sp"])).collect();
+    let (low, high) = (
+        sps.iter().copied().min().unwrap_or(0),
+        sps.iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .saturating_add(1 << 20),
+    );
+    let mut out = BTreeMap::new();
+    for f in frames {
+        let Some(gc) = f.get("gc") else { continue };
+        for s in gc["slots"].as_array().expect("slots") {
+            let value = common::hex(&s["object"]);
+            if !s["interior"].as_bool().expect("interior")
+                || value == 0
+                || (low..high).contains(&value)
+            {
+                continue;
+            }
+            let slot = match s["address"].as_str() {
+                Some(a) => a.to_string(),
+                None => format!(
+                    "{}@{}",
+                    s["slot"].as_str().expect("slot"),
+                    f["ip"].as_str().expect("ip")
+                ),
+            };
+            out.insert(slot, value);
+        }
+    }
+    out
+}
+
+/// What ClrMD says of one thread: its comparable roots, its interior roots (slot →
+/// the object ClrMD resolved them to), and how many explicit-Frame roots were left out;
+/// `None` when the probe process crashed.
+fn clrmd_roots(dump: &std::path::Path, os_id: i64) -> Option<ClrmdRoots> {
     let out = Command::new(clrmd_probe())
         .arg("--dump")
         .arg(dump)
@@ -85,10 +128,27 @@ fn clrmd_roots(dump: &std::path::Path, os_id: i64) -> Option<(BTreeSet<Key>, usi
     }
     let v: Value = serde_json::from_slice(&out.stdout).expect("clrmd-probe JSON");
     let mut set = BTreeSet::new();
+    let mut interior = BTreeMap::new();
     let mut explicit = 0;
     for r in v.as_array().expect("roots") {
         let object = common::hex(&r["object"]);
-        if r["interior"].as_bool().expect("interior") || object == 0 {
+        if object == 0 {
+            continue;
+        }
+        if r["interior"].as_bool().expect("interior") {
+            if r["frame_kind"].as_str() == Some("ManagedMethod") {
+                let address = common::hex(&r["address"]);
+                let slot = if address == 0 {
+                    format!(
+                        "{}@{}",
+                        r["register"].as_str().expect("register"),
+                        r["frame_ip"].as_str().expect("frame_ip")
+                    )
+                } else {
+                    format!("{address:#x}")
+                };
+                interior.insert(slot, object);
+            }
             continue;
         }
         // An InlinedCallFrame has no roots of its own: ClrMD may label the slots of the
@@ -112,7 +172,21 @@ fn clrmd_roots(dump: &std::path::Path, os_id: i64) -> Option<(BTreeSet<Key>, usi
         };
         set.insert((slot, object));
     }
-    Some((set, explicit))
+    Some(ClrmdRoots {
+        roots: set,
+        interior,
+        explicit,
+    })
+}
+
+/// ClrMD's roots of one thread, as compared.
+struct ClrmdRoots {
+    /// Non-interior, non-null roots but explicit Frames'.
+    roots: BTreeSet<Key>,
+    /// Interior roots of managed frames: slot → containing object.
+    interior: BTreeMap<String, u64>,
+    /// Explicit Frames' roots left out.
+    explicit: usize,
 }
 
 fn thread_name(t: &Value) -> &str {
@@ -124,7 +198,7 @@ fn stack_roots_equal_clrmd(variant: Variant, crash_allowed_on: &[&str]) {
     let dump = tb.dump("full");
     let v = cdac_json(&["stacks", "--gc", "--json"], &dump);
     json_schema::assert_matches_schema("stacks", &v);
-    let (mut compared, mut roots, mut explicit_left_out) = (0, 0, 0);
+    let (mut compared, mut roots, mut explicit_left_out, mut interior_roots) = (0, 0, 0, 0);
     let mut crashed = Vec::new();
     let mut differ = Vec::new();
     for t in v["threads"].as_array().expect("threads") {
@@ -146,10 +220,31 @@ fn stack_roots_equal_clrmd(variant: Variant, crash_allowed_on: &[&str]) {
         }
         match clrmd_roots(&dump, os_id) {
             None => crashed.push((os_id, thread_name(t).to_string(), t.clone())),
-            Some((theirs, explicit)) => {
+            Some(ClrmdRoots {
+                roots: theirs,
+                interior,
+                explicit,
+            }) => {
                 compared += 1;
                 roots += theirs.len();
                 explicit_left_out += explicit;
+                // Interior roots: the same slots; ClrMD gives the containing object, at or
+                // below the byref (within 1 MiB: the testbed has no larger object there).
+                let ours_interior = cdac_interior(t);
+                interior_roots += interior.len();
+                let same_slots = ours_interior.keys().eq(interior.keys());
+                let contained = ours_interior.iter().all(|(slot, &value)| {
+                    interior
+                        .get(slot)
+                        .is_some_and(|&o| o <= value && value - o < 1 << 20)
+                });
+                if !(same_slots && contained) {
+                    differ.push(format!(
+                        "thread {os_id} {:?}: interior roots: cdac {ours_interior:x?}, ClrMD \
+                         {interior:x?}",
+                        thread_name(t)
+                    ));
+                }
                 if ours != theirs {
                     differ.push(format!(
                         "thread {os_id} {:?}: only cdac {:?}, only ClrMD {:?}",
@@ -162,8 +257,9 @@ fn stack_roots_equal_clrmd(variant: Variant, crash_allowed_on: &[&str]) {
         }
     }
     eprintln!(
-        "{variant:?}: {compared} threads compared, {roots} roots equal, {explicit_left_out} \
-         explicit-Frame roots of ClrMD left out, oracle crashed on {:?}",
+        "{variant:?}: {compared} threads compared, {roots} roots and {interior_roots} interior \
+         roots equal, {explicit_left_out} explicit-Frame roots of ClrMD left out, oracle \
+         crashed on {:?}",
         crashed.iter().map(|(id, n, _)| (id, n)).collect::<Vec<_>>()
     );
     assert!(differ.is_empty(), "{variant:?}:\n{}", differ.join("\n"));
