@@ -52,7 +52,10 @@ pub struct GcRootReport {
     pub objects_marked: u64,
     /// Which roots are not read yet (so an object may be alive through them alone).
     pub roots_not_read: Vec<String>,
-    /// Stack slots holding interior pointers: not followed.
+    /// Stack slots holding interior pointers, resolved to the object containing them.
+    pub interior_stack_slots_resolved: u64,
+    /// Stack slots holding interior pointers not followed (outside the GC heap, or in a
+    /// segment too large to walk for them).
     pub interior_stack_slots_skipped: u64,
     /// What could not be read.
     pub problems: Vec<String>,
@@ -117,6 +120,7 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
     }
     let problems = roots.problems.clone();
     let interior_skipped = roots.interior_skipped;
+    let interior_resolved = roots.interior_resolved;
     let not_read = not_read(roots.stacks_read);
     let mut marker = Marker::new(&rt, roots)?;
     let path = marker.path_to(args.address);
@@ -158,6 +162,7 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
         roots: counts,
         objects_marked: marker.summary().marked,
         roots_not_read: not_read.clone(),
+        interior_stack_slots_resolved: interior_resolved,
         interior_stack_slots_skipped: interior_skipped,
         problems,
     };

@@ -218,7 +218,10 @@ pub struct LiveReport {
     pub roots: u64,
     /// Roots not read yet: objects only they hold are not counted as live.
     pub roots_not_read: Vec<String>,
-    /// Stack slots holding interior pointers: not followed.
+    /// Stack slots holding interior pointers, resolved to the object containing them.
+    pub interior_stack_slots_resolved: u64,
+    /// Stack slots holding interior pointers not followed (outside the GC heap, or in a
+    /// segment too large to walk for them).
     pub interior_stack_slots_skipped: u64,
 }
 
@@ -437,6 +440,7 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
             marked: m.summary().marked,
             roots: m.roots().roots.len() as u64,
             roots_not_read: super::gcroot::not_read(m.roots().stacks_read),
+            interior_stack_slots_resolved: m.roots().interior_resolved,
             interior_stack_slots_skipped: m.roots().interior_skipped,
         }),
     };

@@ -8,8 +8,8 @@
 //!   parent per object; it stops as soon as a target is reached.
 //!
 //! Stack roots (every managed frame's live slots, [`crate::stacks::roots`]) are read on
-//! request ([`RootOptions::stacks`]); interior pointers among them are counted, not
-//! followed. Thread statics and explicit Frames' roots (GCFrame, HelperMethodFrame) are
+//! request ([`RootOptions::stacks`]); an interior pointer among them roots the object
+//! containing it when its segment is small enough to walk. Thread statics and explicit Frames' roots (GCFrame, HelperMethodFrame) are
 //! not read.
 
 pub mod mark;
