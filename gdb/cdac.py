@@ -88,7 +88,7 @@ class RootStep(ctypes.Structure):
 
 
 ROOT_KINDS = {1: "strong handle", 2: "pinned handle", 3: "async-pinned handle",
-              4: "sized-ref handle", 5: "finalizer queue", 255: "root"}
+              4: "sized-ref handle", 5: "finalizer queue", 6: "stack slot", 255: "root"}
 VIA_ROOT, VIA_DEPENDENT = 2**64 - 1, 2**64 - 2
 
 
@@ -669,7 +669,7 @@ class DumpObj(gdb.Command):
 
 class GcRoot(gdb.Command):
     """cdac gcroot ADDR: a path from a root (a handle, the finalizer queue) to the object
-    (like SOS gcroot; stack roots are not read yet)."""
+    (like SOS gcroot)."""
 
     def __init__(self):
         super().__init__("cdac gcroot", gdb.COMMAND_DATA)
@@ -687,7 +687,7 @@ class GcRoot(gdb.Command):
         status = LIB.cdac_gcroot(h, addr, ctypes.byref(kind), ctypes.byref(root), steps,
                                  len(steps), ctypes.byref(count))
         if status == NOT_FOUND:
-            gdb.write("no root cdac reads reaches %#x (stack roots are not read yet)\n" % addr)
+            gdb.write("no root cdac reads reaches %#x\n" % addr)
             return
         if status != OK:
             raise gdb.GdbError("cdac: " + last_error())

@@ -87,7 +87,7 @@ class RootStep(ctypes.Structure):
 
 
 ROOT_KINDS = {1: "strong handle", 2: "pinned handle", 3: "async-pinned handle",
-              4: "sized-ref handle", 5: "finalizer queue", 255: "root"}
+              4: "sized-ref handle", 5: "finalizer queue", 6: "stack slot", 255: "root"}
 VIA_ROOT, VIA_DEPENDENT = 2**64 - 1, 2**64 - 2
 
 
@@ -898,7 +898,7 @@ def gcroot_lines(h, args):
     status = lib().cdac_gcroot(h, addr, ctypes.byref(kind), ctypes.byref(root), steps,
                                len(steps), ctypes.byref(count))
     if status == NOT_FOUND:
-        return ["no root cdac reads reaches %#x (stack roots are not read yet)" % addr]
+        return ["no root cdac reads reaches %#x" % addr]
     if status != OK:
         raise CdacError("cdac: " + last_error())
     out = ["%s %#x" % (ROOT_KINDS.get(kind.value, "root"), root.value)]

@@ -221,6 +221,7 @@ typedef struct cdac_field {
 #define CDAC_ROOT_ASYNC_PINNED_HANDLE 3
 #define CDAC_ROOT_SIZED_REF_HANDLE 4
 #define CDAC_ROOT_FINALIZER_QUEUE 5 /* ready for finalization */
+#define CDAC_ROOT_STACK 6           /* a frame's live slot; root_address: the slot (0: a register) */
 #define CDAC_ROOT_OTHER 255
 /* cdac_root_step.slot_offset values that are not offsets */
 #define CDAC_VIA_ROOT UINT64_MAX            /* the root's own object */
@@ -316,8 +317,8 @@ int32_t cdac_object_fields(cdac_handle *h, uint64_t object, uint32_t flags, cdac
                            size_t cap, size_t *count);
 
 /* A shortest path from a root to `object`, the root's object first, count-then-fill:
- * CDAC_OK, or CDAC_NOT_FOUND when no root cdac reads reaches it (stack roots are not read
- * yet). root_kind (CDAC_ROOT_*) and root_address (the handle, or the queue entry) may be
+ * CDAC_OK, or CDAC_NOT_FOUND when no root cdac reads reaches it (handles, the finalizer
+ * queue, every thread's stack frames; a live process's threads are stopped briefly). root_kind (CDAC_ROOT_*) and root_address (the handle, or the queue entry) may be
  * NULL. */
 int32_t cdac_gcroot(cdac_handle *h, uint64_t object, uint32_t *root_kind, uint64_t *root_address,
                     cdac_root_step *out, size_t cap, size_t *count);

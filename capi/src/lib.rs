@@ -338,6 +338,8 @@ pub const CDAC_ROOT_ASYNC_PINNED_HANDLE: u32 = 3;
 pub const CDAC_ROOT_SIZED_REF_HANDLE: u32 = 4;
 /// The finalizer queue (ready for finalization).
 pub const CDAC_ROOT_FINALIZER_QUEUE: u32 = 5;
+/// A live GC slot of a managed frame (`root_address`: the slot's address, 0 for a register).
+pub const CDAC_ROOT_STACK: u32 = 6;
 /// Another kind of root.
 pub const CDAC_ROOT_OTHER: u32 = 255;
 /// `cdac_root_step.slot_offset` of the root's own object.
@@ -1466,7 +1468,8 @@ pub unsafe extern "C" fn cdac_object_fields(
 }
 
 /// A path from a root to `object` (count-then-fill, the root's object first): `CDAC_OK`,
-/// or `CDAC_NOT_FOUND` when no root cdac reads reaches it. `root_kind` (`CDAC_ROOT_*`) and
+/// or `CDAC_NOT_FOUND` when no root cdac reads reaches it (handles, the finalizer queue and
+/// every thread's stack frames are read; a live process's threads are stopped briefly). `root_kind` (`CDAC_ROOT_*`) and
 /// `root_address` (the handle, or the finalizer queue's entry) may be NULL.
 ///
 /// # Safety
@@ -1507,8 +1510,7 @@ pub unsafe extern "C" fn cdac_gcroot(
                     RootKind::AsyncPinnedHandle => CDAC_ROOT_ASYNC_PINNED_HANDLE,
                     RootKind::SizedRefHandle => CDAC_ROOT_SIZED_REF_HANDLE,
                     RootKind::FinalizerQueue => CDAC_ROOT_FINALIZER_QUEUE,
-                    #[allow(unreachable_patterns)]
-                    _ => CDAC_ROOT_OTHER,
+                    RootKind::Stack { .. } => CDAC_ROOT_STACK,
                 },
             );
         }

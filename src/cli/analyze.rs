@@ -114,6 +114,7 @@ fn report_model(report: &ExceptionReport, e: &ExceptionInfo) -> model::Exception
                         funclet: None,
                         parent_frame: None,
                         previous_location_ends: f.previous_location_ends,
+                        gc: None,
                     })
                     .collect(),
             )

@@ -11,7 +11,8 @@ use super::code::parse_address;
 use super::model::Addr;
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 use cdac::inspect::{FieldView, InspectOptions, Inspector, Value};
-use cdac::roots::{Marker, RootSet, Via};
+use cdac::roots::{Marker, RootKind, RootOptions, RootSet, Via};
+use cdac::stacks::LiveRegisters;
 
 /// Arguments of `cdac gcroot`.
 #[derive(Debug, Args)]
@@ -26,6 +27,10 @@ pub struct GcRootArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Do not read stack roots (on a live process, reading them stops each thread for a
+    /// moment, as `stacks` does).
+    #[arg(long)]
+    no_stacks: bool,
 }
 
 /// `cdac gcroot --json`.
@@ -35,7 +40,7 @@ pub struct GcRootReport {
     pub target: Addr,
     /// A root reaches it.
     pub found: bool,
-    /// The root: `strong_handle`, `pinned_handle`, `async_pinned_handle`,
+    /// The root: `stack`, `strong_handle`, `pinned_handle`, `async_pinned_handle`,
     /// `sized_ref_handle`, `finalizer_queue`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub root: Option<RootReport>,
@@ -47,6 +52,11 @@ pub struct GcRootReport {
     pub objects_marked: u64,
     /// Which roots are not read yet (so an object may be alive through them alone).
     pub roots_not_read: Vec<String>,
+    /// Stack slots holding interior pointers, resolved to the object containing them.
+    pub interior_stack_slots_resolved: u64,
+    /// Stack slots holding interior pointers not followed (outside the GC heap, or in a
+    /// segment too large to walk for them).
+    pub interior_stack_slots_skipped: u64,
     /// What could not be read.
     pub problems: Vec<String>,
 }
@@ -56,8 +66,15 @@ pub struct GcRootReport {
 pub struct RootReport {
     /// Its kind.
     pub kind: String,
-    /// The handle, or the finalizer queue entry.
+    /// The handle, the finalizer queue entry, or the stack slot (0 for a register).
     pub address: Addr,
+    /// A stack root: the thread's kernel id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread: Option<i32>,
+    /// A stack root: the frame's index in the thread's stack (as `cdac stacks` numbers
+    /// them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frame: Option<u32>,
 }
 
 /// One object on a path.
@@ -72,24 +89,39 @@ pub struct StepReport {
     pub via: String,
 }
 
-const NOT_READ: &[&str] = &["stack frames (every thread's live slots)", "thread statics"];
+/// The roots `gcroot` and `heap --live` do not read.
+pub(super) const NOT_READ: &[&str] = &[
+    "thread statics",
+    "explicit Frames' roots (GCFrame, HelperMethodFrame, transition frames' arguments)",
+];
+
+/// The roots `gcroot` and `heap --live` do not read, with stack frames when they were
+/// left out too.
+pub(super) fn not_read(stacks_read: bool) -> Vec<String> {
+    let mut v: Vec<String> = NOT_READ.iter().map(|s| s.to_string()).collect();
+    if !stacks_read {
+        v.insert(0, "stack frames (every thread's live slots)".into());
+    }
+    v
+}
 
 /// Runs `cdac gcroot`.
 pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
-    let roots = RootSet::read(&rt)?;
+    let roots = RootSet::read_with(
+        &rt,
+        RootOptions {
+            stacks: (!args.no_stacks).then_some(LiveRegisters::Stop),
+        },
+    )?;
     let mut counts = std::collections::BTreeMap::new();
     for r in &roots.roots {
-        *counts
-            .entry(
-                serde_json::to_value(r.kind)?
-                    .as_str()
-                    .unwrap_or("?")
-                    .to_string(),
-            )
-            .or_insert(0u64) += 1;
+        *counts.entry(r.kind.name().to_string()).or_insert(0u64) += 1;
     }
     let problems = roots.problems.clone();
+    let interior_skipped = roots.interior_skipped;
+    let interior_resolved = roots.interior_resolved;
+    let not_read = not_read(roots.stacks_read);
     let mut marker = Marker::new(&rt, roots)?;
     let path = marker.path_to(args.address);
     let mut inspector = Inspector::new(&rt)?;
@@ -114,17 +146,24 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
     let report = GcRootReport {
         target: Addr(args.address),
         found: path.is_some(),
-        root: path.as_ref().map(|p| RootReport {
-            kind: serde_json::to_value(p.root.kind)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
-            address: Addr(p.root.address),
+        root: path.as_ref().map(|p| {
+            let (thread, frame) = match p.root.kind {
+                RootKind::Stack { thread, frame } => (Some(thread), Some(frame)),
+                _ => (None, None),
+            };
+            RootReport {
+                kind: p.root.kind.name().to_string(),
+                address: Addr(p.root.address),
+                thread,
+                frame,
+            }
         }),
         path: steps,
         roots: counts,
         objects_marked: marker.summary().marked,
-        roots_not_read: NOT_READ.iter().map(|s| s.to_string()).collect(),
+        roots_not_read: not_read.clone(),
+        interior_stack_slots_resolved: interior_resolved,
+        interior_stack_slots_skipped: interior_skipped,
         problems,
     };
     if args.json {
@@ -135,7 +174,19 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
     let mut out = std::io::BufWriter::new(stdout.lock());
     match (&report.root, path.as_ref()) {
         (Some(root), Some(p)) => {
-            writeln!(out, "{} {}", p.root.kind.describe(), hex(root.address.0))?;
+            match p.root.kind {
+                RootKind::Stack { thread, frame } => writeln!(
+                    out,
+                    "{} {} (thread {thread}, frame #{frame})",
+                    p.root.kind.describe(),
+                    if root.address.0 == 0 {
+                        "(register)".to_string()
+                    } else {
+                        hex(root.address.0)
+                    }
+                )?,
+                _ => writeln!(out, "{} {}", p.root.kind.describe(), hex(root.address.0))?,
+            }
             for s in &report.path {
                 writeln!(
                     out,
@@ -156,7 +207,7 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
             report.objects_marked
         )?,
     }
-    writeln!(out, "roots not read yet: {}", NOT_READ.join(", "))?;
+    writeln!(out, "roots not read yet: {}", not_read.join(", "))?;
     for p in &report.problems {
         writeln!(out, "problem: {p}")?;
     }
@@ -164,14 +215,15 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
     Ok(outcome(&report))
 }
 
-/// Exit 1 when no root read reaches the object (the stack roots might).
+/// Exit 1 when no root read reaches the object (a root not read might).
 fn outcome(report: &GcRootReport) -> Outcome {
     if report.found {
         Outcome::Answered
     } else {
         Outcome::Partial(format!(
-            "no root read reaches {:#x} (stack roots are not read yet)",
-            report.target.0
+            "no root read reaches {:#x} (some roots are not read: {})",
+            report.target.0,
+            report.roots_not_read.join(", ")
         ))
     }
 }

@@ -16,8 +16,9 @@ use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs, UsageError};
 use cdac::contracts::gc::{DacVarsSource, GcHeap, GcSegment, HeapObject, ObjectGeneration};
 use cdac::heap::{self as managed_heap, HeapStats};
 use cdac::names::MethodNamer;
-use cdac::roots::{Marker, RootSet};
+use cdac::roots::{Marker, RootOptions, RootSet};
 use cdac::runtime::Runtime;
+use cdac::stacks::LiveRegisters;
 
 /// Arguments of `cdac heap`.
 #[derive(Debug, Args)]
@@ -55,11 +56,15 @@ pub struct HeapArgs {
     /// more followed by a live object (what SOS's dumpheap -stat lists as fragmented).
     #[arg(long)]
     free: bool,
-    /// Only objects reachable from the roots cdac reads (strong and pinned handles, the
-    /// finalizer queue; not yet stack frames or thread statics, so objects only those hold
-    /// are left out).
+    /// Only objects reachable from the roots cdac reads (every thread's stack frames,
+    /// strong and pinned handles, the finalizer queue; not thread statics nor explicit
+    /// Frames, so objects only those hold are left out).
     #[arg(long)]
     live: bool,
+    /// With `--live`: do not read stack roots (on a live process, reading them stops each
+    /// thread for a moment, as `stacks` does).
+    #[arg(long, requires = "live")]
+    no_stacks: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -213,6 +218,11 @@ pub struct LiveReport {
     pub roots: u64,
     /// Roots not read yet: objects only they hold are not counted as live.
     pub roots_not_read: Vec<String>,
+    /// Stack slots holding interior pointers, resolved to the object containing them.
+    pub interior_stack_slots_resolved: u64,
+    /// Stack slots holding interior pointers not followed (outside the GC heap, or in a
+    /// segment too large to walk for them).
+    pub interior_stack_slots_skipped: u64,
 }
 
 /// Free space on the heap (`--free`).
@@ -349,7 +359,13 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
     };
     // --live: mark from the roots first; the walk then keeps marked objects only.
     let marker = if args.live {
-        let mut m = Marker::new(rt, RootSet::read(rt)?)?;
+        let roots = RootSet::read_with(
+            rt,
+            RootOptions {
+                stacks: (!args.no_stacks).then_some(LiveRegisters::Stop),
+            },
+        )?;
+        let mut m = Marker::new(rt, roots)?;
         m.mark_all();
         Some(m)
     } else {
@@ -422,11 +438,10 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
         fragmentation: None,
         live: marker.as_ref().map(|m| LiveReport {
             marked: m.summary().marked,
-            roots: m.roots().len() as u64,
-            roots_not_read: vec![
-                "stack frames (every thread's live slots)".into(),
-                "thread statics".into(),
-            ],
+            roots: m.roots().roots.len() as u64,
+            roots_not_read: super::gcroot::not_read(m.roots().stacks_read),
+            interior_stack_slots_resolved: m.roots().interior_resolved,
+            interior_stack_slots_skipped: m.roots().interior_skipped,
         }),
     };
     if args.free {

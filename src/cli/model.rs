@@ -139,6 +139,42 @@ pub struct Frame {
     /// Exception traces: the runtime prints `--- End of stack trace from previous
     /// location ---` after this frame (always false for stack frames).
     pub previous_location_ends: bool,
+    /// `stacks --gc`, managed frames: the live GC slots and what they hold.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gc: Option<FrameGc>,
+}
+
+/// A managed frame's stack roots (`stacks --gc`).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct FrameGc {
+    /// Reported as the active frame (leaf or interrupted: scratch registers count).
+    pub active: bool,
+    /// A reporting rule that changed what the frame reports:
+    /// `unwound_by_exception`, `funclet_parent_reports_nothing`,
+    /// `funclet_parent_no_untracked`, `filter_no_untracked`.
+    pub note: Option<String>,
+    /// The live slots.
+    pub slots: Vec<GcSlotValue>,
+    /// Slots that could not be resolved, or why the frame could not be decoded.
+    pub errors: Vec<String>,
+}
+
+/// One live slot of a frame and the reference in it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct GcSlotValue {
+    /// The slot: a register (`rbx`) or base and offset (`rbp-0x10`, `sp+0x20`,
+    /// `caller.sp+0x8`).
+    pub slot: String,
+    /// Where the slot is (`null` for a register).
+    pub address: Option<Addr>,
+    /// The reference it holds.
+    pub object: Addr,
+    /// The object's type (`null` for null, interior pointers, or an unreadable object).
+    pub type_name: Option<String>,
+    /// An interior pointer (byref).
+    pub interior: bool,
+    /// Pinned while live.
+    pub pinned: bool,
 }
 
 /// A runtime thread's state word.

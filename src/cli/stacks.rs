@@ -12,10 +12,12 @@ use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 use cdac::contracts::debug_info::IlOffset;
 use cdac::contracts::thread::ExceptionInfo;
 use cdac::formats::pdb::SourceLocation;
+use cdac::inspect::Inspector;
 use cdac::names::MethodNamer;
 use cdac::source_lines::SourceLines;
 use cdac::stacks::{
-    thread_stacks, FoundBy, FrameCode, LiveRegisters, StackEnd, StackFrame, ThreadStack,
+    thread_stacks_with, FoundBy, FrameCode, FrameRoots, LiveRegisters, StackEnd, StackFrame,
+    StacksOptions, ThreadStack,
 };
 use cdac::symbols::ElfSymbols;
 
@@ -44,6 +46,10 @@ pub struct StacksArgs {
     /// from /proc (running threads get no stack). Best effort.
     #[arg(long)]
     nonblocking: bool,
+    /// Under each managed frame, its live GC slots (from the method's GC info at the
+    /// frame's IP) and the object each holds, like SOS `clrstack -gc`.
+    #[arg(long, conflicts_with = "collapsed")]
+    gc: bool,
 }
 
 /// A frame with its name.
@@ -162,6 +168,7 @@ pub(super) fn frame_model(index: usize, n: &Named<'_>) -> model::Frame {
         funclet: None,
         parent_frame: None,
         previous_location_ends: false,
+        gc: None,
     };
     if let FrameCode::Managed {
         method_desc,
@@ -269,6 +276,99 @@ pub(super) fn render_frame(i: usize, n: &Named<'_>) -> String {
 
 /// The human text of one thread.
 fn thread_text(t: &ThreadStack, named: &[Named<'_>], native: bool) -> String {
+    thread_text_with(t, named, native, None)
+}
+
+/// The `--gc` models of every thread's managed frames, by frame index.
+fn gc_models(
+    rt: &cdac::runtime::Runtime,
+    threads: &[ThreadStack],
+) -> Vec<std::collections::HashMap<usize, model::FrameGc>> {
+    let mut inspector = Inspector::new(rt).ok();
+    let target = rt.target();
+    let mut type_of = |obj: u64, interior: bool| -> Option<String> {
+        if obj == 0 || interior {
+            return None;
+        }
+        let mt = target.read_u64(obj).ok()? & !7;
+        inspector.as_mut().map(|i| i.type_name(mt))
+    };
+    threads
+        .iter()
+        .map(|t| {
+            t.roots
+                .iter()
+                .flatten()
+                .map(|fr: &FrameRoots| {
+                    let slots = fr
+                        .roots
+                        .iter()
+                        .map(|r| model::GcSlotValue {
+                            slot: r.slot.clone(),
+                            address: r.address.map(Addr),
+                            object: Addr(r.object),
+                            type_name: type_of(r.object, r.interior),
+                            interior: r.interior,
+                            pinned: r.pinned,
+                        })
+                        .collect();
+                    (
+                        fr.frame,
+                        model::FrameGc {
+                            active: fr.active,
+                            note: fr.note.as_ref().map(|n| {
+                                serde_json::to_value(n)
+                                    .ok()
+                                    .and_then(|v| v.as_str().map(str::to_string))
+                                    .unwrap_or_default()
+                            }),
+                            slots,
+                            errors: fr.errors.clone(),
+                        },
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The text lines of a frame's live slots.
+fn gc_text(gc: &model::FrameGc) -> String {
+    let mut s = String::new();
+    if let Some(n) = &gc.note {
+        s.push_str(&format!("        gc: {}\n", n.replace('_', " ")));
+    }
+    for v in &gc.slots {
+        let at = v
+            .address
+            .map_or_else(String::new, |a| format!(" ({})", hex(a.0)));
+        let mut flags = String::new();
+        if v.interior {
+            flags.push_str(" interior");
+        }
+        if v.pinned {
+            flags.push_str(" pinned");
+        }
+        s.push_str(&format!(
+            "        {}{at}: {} {}{flags}\n",
+            v.slot,
+            hex(v.object.0),
+            v.type_name.as_deref().unwrap_or("")
+        ));
+    }
+    for e in &gc.errors {
+        s.push_str(&format!("        gc error: {e}\n"));
+    }
+    s
+}
+
+/// The human text of one thread, with each managed frame's live slots when `gc` has them.
+fn thread_text_with(
+    t: &ThreadStack,
+    named: &[Named<'_>],
+    native: bool,
+    gc: Option<&std::collections::HashMap<usize, model::FrameGc>>,
+) -> String {
     let mut s = thread_header(t);
     s.push('\n');
     if let Some(m) = &t.managed {
@@ -296,6 +396,9 @@ fn thread_text(t: &ThreadStack, named: &[Named<'_>], native: bool) -> String {
         let line = render_frame(i, n);
         s.push_str(&line);
         s.push('\n');
+        if let Some(g) = gc.and_then(|g| g.get(&i)) {
+            s.push_str(&gc_text(g));
+        }
     }
     if hidden > 0 {
         s.push_str(&format!("      ... {hidden} native frame(s)\n"));
@@ -415,11 +518,17 @@ pub fn run_stacks(args: &StacksArgs) -> CliResult {
             u64::try_from(os).is_ok_and(|o| o == w) || managed.is_some_and(|m| u64::from(m) == w)
         })
     };
-    let stacks = thread_stacks(
+    let stacks = thread_stacks_with(
         &rt,
         live,
         (!args.threads.is_empty()).then_some(&filter as &dyn Fn(i32, Option<u32>) -> bool),
+        StacksOptions { gc_roots: args.gc },
     )?;
+    let mut gc_models = if args.gc {
+        gc_models(&rt, &stacks.threads)
+    } else {
+        Vec::new()
+    };
     for w in &stacks.warnings {
         status!("cdac: warning: {w}");
     }
@@ -461,7 +570,16 @@ pub fn run_stacks(args: &StacksArgs) -> CliResult {
                 .threads
                 .iter()
                 .zip(&named)
-                .map(|(t, n)| thread_model(t, n))
+                .enumerate()
+                .map(|(ti, (t, n))| {
+                    let mut m = thread_model(t, n);
+                    if let (Some(frames), Some(gc)) = (m.frames.as_mut(), gc_models.get_mut(ti)) {
+                        for f in frames.iter_mut() {
+                            f.gc = gc.remove(&f.index);
+                        }
+                    }
+                    m
+                })
                 .collect(),
             snapshot_us: stacks.snapshot_time.map(|d| d.as_secs_f64() * 1e6),
             warnings: super::check_warnings()
@@ -474,8 +592,12 @@ pub fn run_stacks(args: &StacksArgs) -> CliResult {
         return Ok(outcome);
     }
     let mut text = String::new();
-    for (t, n) in stacks.threads.iter().zip(&named) {
-        if args.collapsed {
+    for (ti, (t, n)) in stacks.threads.iter().zip(&named).enumerate() {
+        if args.gc {
+            let gc = gc_models.get(ti);
+            text.push_str(&thread_text_with(t, n, args.native, gc));
+            text.push('\n');
+        } else if args.collapsed {
             if let Some(line) = collapsed_line(t, n, args.native) {
                 text.push_str(&line);
                 text.push('\n');

@@ -237,8 +237,8 @@ impl ObjectReader<'_> {
 /// Marks what the roots keep alive.
 pub struct Marker<'r> {
     reader: ObjectReader<'r>,
-    roots: Vec<Root>,
-    problems: Vec<String>,
+    /// The roots (their dependent-handle edges moved to the reader).
+    roots: RootSet,
     bits: SegmentBits,
     levels: Vec<Vec<u64>>,
     /// The next level to expand.
@@ -250,7 +250,7 @@ pub struct Marker<'r> {
 
 impl<'r> Marker<'r> {
     /// A marker over `rt`'s heap from `roots`.
-    pub fn new(rt: &'r Runtime, roots: RootSet) -> Result<Marker<'r>, ContractError> {
+    pub fn new(rt: &'r Runtime, mut roots: RootSet) -> Result<Marker<'r>, ContractError> {
         let gc = rt.contracts().gc()?;
         let heaps = gc.heaps()?;
         let segments = gc.segments()?;
@@ -271,11 +271,10 @@ impl<'r> Marker<'r> {
                 walker: gc.walker(&heaps, Vec::new())?,
                 descs: GcDescCache::default(),
                 cache: BlockCache::new(),
-                dependent: roots.dependent,
+                dependent: std::mem::take(&mut roots.dependent),
                 unreadable: 0,
             },
-            roots: roots.roots,
-            problems: roots.problems,
+            roots,
             bits,
             levels: vec![level0],
             next: 0,
@@ -284,14 +283,9 @@ impl<'r> Marker<'r> {
         })
     }
 
-    /// The roots marked from.
-    pub fn roots(&self) -> &[Root] {
+    /// The roots marked from (without the dependent handles' edges, which the mark holds).
+    pub fn roots(&self) -> &RootSet {
         &self.roots
-    }
-
-    /// What could not be read of the roots.
-    pub fn problems(&self) -> &[String] {
-        &self.problems
     }
 
     /// What the mark has done so far.
@@ -393,7 +387,7 @@ impl<'r> Marker<'r> {
             via: Via::Root,
         });
         steps.reverse();
-        let root = *self.roots.iter().find(|r| r.object == current)?;
+        let root = *self.roots.roots.iter().find(|r| r.object == current)?;
         Some(RootPath { root, steps })
     }
 }

@@ -7,12 +7,13 @@
 //!   8 bytes), level by level, so that a path is rebuilt from the levels instead of a
 //!   parent per object; it stops as soon as a target is reached.
 //!
-//! Stack roots (every frame's live slots) are not included yet: the GC info body decoder
-//! they need lands separately. Until then `gcroot` says so and `heap --live` counts only
-//! what handles and the finalizer queue keep alive.
+//! Stack roots (every managed frame's live slots, [`crate::stacks::roots`]) are read on
+//! request ([`RootOptions::stacks`]); an interior pointer among them roots the object
+//! containing it when its segment is small enough to walk. Thread statics and explicit Frames' roots (GCFrame, HelperMethodFrame) are
+//! not read.
 
 pub mod mark;
 pub mod sources;
 
 pub use mark::{MarkSummary, Marker, PathStep, RootPath, Via};
-pub use sources::{Root, RootKind, RootSet};
+pub use sources::{Root, RootKind, RootOptions, RootSet};

@@ -6,11 +6,19 @@ use serde::Serialize;
 use crate::contracts::gc::{FinalizerPart, HandleKind};
 use crate::contracts::ContractError;
 use crate::runtime::Runtime;
+use crate::stacks::{thread_stacks_with, LiveRegisters, StacksOptions};
 
 /// What kind of root holds an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RootKind {
+    /// A live GC slot of a managed frame (a local, an argument, a spilled temporary).
+    Stack {
+        /// The thread's kernel id.
+        thread: i32,
+        /// The frame's index in the thread's stack (innermost 0).
+        frame: u32,
+    },
     /// A strong GC handle.
     StrongHandle,
     /// A pinned GC handle (statics live in pinned `object[]`s held by these).
@@ -24,9 +32,23 @@ pub enum RootKind {
 }
 
 impl RootKind {
+    /// The name JSON uses: `stack`, `strong_handle`, `pinned_handle`,
+    /// `async_pinned_handle`, `sized_ref_handle`, `finalizer_queue`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RootKind::Stack { .. } => "stack",
+            RootKind::StrongHandle => "strong_handle",
+            RootKind::PinnedHandle => "pinned_handle",
+            RootKind::AsyncPinnedHandle => "async_pinned_handle",
+            RootKind::SizedRefHandle => "sized_ref_handle",
+            RootKind::FinalizerQueue => "finalizer_queue",
+        }
+    }
+
     /// `strong handle`, `pinned handle`, ...
     pub fn describe(self) -> &'static str {
         match self {
+            RootKind::Stack { .. } => "stack slot",
             RootKind::StrongHandle => "strong handle",
             RootKind::PinnedHandle => "pinned handle",
             RootKind::AsyncPinnedHandle => "async-pinned handle",
@@ -41,7 +63,8 @@ impl RootKind {
 pub struct Root {
     /// Its kind.
     pub kind: RootKind,
-    /// Where it is: the handle, or the finalizer queue's entry.
+    /// Where it is: the handle, the finalizer queue's entry, or the stack slot (0 for a
+    /// register).
     pub address: u64,
     /// The object it holds.
     pub object: u64,
@@ -57,11 +80,104 @@ pub struct RootSet {
     pub dependent: FxHashMap<u64, Vec<u64>>,
     /// What could not be read (the roots found are still used).
     pub problems: Vec<String>,
+    /// Stack slots holding interior pointers resolved to the object containing them
+    /// (their roots are in `roots`, with that object).
+    pub interior_resolved: u64,
+    /// Stack slots holding interior pointers not used as roots: outside every segment
+    /// (into the stack, native memory), in a segment too large to walk for it (over
+    /// [`MAX_INTERIOR_SEGMENT`] bytes of objects), or in a gap between objects.
+    pub interior_skipped: u64,
+    /// Whether stack roots were read.
+    pub stacks_read: bool,
+}
+
+/// Largest object range of a segment walked to find the object an interior stack slot
+/// points into (a region is 4 MiB or a few times that; a .NET 8 segments-GC ephemeral
+/// segment can be 256 MiB, not walked).
+pub const MAX_INTERIOR_SEGMENT: u64 = 32 << 20;
+
+/// Which roots [`RootSet::read_with`] reads besides handles and the finalizer queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RootOptions {
+    /// Every thread's stack roots; on a live process, how registers are read (stopping
+    /// each thread for a moment, as `stacks` does).
+    pub stacks: Option<LiveRegisters>,
 }
 
 impl RootSet {
     /// Reads the roots of `rt`: every strong handle and the finalizer queue's ready objects.
     pub fn read(rt: &Runtime) -> Result<RootSet, ContractError> {
+        RootSet::read_with(rt, RootOptions::default())
+    }
+
+    /// [`RootSet::read`], plus every thread's stack roots when `options` asks: the live
+    /// slots of each managed frame holding a non-null reference that is not an interior
+    /// pointer (those are counted in `interior_skipped`).
+    pub fn read_with(rt: &Runtime, options: RootOptions) -> Result<RootSet, ContractError> {
+        let mut set = RootSet::read_handles(rt)?;
+        let mut interior: Vec<Root> = Vec::new();
+        if let Some(live) = options.stacks {
+            set.stacks_read = true;
+            match thread_stacks_with(rt, live, None, StacksOptions { gc_roots: true }) {
+                Ok(stacks) => {
+                    for w in stacks.warnings {
+                        set.problems.push(format!("stacks: {w}"));
+                    }
+                    for t in &stacks.threads {
+                        for fr in t.roots.iter().flatten() {
+                            for e in &fr.errors {
+                                set.problems
+                                    .push(format!("thread {} frame {}: {e}", t.os_id, fr.frame));
+                            }
+                            for r in &fr.roots {
+                                if r.object == 0 {
+                                    continue;
+                                }
+                                let root = Root {
+                                    kind: RootKind::Stack {
+                                        thread: r.thread,
+                                        frame: u32::try_from(r.frame).unwrap_or(u32::MAX),
+                                    },
+                                    address: r.address.unwrap_or(0),
+                                    object: r.object,
+                                };
+                                if r.interior {
+                                    interior.push(root);
+                                } else {
+                                    set.roots.push(root);
+                                }
+                            }
+                        }
+                    }
+                }
+                Err(e) => set.problems.push(format!("stacks: {e}")),
+            }
+        }
+        if !interior.is_empty() {
+            let values: Vec<u64> = interior.iter().map(|r| r.object).collect();
+            let containing = match containing_objects(rt, &values) {
+                Ok(c) => c,
+                Err(e) => {
+                    set.problems
+                        .push(format!("objects holding interior stack slots: {e}"));
+                    FxHashMap::default()
+                }
+            };
+            for mut r in interior {
+                match containing.get(&r.object) {
+                    Some(&object) => {
+                        r.object = object;
+                        set.roots.push(r);
+                        set.interior_resolved += 1;
+                    }
+                    None => set.interior_skipped += 1,
+                }
+            }
+        }
+        Ok(set)
+    }
+
+    fn read_handles(rt: &Runtime) -> Result<RootSet, ContractError> {
         let gc = rt.contracts().gc()?;
         let mut set = RootSet::default();
         match gc.handles() {
@@ -110,4 +226,39 @@ impl RootSet {
         }
         Ok(set)
     }
+}
+
+/// The object (not a free one) containing each of `values`, for those inside a segment of
+/// at most [`MAX_INTERIOR_SEGMENT`] bytes of objects: each such segment is walked once.
+fn containing_objects(rt: &Runtime, values: &[u64]) -> Result<FxHashMap<u64, u64>, ContractError> {
+    let layout = crate::heap::layout(rt)?;
+    let gc = rt.contracts().gc()?;
+    let mut walker = gc.walker(&layout.heaps, layout.thread_contexts.clone())?;
+    let mut out = FxHashMap::default();
+    for seg in &layout.segments {
+        if seg.end.saturating_sub(seg.start) > MAX_INTERIOR_SEGMENT {
+            continue;
+        }
+        let mut inside: Vec<u64> = values
+            .iter()
+            .copied()
+            .filter(|&v| v >= seg.start && v < seg.end)
+            .collect();
+        if inside.is_empty() {
+            continue;
+        }
+        inside.sort_unstable();
+        inside.dedup();
+        let _ = walker.walk(std::slice::from_ref(seg), &layout.heaps, |o| {
+            if o.is_free {
+                return;
+            }
+            let end = o.address.saturating_add(o.size);
+            let from = inside.partition_point(|&v| v < o.address);
+            for &v in inside[from..].iter().take_while(|&&v| v < end) {
+                out.insert(v, o.address);
+            }
+        });
+    }
+    Ok(out)
 }

@@ -3,6 +3,7 @@
 //! runtime's Thread object (managed id, state, explicit Frames, exception in flight), and
 //! walked frame by frame ([`walk`]).
 
+pub mod roots;
 pub mod walk;
 
 use std::collections::HashMap;
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+pub use roots::{FrameNote, FrameRoots, StackRoot, StackRootError, StackRootScanner};
 pub use walk::{logical_frames, FoundBy, FrameCode, Stack, StackEnd, StackFrame, StackWalker};
 
 use crate::contracts::thread::{ExceptionInfo, ExplicitFrame, ThreadInfo, Threads};
@@ -103,6 +105,17 @@ pub struct ThreadStack {
     pub stack: Option<Stack>,
     /// Why there is no stack, or what is uncertain about it.
     pub note: Option<String>,
+    /// The stack roots of its managed frames, when asked for ([`StacksOptions::gc_roots`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roots: Option<Vec<FrameRoots>>,
+}
+
+/// What [`thread_stacks_with`] reads besides the frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StacksOptions {
+    /// Each managed frame's live GC slots and the references they hold (read from the
+    /// stack while the thread is stopped, on a live process).
+    pub gc_roots: bool,
 }
 
 impl ThreadStack {
@@ -147,7 +160,30 @@ pub fn thread_stacks(
     live: LiveRegisters,
     filter: Option<&dyn Fn(i32, Option<u32>) -> bool>,
 ) -> Result<Stacks, StacksError> {
-    let walker = StackWalker::new(rt)?;
+    thread_stacks_with(rt, live, filter, StacksOptions::default())
+}
+
+/// [`thread_stacks`], with the stack roots of each managed frame when `options` asks.
+/// On a live process in non-blocking mode the roots are best effort, as the stacks are.
+pub fn thread_stacks_with(
+    rt: &Runtime,
+    live: LiveRegisters,
+    filter: Option<&dyn Fn(i32, Option<u32>) -> bool>,
+    options: StacksOptions,
+) -> Result<Stacks, StacksError> {
+    let walker = StackWalker::new(rt)?.with_registers(options.gc_roots);
+    let mut scanner = if options.gc_roots {
+        Some(StackRootScanner::new(rt)?)
+    } else {
+        None
+    };
+    let mut scan = |os: i32, stack: Option<&Stack>, mem: &dyn crate::memory::StackMemory| match (
+        scanner.as_mut(),
+        stack,
+    ) {
+        (Some(s), Some(st)) => Some(s.scan(os, st, mem)),
+        _ => None,
+    };
     let mut warnings = Vec::new();
     let mut namer = MethodNamer::for_runtime(rt);
     // The runtime's threads, by OS id.
@@ -241,6 +277,7 @@ pub fn thread_stacks(
             for s in snapshots.iter().filter(|s| wanted(s.tid)) {
                 let mem = s.stack_memory(target);
                 let stack = walker.walk(s.context, &mem, frames_of(s.tid));
+                let roots = scan(s.tid, Some(&stack), &mem);
                 threads.push(ThreadStack {
                     os_id: s.tid,
                     name: s.name.clone(),
@@ -250,6 +287,7 @@ pub fn thread_stacks(
                     held_for: Some(s.held_for),
                     stack: Some(stack),
                     note: None,
+                    roots,
                 });
             }
         }
@@ -265,6 +303,7 @@ pub fn thread_stacks(
                         Some("running: no registers without stopping it".to_string()),
                     ),
                 };
+                let roots = scan(p.tid, stack.as_ref(), target);
                 threads.push(ThreadStack {
                     os_id: p.tid,
                     name: p.name.clone(),
@@ -274,6 +313,7 @@ pub fn thread_stacks(
                     held_for: None,
                     stack,
                     note,
+                    roots,
                 });
             }
         }
@@ -287,6 +327,7 @@ pub fn thread_stacks(
                 let note = stack
                     .is_none()
                     .then(|| "the dump has no registers for this thread".to_string());
+                let roots = scan(t.tid, stack.as_ref(), target);
                 threads.push(ThreadStack {
                     os_id: t.tid,
                     name: None,
@@ -296,6 +337,7 @@ pub fn thread_stacks(
                     held_for: None,
                     stack,
                     note,
+                    roots,
                 });
             }
         }

@@ -88,6 +88,16 @@ pub struct StackFrame {
     pub il_offset: Option<IlOffset>,
     /// How the frame's registers were found.
     pub found_by: FoundBy,
+    /// The frame's registers as the unwinder knows them (after an unwind step, the
+    /// callee-saved ones), kept only by a walker built
+    /// [`with_registers(true)`](StackWalker::with_registers).
+    #[serde(skip)]
+    pub context: Option<X64Context>,
+    /// The caller's stack pointer: the SP the unwinder found for the next frame when it
+    /// stepped from this one (not set when the step failed or went through an explicit
+    /// Frame).
+    #[serde(skip)]
+    pub caller_sp: Option<u64>,
 }
 
 impl StackFrame {
@@ -140,6 +150,7 @@ pub struct StackWalker {
     debug_format: DebugInfoFormat,
     max_frames: usize,
     il_offsets: bool,
+    registers: bool,
 }
 
 impl StackWalker {
@@ -155,6 +166,7 @@ impl StackWalker {
             debug_format,
             max_frames: DEFAULT_MAX_FRAMES,
             il_offsets: true,
+            registers: false,
         })
     }
 
@@ -168,6 +180,13 @@ impl StackWalker {
     /// frame); a profiler that only names methods turns it off.
     pub fn with_il_offsets(mut self, on: bool) -> StackWalker {
         self.il_offsets = on;
+        self
+    }
+
+    /// Whether each frame keeps its register context ([`StackFrame::context`]), which
+    /// stack roots need (register slots, the frame register).
+    pub fn with_registers(mut self, on: bool) -> StackWalker {
+        self.registers = on;
         self
     }
 
@@ -212,6 +231,9 @@ impl StackWalker {
             };
             match stepped {
                 Ok(Some((next, how))) if next.ctx.rip != 0 => {
+                    if let Some(last) = frames.last_mut() {
+                        last.caller_sp = Some(next.ctx.rsp());
+                    }
                     frame = next;
                     found_by = how;
                 }
@@ -279,6 +301,7 @@ impl StackWalker {
     ) -> StackFrame {
         let ip = frame.ctx.rip;
         let sp = frame.ctx.rsp();
+        let context = self.registers.then_some(frame.ctx);
         let Some(b) = block else {
             return StackFrame {
                 ip,
@@ -287,6 +310,8 @@ impl StackWalker {
                 offset: None,
                 il_offset: None,
                 found_by,
+                context,
+                caller_sp: None,
             };
         };
         let funclet = self.em.is_funclet(b).unwrap_or(false);
@@ -319,6 +344,8 @@ impl StackWalker {
             offset: Some(b.relative_offset + (ip - b.ip)),
             il_offset: il,
             found_by,
+            context,
+            caller_sp: None,
         }
     }
 }
@@ -407,6 +434,8 @@ mod tests {
             offset: Some(0),
             il_offset: None,
             found_by: FoundBy::UnwindInfo,
+            context: None,
+            caller_sp: None,
         }
     }
 
@@ -418,6 +447,8 @@ mod tests {
             offset: None,
             il_offset: None,
             found_by: FoundBy::Cfi,
+            context: None,
+            caller_sp: None,
         }
     }
 

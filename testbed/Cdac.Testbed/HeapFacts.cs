@@ -81,6 +81,13 @@ public sealed class FieldShapes : FieldShapesBase
 }
 
 /// <summary>A monitor taken three times by one thread that then sleeps (a thin lock).</summary>
+/// <summary>Held only by a local of a parked frame (<see cref="HeapFacts.HoldOnStack"/>): its
+/// only root is a stack slot. Used nowhere else, so it is found by its type.</summary>
+public sealed class StackRootMarker
+{
+    public readonly long Stamp = 0x5354_4143_4B52_4F4F;
+}
+
 public sealed class ThinLocked
 {
 }
@@ -125,6 +132,33 @@ public static unsafe class HeapFacts
         t.Start();
         taken.Wait();
         return id;
+    }
+
+    /// <summary>Starts a thread that parks in <see cref="HoldOnStackBody"/> with a
+    /// <see cref="StackRootMarker"/> in a local; returns the thread's managed id.</summary>
+    private static int HoldOnStack()
+    {
+        int id = 0;
+        using var ready = new System.Threading.ManualResetEventSlim();
+        var t = new System.Threading.Thread(() =>
+        {
+            id = Environment.CurrentManagedThreadId;
+            HoldOnStackBody(ready);
+        }) { IsBackground = true, Name = "cdac-stack-root" };
+        t.Start();
+        ready.Wait();
+        return id;
+    }
+
+    /// <summary>Keeps a new <see cref="StackRootMarker"/> in a local while it sleeps for ever:
+    /// nothing else refers to it.</summary>
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    internal static void HoldOnStackBody(System.Threading.ManualResetEventSlim ready)
+    {
+        var marker = new StackRootMarker();
+        ready.Set();
+        System.Threading.Thread.Sleep(System.Threading.Timeout.Infinite);
+        GC.KeepAlive(marker);
     }
 
     /// <summary>The instance fields of <see cref="Shapes"/> as reflection reads them: numbers,
@@ -211,6 +245,7 @@ public static unsafe class HeapFacts
             literalAddress = (ulong)chars - 12;
 
         int thinLockOwner = HoldThinLock();
+        int stackRootThread = HoldOnStack();
         int hash = RuntimeHelpers.GetHashCode(HashedObject);
 
         GCMemoryInfo info = GC.GetGCMemoryInfo();
@@ -249,6 +284,15 @@ public static unsafe class HeapFacts
                 ["text"] = FrozenLiteral,
             },
             ["handles"] = handles,
+            // Held only by a local of HoldOnStackBody on the thread "cdac-stack-root".
+            ["stack_root"] = new JsonObject
+            {
+                ["type"] = typeof(StackRootMarker).FullName,
+                ["method_table"] = Facts.Hex((ulong)typeof(StackRootMarker).TypeHandle.Value),
+                ["thread_managed_id"] = stackRootThread,
+                ["thread_name"] = "cdac-stack-root",
+                ["method"] = nameof(HoldOnStackBody),
+            },
             // Found by their types (used nowhere else); they may move.
             ["field_shapes"] = new JsonObject
             {

@@ -17,7 +17,7 @@ internal static class Program
 {
     private const string Usage =
         "usage: clrmd-probe [--dac PATH] (--dump FILE | --pid PID) " +
-        "(info | modules | methods | ip2md ADDR... | ip2md - | stacks | heap-segments | heap-objects | handles | finalizer | bench-heap | bench-methods | bench-ip2md FILE)";
+        "(info | modules | methods | ip2md ADDR... | ip2md - | stacks | stack-roots --thread OSID | heap-segments | heap-objects | handles | finalizer | bench-heap | bench-methods | bench-ip2md FILE)";
 
     private static int Main(string[] args)
     {
@@ -77,6 +77,9 @@ internal static class Program
             case "methods": Methods(json, runtime); break;
             case "ip2md": Ip2md(json, runtime, ReadAddresses(operands)); break;
             case "stacks": Stacks(json, runtime); break;
+            case "stack-roots" when operands.Count == 2 && operands[0] == "--thread":
+                StackRoots(json, runtime, uint.Parse(operands[1], CultureInfo.InvariantCulture));
+                break;
             case "heap-segments": HeapSegments(json, runtime); break;
             case "heap-objects": HeapObjects(runtime); return 0;
             case "handles": Handles(runtime); return 0;
@@ -426,6 +429,33 @@ internal static class Program
             json.WriteEndArray();
             json.WritePropertyName("exception");
             WriteException(json, t.CurrentException, 0);
+            json.WriteEndObject();
+        }
+        json.WriteEndArray();
+    }
+
+    /// <summary>One thread's stack roots (`ClrThread.EnumerateStackRoots`). Run one thread per
+    /// process: on 10.0.14 the DAC crashes the process on a thread parked in a filter.</summary>
+    private static void StackRoots(Utf8JsonWriter json, ClrRuntime runtime, uint osId)
+    {
+        ClrThread thread = runtime.Threads.FirstOrDefault(t => t.OSThreadId == osId)
+            ?? throw new InvalidOperationException($"no managed thread {osId}");
+        json.WriteStartArray();
+        foreach (ClrStackRoot r in thread.EnumerateStackRoots())
+        {
+            json.WriteStartObject();
+            json.WriteString("address", Hex(r.Address));
+            json.WriteString("object", Hex(r.Object.Address));
+            json.WriteBoolean("interior", r.IsInterior);
+            json.WriteBoolean("pinned", r.IsPinned);
+            json.WriteString("register", r.RegisterName);
+            json.WriteNumber("register_offset", r.RegisterOffset);
+            ClrStackFrame? f = r.StackFrame;
+            json.WriteString("frame_ip", f is null ? null : Hex(f.InstructionPointer));
+            json.WriteString("frame_sp", f is null ? null : Hex(f.StackPointer));
+            json.WriteString("frame_kind", f?.Kind.ToString());
+            json.WriteString("frame_name", f?.FrameName);
+            json.WriteString("method_desc", f?.Method is ClrMethod m ? Hex(m.MethodDesc) : null);
             json.WriteEndObject();
         }
         json.WriteEndArray();
