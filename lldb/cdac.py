@@ -864,7 +864,7 @@ def cmd_gchandles(debugger, args):
     return gchandles_lines(Target.get(debugger), args)
 
 
-def _address(args):
+def _one_address(args):
     try:
         return int(args[0], 0) if len(args) == 1 else None
     except ValueError:
@@ -873,7 +873,7 @@ def _address(args):
 
 def dumpobj_lines(h, args):
     """`dumpobj ADDR`: the object's fields and values, then its type's statics."""
-    addr = _address(args)
+    addr = _one_address(args)
     if addr is None:
         raise CdacError("usage: cdac dumpobj ADDR")
     fields, _ = _listed(lambda h_, out, cap, count: lib().cdac_object_fields(
@@ -889,7 +889,7 @@ def dumpobj_lines(h, args):
 
 def gcroot_lines(h, args):
     """`gcroot ADDR`: a path from a root to the object."""
-    addr = _address(args)
+    addr = _one_address(args)
     if addr is None:
         raise CdacError("usage: cdac gcroot ADDR")
     kind, root = ctypes.c_uint32(0), ctypes.c_uint64(0)
