@@ -207,6 +207,9 @@ pub struct HeapReport {
     /// The mark behind `--live`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub live: Option<LiveReport>,
+    /// The target was read while a garbage collection was moving objects
+    /// (`gc_structures_invalid_cnt` not zero): objects may be missing or listed twice.
+    pub gc_in_progress: bool,
 }
 
 /// The mark from the roots (`--live`).
@@ -328,6 +331,14 @@ impl Progress {
 /// The walk: statistics per type (default) or the object list, with the filters.
 fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult {
     let layout = managed_heap::layout(rt)?;
+    // A dump taken in the middle of a GC: said first, then walked as far as each segment's
+    // objects can be trusted (a segment stops at the first that cannot).
+    let in_gc = rt.contracts().gc()?.structures_invalid_count().unwrap_or(0);
+    if in_gc != 0 {
+        status!(
+            "cdac: warning: the target was taken while a garbage collection was moving objects (gc_structures_invalid_cnt = {in_gc}): the heap may be inconsistent, objects may be missing or listed twice"
+        );
+    }
     for (thread, e) in &layout.context_errors {
         status!(
             "cdac: warning: the allocation context of thread {}: {e}",
@@ -436,6 +447,7 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
         problems,
         segments: layout.segments.len(),
         fragmentation: None,
+        gc_in_progress: in_gc != 0,
         live: marker.as_ref().map(|m| LiveReport {
             marked: m.summary().marked,
             roots: m.roots().roots.len() as u64,
@@ -508,7 +520,12 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
             p.detail
         );
     }
-    Ok(if report.problems.is_empty() {
+    Ok(if report.gc_in_progress {
+        Outcome::Partial(
+            "the heap could not be read consistently: a garbage collection was moving objects"
+                .into(),
+        )
+    } else if report.problems.is_empty() {
         Outcome::Answered
     } else {
         Outcome::Partial(format!(

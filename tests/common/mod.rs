@@ -636,14 +636,27 @@ pub fn dotnet_dump() -> PathBuf {
     .clone()
 }
 
+/// The `cdac` the tests run: `CDAC_TEST_BIN` when set (scripts/test sets it to the release
+/// build of this tree it has just installed: the real-runtime tests run a few thousand
+/// commands, which take minutes in a debug build), else this test build's own.
+pub fn cdac_exe() -> String {
+    if let Ok(exe) = std::env::var("CDAC_TEST_BIN") {
+        return exe;
+    }
+    // Only the cdac package's own tests have the binary (capi's include this file too).
+    match option_env!("CARGO_BIN_EXE_cdac") {
+        Some(exe) => exe.to_string(),
+        None => panic!("no cdac binary: set CDAC_TEST_BIN, or run the cdac package's tests"),
+    }
+}
+
 /// `cdac ARGS` (which should include `--json`): the JSON it prints; panics, with its
 /// stderr, when it fails.
 pub fn cdac_json(args: &[&str]) -> serde_json::Value {
-    // Only the cdac package's own tests have the binary (capi's include this file too).
-    let Some(exe) = option_env!("CARGO_BIN_EXE_cdac") else {
-        panic!("cdac_json needs the cdac binary: only the cdac package's tests have it");
-    };
-    let out = Command::new(exe).args(args).output().expect("run cdac");
+    let out = Command::new(cdac_exe())
+        .args(args)
+        .output()
+        .expect("run cdac");
     assert!(
         out.status.success(),
         "cdac {args:?}: {}",

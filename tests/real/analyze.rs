@@ -15,7 +15,7 @@ use common::{crash_dump, Variant};
 use serde_json::Value;
 
 fn analyze(dump: &std::path::Path) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(["analyze", "--json", "--dump"])
         .arg(dump)
         .output()
@@ -259,7 +259,7 @@ fn analyze_background_crash_of(variant: Variant) {
     outermost.reverse();
     assert_eq!(outermost, chain, "{what}: {names:?}");
     // The text names the same thread and marks its exception as the crashing thread's.
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(["analyze", "--dump"])
         .arg(&dump)
         .output()
@@ -367,7 +367,7 @@ fn analyze_claims_no_signal_for_a_gcore_of_a_running_process() {
     let a = analyze(&tb.dump("gcore"));
     assert!(a["signal"].is_null(), "{}", a["signal"]);
     assert!(a["crashing_thread"].is_null(), "{}", a["crashing_thread"]);
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(["analyze", "--dump"])
         .arg(tb.dump("gcore"))
         .output()

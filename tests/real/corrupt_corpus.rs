@@ -651,6 +651,16 @@ fn damaged_dumps_give_bounded_typed_results() {
             "{v}: {o:?}"
         );
     }
+    // A dump taken while a GC moved objects says so, and still walks (exit 1, a warning).
+    for label in ["heap", "heap --live"] {
+        let o = outcome("gc-in-progress", label);
+        assert!(
+            o.exit == Some(1)
+                && o.stderr
+                    .contains("while a garbage collection was moving objects"),
+            "gc-in-progress / {label}: {o:?}"
+        );
+    }
     // Damaged globals (the runtime's g_dacTable): what cannot be read through them is
     // reported with the unreadable address (an error, or warnings beside a partial result).
     for label in ["methods", "modules"] {

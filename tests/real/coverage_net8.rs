@@ -113,7 +113,7 @@ fn workload_methods_are_covered_and_uncalled_ones_are_not() {
 
     // The CLI writes a profile with the same coverage.
     let out = scratch("coverage").join("testbed.mip");
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let status = std::process::Command::new(crate::common::cdac_exe())
         .args(["coverage", "--pid", &tb.pid.to_string(), "-o"])
         .arg(&out)
         .status()

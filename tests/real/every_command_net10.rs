@@ -15,7 +15,7 @@ use common::{perf_map, scratch, testbed_of, Variant};
 use serde_json::Value;
 
 fn cdac(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(args)
         .output()
         .expect("run cdac");

@@ -264,7 +264,7 @@ fn check(
 
 /// `cdac analyze --json` of the live testbed.
 fn analyze(pid: i32) -> serde_json::Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = std::process::Command::new(crate::common::cdac_exe())
         .args(["analyze", "--json", "--pid", &pid.to_string()])
         .output()
         .expect("run cdac");

@@ -315,7 +315,7 @@ fn cli_ip2md_json() {
     let tb = testbed();
     let (live, _) = live_entries(None);
     let (start, size, _) = &live[0];
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = std::process::Command::new(crate::common::cdac_exe())
         .args(["ip2md", "--json", "--pid", &tb.pid.to_string()])
         .arg(format!("{:#x}", start + size - 1))
         .arg("0x10")
@@ -395,7 +395,7 @@ fn cli_ip2md_reads_addresses_from_stdin_and_eh_unwind_run() {
         .take(50)
         .map(|(s, _, _)| format!("{s:#x}\n"))
         .collect();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let mut child = std::process::Command::new(crate::common::cdac_exe())
         .args(["ip2md", "--json", "--pid", &tb.pid.to_string(), "-"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -425,7 +425,7 @@ fn cli_ip2md_reads_addresses_from_stdin_and_eh_unwind_run() {
         .find(|(_, _, n)| n.contains("Handlers::TryFilter("))
         .unwrap();
     let run = |cmd: &str| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cdac"))
+        let out = std::process::Command::new(crate::common::cdac_exe())
             .args([
                 cmd,
                 "--json",

@@ -16,7 +16,7 @@ struct Run {
 }
 
 fn cdac(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(args)
         .output()
         .expect("run cdac");
@@ -95,7 +95,7 @@ fn every_item_answered_exits_0_else_1_naming_the_item() {
         r.stdout
     );
     // Malformed lines on standard input are items, not usage errors.
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(["ip2md", "--pid", &pid, "-"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

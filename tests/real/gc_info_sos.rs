@@ -273,7 +273,7 @@ fn replay(r: &Value) -> Listing {
 
 /// `cdac gcinfo --json` of each address (code or MethodDesc), in order.
 fn cdac_gcinfo(dump: &Path, addresses: &[u64]) -> Vec<Value> {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cdac"));
+    let mut cmd = Command::new(crate::common::cdac_exe());
     cmd.arg("gcinfo").arg("--json").arg("--dump").arg(dump);
     for s in addresses {
         cmd.arg(format!("{s:#x}"));

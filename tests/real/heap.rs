@@ -16,7 +16,7 @@ use serde_json::Value;
 
 /// `cdac heap --segments --json` on a target (`--pid N` or `--dump FILE`).
 fn cdac_segments(target: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(["heap", "--segments", "--json"])
         .args(target)
         .output()
@@ -187,7 +187,7 @@ fn segments_on_the_latest_patches() {
 
 /// `cdac ARGS` (ending in `--json`) on a target; the JSON it prints.
 fn cdac_heap_like(args: &[&str], target: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(args)
         .args(target)
         .output()
@@ -202,7 +202,7 @@ fn cdac_heap_like(args: &[&str], target: &[&str]) -> Value {
 
 /// `cdac heap ARGS --json` on a target; the report.
 fn cdac_heap(args: &[&str], target: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .arg("heap")
         .args(args)
         .arg("--json")
@@ -559,7 +559,7 @@ fn handles_and_finalizer_equal_clrmd(variant: Variant) {
         let dump = tb.dump(kind);
         let target = ["--dump", dump.to_str().expect("path")];
         let run = |args: &[&str]| -> Value {
-            let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+            let out = Command::new(crate::common::cdac_exe())
                 .args(args)
                 .arg("--json")
                 .args(target)
@@ -693,7 +693,7 @@ fn manifest_heap_facts(variant: Variant) {
     ];
     for (what, target) in targets {
         let cdac = |args: &[&str]| -> Value {
-            let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+            let out = Command::new(crate::common::cdac_exe())
                 .args(args)
                 .arg("--json")
                 .args(&target)

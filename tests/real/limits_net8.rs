@@ -17,7 +17,7 @@ use common::{repo, testbed};
 /// Runs `cdac ARGS --pid PID`; returns (exit code, stdout, stderr).
 fn cdac(args: &[&str]) -> (i32, String, String) {
     let pid = testbed().pid.to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(args)
         .args(["--pid", &pid])
         .output()
@@ -189,7 +189,7 @@ fn closed_output_streams_end_the_command_quietly() {
         } else {
             (Stdio::null(), piped())
         };
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cdac"))
+        let mut child = Command::new(crate::common::cdac_exe())
             .args(args)
             .args(["--pid", &pid])
             .stdout(out)

@@ -71,7 +71,7 @@ impl Workload {
 }
 
 fn cdac(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_cdac"))
+    Command::new(crate::common::cdac_exe())
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -194,7 +194,7 @@ fn a_hammered_live_process_runs_undisturbed() {
         .arg("trace=open,openat,openat2,ptrace,process_vm_readv,process_vm_writev")
         .arg("-o")
         .arg(&strace_log)
-        .arg(env!("CARGO_BIN_EXE_cdac"))
+        .arg(crate::common::cdac_exe())
         .args(["methods", "--pid", &pid])
         .stdout(Stdio::null())
         .stderr(Stdio::null())

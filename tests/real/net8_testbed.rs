@@ -116,7 +116,7 @@ fn cli_info_json_has_the_documented_keys() {
         vec!["--dump".to_string(), tb.dump("gcore").display().to_string()],
     ];
     for args in targets {
-        let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+        let out = Command::new(crate::common::cdac_exe())
             .arg("info")
             .args(&args)
             .args(["--json", "--threads"])
@@ -160,7 +160,7 @@ fn cli_info_json_has_the_documented_keys() {
 #[test]
 fn cli_human_output_and_error_line() {
     let tb = testbed_of(Variant::Net8);
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(["info", "--pid", &tb.pid.to_string()])
         .output()
         .expect("run cdac");
@@ -172,7 +172,7 @@ fn cli_human_output_and_error_line() {
     );
 
     // A pid that does not exist: one line on stderr, non-zero exit.
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(["info", "--pid", "999999999"])
         .output()
         .expect("run cdac");

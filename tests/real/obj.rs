@@ -27,7 +27,7 @@ fn only_object(t: &[String], type_name: &str) -> String {
     args.extend(t.iter().map(String::as_str));
     // A live process's thread pool may allocate while the heap is walked: a segment whose
     // walk meets a fresh allocation stops (exit 1); the object asked for is still listed.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = std::process::Command::new(crate::common::cdac_exe())
         .args(&args)
         .output()
         .expect("run cdac");

@@ -21,7 +21,7 @@ use common::{scratch, start_cpu_workload_without_perf_map, Variant};
 use serde_json::Value;
 
 fn cdac() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cdac"))
+    Command::new(crate::common::cdac_exe())
 }
 
 /// One frame of `perf script -F ip,sym,dso`: symbol and object.

@@ -26,7 +26,7 @@ use serde_json::Value;
 static WORKLOAD: Mutex<()> = Mutex::new(());
 
 fn cdac() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cdac"))
+    Command::new(crate::common::cdac_exe())
 }
 
 /// `Ns.Type::Method` of a name such as `void [Asm] Ns.Type::Method(int32)`.

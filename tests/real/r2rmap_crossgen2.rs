@@ -142,7 +142,7 @@ fn check_image(label: &str, image: &Path, crossgen2: &Path) -> R2rMapReport {
 /// `cdac r2rmap --names crossgen2 IMAGE -o FILE` writes crossgen2's file byte for byte.
 fn check_cli(label: &str, image: &Path, crossgen2: &Path) {
     let out = common::scratch("r2rmap-crossgen2").join(format!("{label}.ni.r2rmap"));
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let status = std::process::Command::new(crate::common::cdac_exe())
         .args(["r2rmap", "--names", "crossgen2"])
         .arg(image)
         .arg("-o")

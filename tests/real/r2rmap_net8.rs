@@ -263,8 +263,8 @@ fn damaged_images_never_panic() {
 fn cli_r2rmap_and_symbolize() {
     let image = runtime_dir().join("System.Linq.dll");
     let out = common::scratch("r2rmap").join("System.Linq.ni.r2rmap");
-    let cdac = env!("CARGO_BIN_EXE_cdac");
-    let status = std::process::Command::new(cdac)
+    let cdac = crate::common::cdac_exe();
+    let status = std::process::Command::new(&cdac)
         .arg("r2rmap")
         .arg(&image)
         .arg("-o")
@@ -277,7 +277,7 @@ fn cli_r2rmap_and_symbolize() {
     assert_eq!(written, made.map);
     let e = &made.map.entries[made.map.entries.len() / 2];
     let inside = e.rva + e.length / 2;
-    let output = std::process::Command::new(cdac)
+    let output = std::process::Command::new(&cdac)
         .args(["symbolize", "--json", "--r2rmap"])
         .arg(&out)
         .arg(format!("{inside:x}"))

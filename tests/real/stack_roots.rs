@@ -26,7 +26,7 @@ use serde_json::Value;
 
 /// `cdac ARGS` on a dump; its JSON (exit code 0 or 1 allowed).
 fn cdac_json(args: &[&str], dump: &std::path::Path) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(args)
         .arg("--dump")
         .arg(dump)
@@ -448,7 +448,7 @@ fn gcroot_finds_an_object_held_by_a_local_live_net10() {
         .expect("stack_root.type");
     let pid = tb.pid.to_string();
     let run = |args: &[&str]| -> Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+        let out = Command::new(crate::common::cdac_exe())
             .args(args)
             .args(["--pid", &pid])
             .output()

@@ -15,7 +15,7 @@ use common::{clrmd, hex, testbed_of, Testbed, Variant};
 use serde_json::Value;
 
 fn cdac_stacks(args: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .arg("stacks")
         .args(args)
         .args(["--json", "--native"])

@@ -213,7 +213,7 @@ fn check_caught(tb: &Testbed, rt: &Runtime) {
 #[test]
 fn cli_threads_json() {
     let tb = testbed_of(Variant::Net10);
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(["threads", "--json", "--pid", &tb.pid.to_string()])
         .output()
         .expect("run cdac");

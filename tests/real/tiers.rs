@@ -75,7 +75,7 @@ impl Source {
 
 /// `cdac ARGS`' standard output as JSON (the command must succeed).
 fn cdac_json(args: &[String]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(args)
         .output()
         .expect("run cdac");

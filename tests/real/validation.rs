@@ -12,7 +12,7 @@ use common::{perf_map, testbed_of, Testbed, Variant};
 use serde_json::Value;
 
 fn cdac(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdac"))
+    let out = Command::new(crate::common::cdac_exe())
         .args(args)
         .output()
         .expect("run cdac");
