@@ -33,6 +33,8 @@ fn cdac_segments(target: &[&str]) -> Value {
 
 /// ClrMD's `heap-segments` on the same target.
 fn clrmd_segments(target: &[&str]) -> Value {
+    // ClrMD attaches to a live process with ptrace: not while a dump is being taken.
+    let _tracing = target.contains(&"--pid").then(common::tracing_lock);
     let out = Command::new(clrmd_probe())
         .args(target)
         .arg("heap-segments")
@@ -250,6 +252,7 @@ fn cdac_objects(target: &[&str]) -> Objects {
 
 /// ClrMD's `heap-objects` lines: address, MethodTable, size, free flag.
 fn clrmd_objects(target: &[&str]) -> Objects {
+    let _tracing = target.contains(&"--pid").then(common::tracing_lock);
     let out = Command::new(clrmd_probe())
         .args(target)
         .arg("heap-objects")
@@ -499,11 +502,15 @@ fn gc_flavours_equal_clrmd_net10() {
                 "{what}: the testbed's handle {h} not listed"
             );
         }
-        let out = Command::new(clrmd_probe())
-            .args(target)
-            .arg("handles")
-            .output()
-            .expect("run clrmd-probe");
+        let out = {
+            // ClrMD attaches to a live process with ptrace: not while a dump is being taken.
+            let _tracing = target.contains(&"--pid").then(common::tracing_lock);
+            Command::new(clrmd_probe())
+                .args(target)
+                .arg("handles")
+                .output()
+                .expect("run clrmd-probe")
+        };
         let theirs: BTreeSet<u64> = String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|l| l.split_whitespace().next())
@@ -593,11 +600,15 @@ fn handles_and_finalizer_equal_clrmd(variant: Variant) {
                 )
             })
             .collect();
-        let out = Command::new(clrmd_probe())
-            .args(target)
-            .arg("handles")
-            .output()
-            .expect("run clrmd-probe");
+        let out = {
+            // ClrMD attaches to a live process with ptrace: not while a dump is being taken.
+            let _tracing = target.contains(&"--pid").then(common::tracing_lock);
+            Command::new(clrmd_probe())
+                .args(target)
+                .arg("handles")
+                .output()
+                .expect("run clrmd-probe")
+        };
         assert!(
             out.status.success(),
             "clrmd-probe handles: {}",

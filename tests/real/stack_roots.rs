@@ -448,6 +448,8 @@ fn gcroot_finds_an_object_held_by_a_local_live_net10() {
         .expect("stack_root.type");
     let pid = tb.pid.to_string();
     let run = |args: &[&str]| -> Value {
+        // gcroot stops each thread with ptrace: not while a dump is being taken.
+        let _tracing = crate::common::tracing_lock();
         let out = Command::new(crate::common::cdac_exe())
             .args(args)
             .args(["--pid", &pid])
