@@ -287,25 +287,6 @@ fn header_report(info: &GcInfo) -> GcInfoHeaderReport {
     }
 }
 
-/// A slot as `rbx`, `rbp-0x30`, `sp+0x8` or `caller.sp-0x10`.
-pub fn slot_name(info: &GcInfo, location: &SlotLocation) -> String {
-    match *location {
-        SlotLocation::Register(r) => info.arch().register_name(r),
-        SlotLocation::Stack { base, offset } => {
-            let base = match base {
-                StackBase::CallerSp => "caller.sp".to_string(),
-                StackBase::Sp => "sp".to_string(),
-                StackBase::FrameRegister => info
-                    .header
-                    .stack_base_register
-                    .map_or_else(|| "fp".to_string(), |r| info.arch().register_name(r)),
-            };
-            let sign = if offset < 0 { '-' } else { '+' };
-            format!("{base}{sign}{:#x}", offset.unsigned_abs())
-        }
-    }
-}
-
 fn slot_reports(info: &GcInfo) -> Vec<SlotReport> {
     info.slots
         .iter()
@@ -324,7 +305,7 @@ fn slot_reports(info: &GcInfo) -> Vec<SlotReport> {
             };
             SlotReport {
                 index,
-                name: slot_name(info, &s.location),
+                name: cdac::stacks::roots::slot_name(info, &s.location),
                 register,
                 base,
                 offset,
