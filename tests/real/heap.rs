@@ -189,34 +189,12 @@ fn segments_on_the_latest_patches() {
 
 /// `cdac ARGS` (ending in `--json`) on a target; the JSON it prints.
 fn cdac_heap_like(args: &[&str], target: &[&str]) -> Value {
-    let out = Command::new(crate::common::cdac_exe())
-        .args(args)
-        .args(target)
-        .output()
-        .expect("run cdac");
-    assert!(
-        out.status.success(),
-        "cdac {args:?} {target:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    common::cdac_json(&[args, target].concat())
 }
 
 /// `cdac heap ARGS --json` on a target; the report.
 fn cdac_heap(args: &[&str], target: &[&str]) -> Value {
-    let out = Command::new(crate::common::cdac_exe())
-        .arg("heap")
-        .args(args)
-        .arg("--json")
-        .args(target)
-        .output()
-        .expect("run cdac");
-    assert!(
-        out.status.success(),
-        "cdac heap {args:?} {target:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON")
+    common::cdac_json(&[&["heap"], args, &["--json"], target].concat())
 }
 
 /// Every object as (address, MethodTable, size, free).
