@@ -82,6 +82,7 @@ impl Outcome {
                                 || l.contains("could not be read")
                                 || l.contains("could not be walked")
                                 || l.contains("without a stack")
+                                || l.contains("no root read reaches")
                                 || l.contains("cut short"))
                     }) => {}
             other => return Err(format!("exit status {other:?} without a typed error")),
