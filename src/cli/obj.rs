@@ -77,16 +77,19 @@ pub struct HeaderReport {
     /// A thin lock's owner: its thin-lock thread id (`Thread.Id`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thread_id: Option<u32>,
-    /// A thin lock's recursion (times taken beyond the first).
+    /// The lock's recursion, thin or in the sync block: times taken beyond the first.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recursion: Option<u32>,
-    /// The thin lock owner's managed thread id.
+    /// The lock owner's `Thread` (the runtime's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner_thread: Option<Addr>,
+    /// The lock owner's managed thread id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner_managed_id: Option<u32>,
-    /// The thin lock owner's OS thread id.
+    /// The lock owner's OS thread id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner_os_id: Option<u64>,
-    /// The hash code.
+    /// The hash code (in the header, or kept by the sync block; absent when none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hash: Option<u32>,
     /// The sync block's index in the sync table.
@@ -95,6 +98,12 @@ pub struct HeaderReport {
     /// The sync block.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sync_block: Option<Addr>,
+    /// The sync block's monitor is held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locked: Option<bool>,
+    /// Threads waiting to enter the sync block's monitor.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiters: Option<u32>,
     /// The finalizer has run.
     pub finalizer_run: bool,
 }
@@ -257,11 +266,14 @@ fn header_report(h: &Header, v: &ObjectView) -> HeaderReport {
         kind: String::new(),
         thread_id: None,
         recursion: None,
+        owner_thread: None,
         owner_managed_id: None,
         owner_os_id: None,
         hash: None,
         sync_block_index: None,
         sync_block: None,
+        locked: None,
+        waiters: None,
         finalizer_run: h.finalizer_run,
     };
     r.kind = match h.state {
@@ -272,8 +284,9 @@ fn header_report(h: &Header, v: &ObjectView) -> HeaderReport {
         } => {
             r.thread_id = Some(thread_id);
             r.recursion = Some(recursion);
-            r.owner_managed_id = v.thin_lock_owner.map(|o| o.1);
-            r.owner_os_id = v.thin_lock_owner.map(|o| o.2);
+            r.owner_thread = v.lock_owner.and_then(|o| nonzero(o.0));
+            r.owner_managed_id = v.lock_owner.map(|o| o.1);
+            r.owner_os_id = v.lock_owner.map(|o| o.2);
             "thin_lock"
         }
         HeaderState::HashCode { hash } => {
@@ -282,7 +295,19 @@ fn header_report(h: &Header, v: &ObjectView) -> HeaderReport {
         }
         HeaderState::SyncBlock { index } => {
             r.sync_block_index = Some(index);
-            r.sync_block = v.sync_block.and_then(nonzero);
+            if let Some(sb) = &v.sync_block {
+                r.sync_block = nonzero(sb.address);
+                let m = sb.monitor;
+                r.locked = Some(m.locked);
+                r.waiters = Some(m.waiters);
+                if m.locked {
+                    r.recursion = Some(m.recursion.saturating_sub(1));
+                    r.owner_thread = v.lock_owner.and_then(|o| nonzero(o.0));
+                    r.owner_managed_id = v.lock_owner.map(|o| o.1);
+                    r.owner_os_id = m.holder_os_id;
+                }
+                r.hash = (sb.hash_code != 0).then_some(sb.hash_code);
+            }
             "sync_block"
         }
     }
@@ -415,11 +440,28 @@ fn print(out: &mut impl Write, r: &ObjReport) -> std::io::Result<()> {
             h.recursion.unwrap_or(0)
         ),
         "hash_code" => format!("hash code {}", h.hash.unwrap_or(0)),
-        "sync_block" => format!(
-            "sync block {} ({})",
-            h.sync_block_index.unwrap_or(0),
-            h.sync_block.map_or("address unknown".into(), |a| hex(a.0))
-        ),
+        "sync_block" => {
+            let mut text = format!(
+                "sync block {} ({})",
+                h.sync_block_index.unwrap_or(0),
+                h.sync_block.map_or("not read".into(), |a| hex(a.0))
+            );
+            if h.locked == Some(true) {
+                text += &format!(
+                    ": held by managed id {} (OS id {}), recursion {}, {} waiting",
+                    h.owner_managed_id.map_or("?".into(), |v| v.to_string()),
+                    h.owner_os_id.map_or("?".into(), |v| v.to_string()),
+                    h.recursion.unwrap_or(0),
+                    h.waiters.unwrap_or(0)
+                );
+            } else if h.locked == Some(false) {
+                text += ": not locked";
+            }
+            if let Some(hash) = h.hash {
+                text += &format!(", hash code {hash}");
+            }
+            text
+        }
         _ => "empty".into(),
     };
     writeln!(

@@ -21,6 +21,7 @@ pub mod registry;
 pub mod runtime_function;
 pub mod runtime_info;
 pub mod runtime_type_system;
+pub mod sync_block;
 pub mod thread;
 pub mod unwind_codes;
 pub mod unwind_info;

@@ -20,6 +20,7 @@ use super::platform_metadata::PlatformMetadata;
 use super::precode_stubs::PrecodeStubs;
 use super::runtime_info::RuntimeInfo;
 use super::runtime_type_system::RuntimeTypeSystem;
+use super::sync_block::SyncBlocks;
 use super::thread::Threads;
 use super::ContractError;
 use crate::descriptor::{ContractVersion, DataDescriptor};
@@ -100,6 +101,7 @@ pub const SUPPORTED: &[Supported] = &[
     entry::<PrecodeStubs>(),
     entry::<RuntimeInfo>(),
     entry::<RuntimeTypeSystem>(),
+    entry::<SyncBlocks>(),
     entry::<Threads>(),
 ];
 
@@ -186,6 +188,7 @@ pub struct Contracts {
     debug_info: OnceLock<DebugInfoFormat>,
     exception: OnceLock<TraceLayout>,
     gc: OnceLock<GcHeap>,
+    sync_blocks: OnceLock<SyncBlocks>,
 }
 
 impl std::fmt::Debug for Contracts {
@@ -225,6 +228,7 @@ impl Contracts {
             debug_info: OnceLock::new(),
             exception: OnceLock::new(),
             gc: OnceLock::new(),
+            sync_blocks: OnceLock::new(),
         }
     }
 
@@ -312,6 +316,11 @@ impl Contracts {
     pub fn gc(&self) -> Result<&GcHeap, ContractError> {
         cached(&self.gc, || create(&self.context))
     }
+
+    /// SyncBlock: the sync table and the monitors in sync blocks.
+    pub fn sync_blocks(&self) -> Result<&SyncBlocks, ContractError> {
+        cached(&self.sync_blocks, || create(&self.context))
+    }
 }
 
 #[cfg(test)]
@@ -376,6 +385,10 @@ mod tests {
             ],
             "Thread" => [direct::<Threads>(context), cache.threads().map(|_| ())],
             "GC" => [direct::<GcHeap>(context), cache.gc().map(|_| ())],
+            "SyncBlock" => [
+                direct::<SyncBlocks>(context),
+                cache.sync_blocks().map(|_| ()),
+            ],
             other => panic!("no test arm for contract {other}: add one"),
         }
     }
@@ -447,16 +460,18 @@ mod tests {
         let before = names.len();
         names.dedup();
         assert_eq!(names.len(), before, "{names:?}");
-        // Only GC has no version: cdac reads it on runtimes that do not advertise it.
+        // GC and SyncBlock have no version: cdac reads them on runtimes that do not
+        // advertise them.
         let unversioned: Vec<&str> = SUPPORTED
             .iter()
             .filter(|s| s.versions.is_empty())
             .map(|s| s.name)
             .collect();
-        assert_eq!(unversioned, ["GC"]);
+        assert_eq!(unversioned, ["GC", "SyncBlock"]);
         assert_eq!(supported_versions("ExecutionManager"), Some(&[1, 2][..]));
         assert_eq!(supported_versions("PrecodeStubs"), Some(&[1, 2, 3][..]));
         assert_eq!(supported_versions("GC"), Some(&[][..]));
-        assert_eq!(supported_versions("SyncBlock"), None);
+        assert_eq!(supported_versions("SyncBlock"), Some(&[][..]));
+        assert_eq!(supported_versions("ObjectHeader"), None);
     }
 }

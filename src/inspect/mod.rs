@@ -18,6 +18,7 @@ use crate::contracts::field_desc::{self, ElementType, FieldDesc};
 use crate::contracts::fields::Fields;
 use crate::contracts::gc::{locate, GcHeapData, GcSegment, ObjectGeneration};
 use crate::contracts::runtime_type_system::{method_table_info, MethodTableInfo};
+use crate::contracts::sync_block::{Holder, SyncBlockInfo};
 use crate::contracts::ContractError;
 use crate::names::{FieldMetadata, MethodNamer};
 use crate::runtime::Runtime;
@@ -64,10 +65,11 @@ pub struct ObjectView {
     pub generation: Option<ObjectGeneration>,
     /// Its header.
     pub header: Header,
-    /// The sync block of a header that names one, when the runtime describes the sync table.
-    pub sync_block: Option<u64>,
-    /// The thread that holds a thin lock on it: `(Thread*, managed id, OS id)`.
-    pub thin_lock_owner: Option<(u64, u32, u64)>,
+    /// The sync block of a header that names one.
+    pub sync_block: Option<SyncBlockInfo>,
+    /// The thread that holds its lock (thin or in the sync block): `(Thread*, managed id,
+    /// OS id)`.
+    pub lock_owner: Option<(u64, u32, u64)>,
     /// The module that defines its type (a path or a label).
     pub module: String,
     /// Its instance fields, base types' first.
@@ -204,7 +206,7 @@ impl<'r> Inspector<'r> {
             generation,
             header,
             sync_block: None,
-            thin_lock_owner: None,
+            lock_owner: None,
             module: self.namer.module_label(info.module),
             fields: Vec::new(),
             string: None,
@@ -214,11 +216,19 @@ impl<'r> Inspector<'r> {
         };
         match header.state {
             HeaderState::SyncBlock { index } => match self.sync_block(index, address) {
-                Ok(sb) => view.sync_block = sb,
+                Ok(sb) => {
+                    view.sync_block = Some(sb);
+                    if let Some(holder) = sb.monitor.holder {
+                        match self.holder_thread(holder) {
+                            Ok(owner) => view.lock_owner = owner,
+                            Err(e) => view.notes.push(format!("sync block {index}'s holder: {e}")),
+                        }
+                    }
+                }
                 Err(e) => view.notes.push(format!("sync block {index}: {e}")),
             },
             HeaderState::ThinLock { thread_id, .. } => match self.thin_lock_owner(thread_id) {
-                Ok(owner) => view.thin_lock_owner = owner,
+                Ok(owner) => view.lock_owner = owner,
                 Err(e) => view
                     .notes
                     .push(format!("thin lock owner (thread id {thread_id}): {e}")),
@@ -619,26 +629,24 @@ impl<'r> Inspector<'r> {
         None
     }
 
-    /// The sync block at `index` of the sync table, checked to point back at `object`.
-    fn sync_block(&self, index: u32, object: u64) -> Result<Option<u64>, ContractError> {
-        let rt = self.rt;
-        let f = Fields::new(rt.target(), rt.descriptor());
-        let Ok(global) = f.global("SyncTableEntries") else {
-            return Ok(None);
-        };
-        let table = rt.target().read_pointer(global)?;
-        let entry = table.wrapping_add(u64::from(index) * f.size("SyncTableEntry")?);
-        let block = f.ptr(entry, "SyncTableEntry", "SyncBlock")?;
-        // The entry's object pointer follows its sync block pointer.
-        let back = rt.target().read_pointer(entry + 8)?;
-        if back != object {
-            return Err(ContractError::Corrupt {
-                what: "sync table entry",
-                addr: entry,
-                detail: format!("it belongs to object {back:#x}, not {object:#x}"),
-            });
+    /// The sync block at `index` of the sync table, checked to belong to `object`.
+    fn sync_block(&self, index: u32, object: u64) -> Result<SyncBlockInfo, ContractError> {
+        self.rt.contracts().sync_blocks()?.of_object(index, object)
+    }
+
+    /// The thread holding a sync block's monitor.
+    fn holder_thread(&self, holder: Holder) -> Result<Option<(u64, u32, u64)>, ContractError> {
+        match holder {
+            Holder::ThinLockId(id) => self.thin_lock_owner(id),
+            Holder::Thread(address) => {
+                let threads = self.rt.contracts().threads()?.threads()?;
+                Ok(threads
+                    .threads
+                    .iter()
+                    .find(|t| t.address == address)
+                    .map(|t| (t.address, t.managed_id, t.os_id)))
+            }
         }
-        Ok(Some(block))
     }
 
     /// The thread whose thin-lock id (`Thread.Id`) is `thread_id`.

@@ -97,6 +97,36 @@ public sealed class Hashed
 {
 }
 
+/// <summary>Locked twice and then hashed by its owner: a header cannot hold both, so the
+/// runtime moves the lock and the hash code into a sync block.</summary>
+public sealed class Inflated
+{
+}
+
+/// <summary>Its finalizer returns only at SIGTERM (.NET 8 and 9 exit through the finalizer
+/// thread), so the finalizer thread stays inside it and every object
+/// found unreachable afterwards waits in the ready-for-finalization queue.</summary>
+public sealed class FinalizerBlocker
+{
+    internal static readonly System.Threading.ManualResetEventSlim Entered = new();
+    internal static readonly System.Threading.ManualResetEventSlim Release = new();
+
+    ~FinalizerBlocker()
+    {
+        Entered.Set();
+        Release.Wait();
+    }
+}
+
+/// <summary>Unreachable, with a finalizer that cannot run (the finalizer thread is held by
+/// <see cref="FinalizerBlocker"/>): only the finalizer queue keeps it alive.</summary>
+public sealed class QueuedForFinalization
+{
+    public readonly long Stamp = 0x4649_4E41_4C51_5545;
+
+    ~QueuedForFinalization() => GC.KeepAlive(Stamp);
+}
+
 public static unsafe class HeapFacts
 {
     public const int MarkerCount = 1000;
@@ -111,6 +141,8 @@ public static unsafe class HeapFacts
     private static readonly FieldShapes Shapes = new();
     private static readonly ThinLocked ThinLock = new();
     private static readonly Hashed HashedObject = new();
+    private static readonly Inflated InflatedObject = new();
+    private static System.Runtime.InteropServices.PosixSignalRegistration? s_releaseOnTerm;
 
     /// <summary>Takes <see cref="ThinLock"/> three times on a new thread that then sleeps
     /// holding it; returns the thread's managed id.</summary>
@@ -132,6 +164,52 @@ public static unsafe class HeapFacts
         t.Start();
         taken.Wait();
         return id;
+    }
+
+    /// <summary>Takes <see cref="InflatedObject"/> twice on a new thread, hashes it while
+    /// holding it (which inflates the lock into a sync block), then sleeps holding it;
+    /// returns the thread's managed id and the hash code.</summary>
+    private static (int Id, int Hash) HoldInflatedLock()
+    {
+        int id = 0, hash = 0;
+        using var taken = new System.Threading.ManualResetEventSlim();
+        var t = new System.Threading.Thread(() =>
+        {
+            id = Environment.CurrentManagedThreadId;
+            lock (InflatedObject)
+                lock (InflatedObject)
+                {
+                    hash = RuntimeHelpers.GetHashCode(InflatedObject);
+                    taken.Set();
+                    System.Threading.Thread.Sleep(System.Threading.Timeout.Infinite);
+                }
+        }) { IsBackground = true, Name = "cdac-inflated-lock" };
+        t.Start();
+        taken.Wait();
+        return (id, hash);
+    }
+
+    /// <summary>Parks the finalizer thread in <see cref="FinalizerBlocker"/>'s finalizer,
+    /// then leaves a <see cref="QueuedForFinalization"/> unreachable and collects: it stays
+    /// in the ready-for-finalization queue. Returns a long weak handle to it (which follows
+    /// it there) so that tests can find it.</summary>
+    private static GCHandle QueueForFinalization()
+    {
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        static void Drop() => _ = new FinalizerBlocker();
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        static GCHandle Queue() => GCHandle.Alloc(new QueuedForFinalization(), GCHandleType.WeakTrackResurrection);
+
+        // .NET 8 and 9 raise ProcessExit on the finalizer thread: let it go at SIGTERM.
+        s_releaseOnTerm = System.Runtime.InteropServices.PosixSignalRegistration.Create(
+            System.Runtime.InteropServices.PosixSignal.SIGTERM, _ => FinalizerBlocker.Release.Set());
+        Drop();
+        GC.Collect();
+        if (!FinalizerBlocker.Entered.Wait(TimeSpan.FromSeconds(30)))
+            throw new InvalidOperationException("the finalizer thread never ran FinalizerBlocker's finalizer");
+        GCHandle handle = Queue();
+        GC.Collect();
+        return handle;
     }
 
     /// <summary>Starts a thread that parks in <see cref="HoldOnStackBody"/> with a
@@ -247,6 +325,9 @@ public static unsafe class HeapFacts
         int thinLockOwner = HoldThinLock();
         int stackRootThread = HoldOnStack();
         int hash = RuntimeHelpers.GetHashCode(HashedObject);
+        (int inflatedOwner, int inflatedHash) = HoldInflatedLock();
+        GCHandle queued = QueueForFinalization();
+        Handles.Add(queued);
 
         GCMemoryInfo info = GC.GetGCMemoryInfo();
         var generations = new JsonArray();
@@ -313,6 +394,22 @@ public static unsafe class HeapFacts
             {
                 ["type"] = typeof(Hashed).FullName,
                 ["hash"] = hash,
+            },
+            ["inflated"] = new JsonObject
+            {
+                ["type"] = typeof(Inflated).FullName,
+                ["owner_managed_id"] = inflatedOwner,
+                ["thread_name"] = "cdac-inflated-lock",
+                ["lock_count"] = 2, // two nested `lock`s
+                ["hash"] = inflatedHash,
+            },
+            // Only the finalizer queue holds it; the finalizer thread is parked in
+            // FinalizerBlocker's finalizer for good. The long weak handle leads to it.
+            ["finalizer_queued"] = new JsonObject
+            {
+                ["type"] = typeof(QueuedForFinalization).FullName,
+                ["weak_long_handle"] = Facts.Hex((ulong)GCHandle.ToIntPtr(queued)),
+                ["blocker_type"] = typeof(FinalizerBlocker).FullName,
             },
         };
     }

@@ -182,6 +182,24 @@ fn facts_hold(variant: Variant) {
         let h = &obj(&t, &a, &[])["header"];
         assert_eq!(h["kind"], "hash_code", "{what}: {h}");
         assert_eq!(h["hash"], hashed["hash"], "{what}: {h}");
+
+        // Locked and hashed: both in a sync block, with the owner and recursion.
+        let inflated = &heap["inflated"];
+        let a = only_object(&t, inflated["type"].as_str().expect("type"));
+        let h = &obj(&t, &a, &[])["header"];
+        assert_eq!(h["kind"], "sync_block", "{what}: {h}");
+        assert_eq!(h["locked"], true, "{what}: {h}");
+        assert_eq!(h["waiters"], 0, "{what}: {h}");
+        assert_eq!(
+            h["owner_managed_id"], inflated["owner_managed_id"],
+            "{what}: {h}"
+        );
+        assert_eq!(
+            h["recursion"].as_u64(),
+            inflated["lock_count"].as_u64().map(|n| n - 1),
+            "{what}: {h}"
+        );
+        assert_eq!(h["hash"], inflated["hash"], "{what}: {h}");
     }
 }
 
@@ -277,4 +295,88 @@ fn fields_equal_sos_dumpobj_net9() {
 #[test]
 fn fields_equal_sos_dumpobj_net8() {
     equals_sos(Variant::Net8);
+}
+
+/// One row of SOS `syncblk -all` with a sync block: index, sync block, MonitorHeld,
+/// Recursion, owning Thread, owner's OS id (`None`: not held), object.
+type SyncBlkRow = (u32, u64, u64, u64, u64, Option<u64>, u64);
+
+fn sos_syncblk(dump: &Path) -> Vec<SyncBlkRow> {
+    let out = Command::new(common::dotnet_dump())
+        .arg("analyze")
+        .arg(dump)
+        .args(["-c", "syncblk -all", "-c", "exit"])
+        .output()
+        .expect("run dotnet-dump");
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let index = f.first()?.parse::<u32>().ok()?;
+            let block = hex(f.get(1)?)?;
+            if block == 0 {
+                return None; // a free entry
+            }
+            let held = f.get(2)?.parse().ok()?;
+            let recursion = f.get(3)?.parse().ok()?;
+            let thread = hex(f.get(4)?)?;
+            // Held: OS id (hex) and SOS's thread number; not held: "none".
+            let (os, object) = if f.get(5) == Some(&"none") {
+                (None, hex(f.get(6)?)?)
+            } else {
+                (Some(hex(f.get(5)?)?), hex(f.get(7)?)?)
+            };
+            Some((index, block, held, recursion, thread, os, object))
+        })
+        .collect()
+}
+
+/// Every sync block SOS `syncblk` lists (the testbed's inflated object, the monitor a
+/// thread waits to enter, ...) is the one `cdac obj` finds in the object's header, with
+/// the same holder, recursion and waiters.
+fn sync_blocks_equal_sos(variant: Variant) {
+    let tb = testbed_of(variant);
+    let t = target(tb, Some("full"));
+    let rows = sos_syncblk(&tb.dump("full"));
+    assert!(
+        rows.iter().any(|r| r.5.is_some()),
+        "{}: SOS lists no held monitor: {rows:?}",
+        variant.name()
+    );
+    for (index, block, held, recursion, thread, os, object) in &rows {
+        let what = format!("{} sync block {index}", variant.name());
+        let h = &obj(&t, &format!("{object:#x}"), &[])["header"];
+        assert_eq!(h["kind"], "sync_block", "{what}: {h}");
+        assert_eq!(h["sync_block_index"], *index, "{what}: {h}");
+        assert_eq!(common::hex(&h["sync_block"]), *block, "{what}: {h}");
+        // MonitorHeld: 1 when held, plus 2 per waiting thread.
+        assert_eq!(h["locked"], held & 1 == 1, "{what}: {h}");
+        assert_eq!(h["waiters"].as_u64(), Some(held >> 1), "{what}: {h}");
+        if let Some(os) = os {
+            assert_eq!(common::hex(&h["owner_thread"]), *thread, "{what}: {h}");
+            assert_eq!(h["owner_os_id"].as_u64(), Some(*os), "{what}: {h}");
+            assert_eq!(
+                h["recursion"].as_u64().map(|r| r + 1),
+                Some(*recursion),
+                "{what}: {h}"
+            );
+        }
+    }
+    eprintln!("{}: {} sync blocks equal SOS", variant.name(), rows.len());
+}
+
+#[test]
+fn sync_blocks_equal_sos_syncblk_net10() {
+    sync_blocks_equal_sos(Variant::Net10);
+}
+
+#[test]
+fn sync_blocks_equal_sos_syncblk_net9() {
+    sync_blocks_equal_sos(Variant::Net9);
+}
+
+#[test]
+fn sync_blocks_equal_sos_syncblk_net8() {
+    sync_blocks_equal_sos(Variant::Net8);
 }

@@ -1,7 +1,8 @@
 //! What keeps objects alive, on .NET 10, 9 and 8 full dumps: `cdac heap --live` lists exactly
 //! the objects ClrMD reaches from the same kinds of roots (following references and
 //! dependent handles), and `cdac gcroot` finds, for the testbed's own objects, the holder the
-//! testbed knows, with the same root and objects as SOS `gcroot`.
+//! testbed knows (a static list, a handle, the finalizer queue), with the same root and
+//! objects as SOS `gcroot`.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -88,8 +89,8 @@ fn live_equals_clrmd_net8() {
 }
 
 /// SOS `gcroot` of each address (one SOS process each: on 10.0.14 SOS dies walking the
-/// stacks after it has printed the handle roots): the handle rooting it and the objects of
-/// the first path printed under the handle table.
+/// stacks after it has printed the handle roots): the handle or finalizer-queue slot rooting
+/// it and the objects of the first path printed under the handle table or finalizer queue.
 fn sos_gcroot(dump: &Path, targets: &[u64]) -> Vec<Option<(u64, String, Vec<u64>)>> {
     targets
         .iter()
@@ -100,16 +101,16 @@ fn sos_gcroot(dump: &Path, targets: &[u64]) -> Vec<Option<(u64, String, Vec<u64>
                 .args(["-c", &format!("gcroot {t:#x}"), "-c", "exit"])
                 .output()
                 .expect("run dotnet-dump");
-            first_handle_path(&String::from_utf8_lossy(&out.stdout))
+            first_root_path(&String::from_utf8_lossy(&out.stdout))
         })
         .collect()
 }
 
-/// The first path under `HandleTable:` in SOS `gcroot` output.
-fn first_handle_path(text: &str) -> Option<(u64, String, Vec<u64>)> {
+/// The first path under `HandleTable:` or `Finalizer Queue:` in SOS `gcroot` output.
+fn first_root_path(text: &str) -> Option<(u64, String, Vec<u64>)> {
     let mut lines = text
         .lines()
-        .skip_while(|l| l.trim() != "HandleTable:")
+        .skip_while(|l| !matches!(l.trim(), "HandleTable:" | "Finalizer Queue:"))
         .skip(1);
     let (handle, kind) = lines.next()?.trim().split_once(" (")?;
     let handle = u64::from_str_radix(handle, 16).ok()?;
@@ -137,7 +138,7 @@ fn first_of(dump: &str, type_name: &str) -> u64 {
 }
 
 /// The object a handle holds.
-fn strong_target(dump: &str, handle: u64) -> u64 {
+fn handle_target(dump: &str, handle: u64) -> u64 {
     let v = cdac_json(&["handles", "--json", "--dump", dump]);
     v["handles"]
         .as_array()
@@ -145,7 +146,7 @@ fn strong_target(dump: &str, handle: u64) -> u64 {
         .iter()
         .find(|h| common::hex(&h["address"]) == handle)
         .map(|h| common::hex(&h["object"]))
-        .expect("the manifest's strong handle is listed")
+        .expect("the manifest's handle is listed")
 }
 
 fn gcroot_finds_the_holders(variant: Variant) {
@@ -161,8 +162,14 @@ fn gcroot_finds_the_holders(variant: Variant) {
     let targets = [
         first_of(&d, heap["marker_type"].as_str().expect("marker_type")),
         first_of(&d, heap["field_shapes"]["type"].as_str().expect("type")),
-        strong_target(&d, common::hex(&strong["handle"])),
+        handle_target(&d, common::hex(&strong["handle"])),
+        // Unreachable, its finalizer not yet run: the long weak handle still leads to it.
+        handle_target(
+            &d,
+            common::hex(&heap["finalizer_queued"]["weak_long_handle"]),
+        ),
     ];
+    let queued = targets[3];
     let sos = sos_gcroot(&dump, &targets);
     assert_eq!(
         sos.len(),
@@ -187,8 +194,11 @@ fn gcroot_finds_the_holders(variant: Variant) {
             .as_ref()
             .unwrap_or_else(|| panic!("{what}: SOS found no root"));
         assert_eq!(root, *handle, "{what}: {ours}");
+        // SOS names a finalizer-queue slot "finalizer root".
         assert_eq!(
-            ours["root"]["kind"].as_str().map(|k| k.replace('_', " ")),
+            ours["root"]["kind"].as_str().map(|k| k
+                .replace("finalizer_queue", "finalizer root")
+                .replace('_', " ")),
             Some(kind.clone()),
             "{what}"
         );
@@ -216,6 +226,14 @@ fn gcroot_finds_the_holders(variant: Variant) {
             );
         }
     }
+    let ours = cdac_json(&["gcroot", &format!("{queued:#x}"), "--json", "--dump", &d]);
+    assert_eq!(
+        ours["root"]["kind"],
+        "finalizer_queue",
+        "{}: only the finalizer queue holds the QueuedForFinalization: {ours}",
+        variant.name()
+    );
+    assert_eq!(ours["path"].as_array().map(Vec::len), Some(1), "{ours}");
     assert!(
         strong_seen,
         "{}: the manifest's strong handle roots its HandleTarget",

@@ -1,0 +1,469 @@
+//! SyncBlock: the sync table and the monitors kept in sync blocks.
+//!
+//! An object's header names a sync block by its index in the sync table (`g_pSyncTable`):
+//! an array of 16-byte entries `{SyncBlock*, Object*}`, entry 0 unused, a free entry's
+//! object pointer with its low bit set, and the first `{0, 0}` entry past the used part.
+//! On .NET 8, 9 and 10 a sync block starts with the runtime's monitor (`AwareLock`): its
+//! lock state (bit 0 locked, bits 6.. the threads waiting to enter), recursion (times
+//! entered), holder and the holder's OS thread id, and its own index back into the table;
+//! the object's hash code sits further on, for an object both locked and hashed.
+//!
+//! The holder changed shape: a `Thread*` on .NET 8 and 9 (`HoldingThread`), the thread's
+//! thin-lock id on .NET 10 (`HoldingThreadId`). No runtime before .NET 11 describes any of
+//! this beyond the table's address; the layout comes from cdac's descriptors (measured on
+//! each version) and the table's address on .NET 8 from a search of `g_dacTable` that
+//! accepts only a table whose sync blocks name their own entries.
+//!
+//! Not a numbered version: .NET 11's `SyncBlock` contract reads a different monitor (the
+//! managed `System.Threading.Lock`), so a runtime that advertises one is refused by name.
+
+use super::fields::Fields;
+use super::registry::{self, Contract, ContractContext};
+use super::ContractError;
+use crate::descriptor::DataDescriptor;
+use crate::memory::Target;
+
+/// The sync block's type in the descriptor.
+const SYNC_BLOCK: &str = "SyncBlock";
+/// A sync table entry's type in the descriptor.
+const ENTRY: &str = "SyncTableEntry";
+/// The global holding the address of `g_pSyncTable`.
+const TABLE_GLOBAL: &str = "SyncTableEntries";
+/// Bit 0 of the lock state: the monitor is held.
+const LOCKED: u32 = 1;
+/// The lock state's waiter count starts at this bit.
+const WAITER_SHIFT: u32 = 6;
+/// The top bit of the sync block's index is a flag (the block is "precious").
+const INDEX_MASK: u32 = 0x7FFF_FFFF;
+/// How many entries the `.NET 8` search looks at to accept a candidate table.
+const SEARCH_ENTRIES: u32 = 64;
+
+/// How cdac found the sync table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableSource {
+    /// The descriptor's `SyncTableEntries` global.
+    Descriptor,
+    /// A `g_dacTable` slot whose table passed the structural check (.NET 8).
+    DacTableSlot(u64),
+}
+
+/// The sync table and the sync blocks of one runtime.
+#[derive(Debug, Clone)]
+pub struct SyncBlocks {
+    target: Target,
+    descriptor: DataDescriptor,
+    /// The address of the variable `g_pSyncTable` (the table moves when it grows).
+    table_variable: u64,
+    source: TableSource,
+}
+
+/// One entry of the sync table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncTableEntry {
+    /// Its index (the number object headers hold).
+    pub index: u32,
+    /// The sync block.
+    pub sync_block: u64,
+    /// The object it belongs to.
+    pub object: u64,
+}
+
+/// Who holds a monitor, in the form the runtime records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// The holding `Thread*` (.NET 8 and 9).
+    Thread(u64),
+    /// The holding thread's thin-lock id, `Thread.Id` (.NET 10).
+    ThinLockId(u32),
+}
+
+/// A sync block's monitor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Monitor {
+    /// Some thread holds it.
+    pub locked: bool,
+    /// Times the holder entered it (0 when not held).
+    pub recursion: u32,
+    /// The holder, when held.
+    pub holder: Option<Holder>,
+    /// The holder's OS thread id, when held.
+    pub holder_os_id: Option<u64>,
+    /// Threads waiting to enter it.
+    pub waiters: u32,
+}
+
+/// One sync block, read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncBlockInfo {
+    /// Its address.
+    pub address: u64,
+    /// Its index in the sync table.
+    pub index: u32,
+    /// Its monitor.
+    pub monitor: Monitor,
+    /// The object's hash code kept here (0: none).
+    pub hash_code: u32,
+}
+
+impl Contract for SyncBlocks {
+    const NAME: &'static str = "SyncBlock";
+    /// None: .NET 11's version 1 reads `System.Threading.Lock`, not `AwareLock`.
+    const VERSIONS: &'static [u64] = &[];
+
+    fn create(_context: &ContractContext, version: u64) -> Result<Self, ContractError> {
+        registry::unsupported(Self::NAME, version, Self::VERSIONS)
+    }
+
+    /// Missing unless cdac's descriptors give the monitor's layout (.NET 8, 9, 10).
+    fn when_absent(context: &ContractContext) -> Option<Result<Self, ContractError>> {
+        let described = context
+            .descriptor
+            .ty(SYNC_BLOCK)
+            .is_ok_and(|t| t.has_field("LockState"));
+        described.then(|| SyncBlocks::find(context))
+    }
+}
+
+impl SyncBlocks {
+    /// Finds the sync table: the descriptor's global, else a `g_dacTable` slot that passes
+    /// the structural check.
+    fn find(context: &ContractContext) -> Result<SyncBlocks, ContractError> {
+        let d = &context.descriptor;
+        // The layout must be known before anything is read with it.
+        for field in ["LockState", "Recursion", "HoldingOSThreadId", "SyncIndex"] {
+            d.ty(SYNC_BLOCK)?.field(field)?;
+        }
+        d.ty(ENTRY)?.field("SyncBlock")?;
+        d.ty(ENTRY)?.field("Object")?;
+        let mut made = SyncBlocks {
+            target: context.target.clone(),
+            descriptor: d.clone(),
+            table_variable: 0,
+            source: TableSource::Descriptor,
+        };
+        if let Ok(variable) = d.global_value(TABLE_GLOBAL) {
+            made.table_variable = variable;
+            return Ok(made);
+        }
+        let Some((table, size)) = context.dac_table else {
+            return Err(ContractError::Missing {
+                contract: "SyncBlock (no SyncTableEntries global and no g_dacTable)",
+            });
+        };
+        for slot in 0..size / 8 {
+            let Ok(variable) = context.target.read_pointer(table + slot * 8) else {
+                continue;
+            };
+            made.table_variable = variable;
+            if made.looks_like_the_sync_table() {
+                made.source = TableSource::DacTableSlot(slot);
+                return Ok(made);
+            }
+        }
+        Err(ContractError::Corrupt {
+            what: "g_dacTable",
+            addr: table,
+            detail: format!(
+                "none of its {} slots leads to a sync table whose sync blocks name their \
+                 own entries",
+                size / 8
+            ),
+        })
+    }
+
+    /// Whether the table `table_variable` points at has at least one used entry in its
+    /// first [`SEARCH_ENTRIES`] and every used one's sync block names its own index.
+    fn looks_like_the_sync_table(&self) -> bool {
+        let mut matched = 0;
+        for index in 1..SEARCH_ENTRIES {
+            match self.entry(index) {
+                Ok(None) => break,
+                Ok(Some(e)) if e.object & 1 != 0 || e.sync_block == 0 => {}
+                Ok(Some(e)) => match self.sync_index(e.sync_block) {
+                    Ok(i) if i == index => matched += 1,
+                    _ => return false,
+                },
+                Err(_) => return false,
+            }
+        }
+        matched > 0
+    }
+
+    /// How the table was found.
+    pub fn source(&self) -> TableSource {
+        self.source
+    }
+
+    fn fields(&self) -> Fields<'_> {
+        Fields::new(&self.target, &self.descriptor)
+    }
+
+    /// The table's first entry (it moves when the table grows, so read each time).
+    fn table(&self) -> Result<u64, ContractError> {
+        let table = self.target.read_pointer(self.table_variable)?;
+        if table == 0 {
+            return Err(ContractError::Corrupt {
+                what: "sync table",
+                addr: self.table_variable,
+                detail: "g_pSyncTable is null".into(),
+            });
+        }
+        Ok(table)
+    }
+
+    /// Entry `index`; `None` for the `{0, 0}` entry that ends the used part.
+    pub fn entry(&self, index: u32) -> Result<Option<SyncTableEntry>, ContractError> {
+        let f = self.fields();
+        let at = self
+            .table()?
+            .wrapping_add(u64::from(index) * f.size(ENTRY)?);
+        let sync_block = f.ptr(at, ENTRY, "SyncBlock")?;
+        let object = f.ptr(at, ENTRY, "Object")?;
+        if sync_block == 0 && object == 0 {
+            return Ok(None);
+        }
+        Ok(Some(SyncTableEntry {
+            index,
+            sync_block,
+            object,
+        }))
+    }
+
+    /// The used entries with a sync block, in index order (free entries skipped), at most
+    /// the target's list-length limit.
+    pub fn entries(&self) -> Result<Vec<SyncTableEntry>, ContractError> {
+        let limit = self.target.limits().max_list_length;
+        let mut out = Vec::new();
+        for index in 1u64..=limit {
+            let index = u32::try_from(index).unwrap_or(u32::MAX);
+            match self.entry(index)? {
+                None => return Ok(out),
+                Some(e) if e.object & 1 != 0 || e.sync_block == 0 => {}
+                Some(e) => out.push(e),
+            }
+        }
+        Err(ContractError::LimitExceeded {
+            what: "sync table",
+            addr: self.table_variable,
+            limit: crate::limits::Limit::ListLength,
+            cap: limit,
+            unit: "entries",
+        })
+    }
+
+    /// The sync block of `object`, whose header holds `index`: checked to be the entry
+    /// of that object and to name that index back.
+    pub fn of_object(&self, index: u32, object: u64) -> Result<SyncBlockInfo, ContractError> {
+        let entry = self.entry(index)?.ok_or(ContractError::Corrupt {
+            what: "sync table entry",
+            addr: self.table_variable,
+            detail: format!("entry {index} is past the used part of the table"),
+        })?;
+        if entry.object != object {
+            return Err(ContractError::Corrupt {
+                what: "sync table entry",
+                addr: entry.sync_block,
+                detail: format!(
+                    "entry {index} belongs to object {:#x}, not {object:#x}",
+                    entry.object
+                ),
+            });
+        }
+        self.read(entry.sync_block, index)
+    }
+
+    fn sync_index(&self, sync_block: u64) -> Result<u32, ContractError> {
+        Ok(self.fields().u32(sync_block, SYNC_BLOCK, "SyncIndex")? & INDEX_MASK)
+    }
+
+    /// The sync block at `address`, expected at `index` of the table.
+    pub fn read(&self, address: u64, index: u32) -> Result<SyncBlockInfo, ContractError> {
+        let f = self.fields();
+        let own = self.sync_index(address)?;
+        if own != index {
+            return Err(ContractError::Corrupt {
+                what: "sync block",
+                addr: address,
+                detail: format!("it names sync table entry {own}, not {index}"),
+            });
+        }
+        let state = f.u32(address, SYNC_BLOCK, "LockState")?;
+        let locked = state & LOCKED != 0;
+        let holder = if !locked {
+            None
+        } else if f.has(SYNC_BLOCK, "HoldingThread") {
+            Some(Holder::Thread(f.ptr(
+                address,
+                SYNC_BLOCK,
+                "HoldingThread",
+            )?))
+        } else {
+            Some(Holder::ThinLockId(f.u32(
+                address,
+                SYNC_BLOCK,
+                "HoldingThreadId",
+            )?))
+        };
+        let holder_os_id = if locked {
+            Some(f.ptr(address, SYNC_BLOCK, "HoldingOSThreadId")?)
+        } else {
+            None
+        };
+        let hash_code = if f.has(SYNC_BLOCK, "HashCode") {
+            f.u32(address, SYNC_BLOCK, "HashCode")?
+        } else {
+            0
+        };
+        Ok(SyncBlockInfo {
+            address,
+            index,
+            monitor: Monitor {
+                locked,
+                recursion: if locked {
+                    f.u32(address, SYNC_BLOCK, "Recursion")?
+                } else {
+                    0
+                },
+                holder,
+                holder_os_id,
+                waiters: state >> WAITER_SHIFT,
+            },
+            hash_code,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::builder::MemoryBuilder;
+    use crate::memory::DataLayout;
+
+    /// The .NET 9 shape: `HoldingThread` a pointer, no `SyncTableEntries` global.
+    const DESCRIPTOR: &str = r#"{"types":{
+        "SyncTableEntry":{"!":16,"SyncBlock":[0,"pointer"],"Object":[8,"pointer"]},
+        "SyncBlock":{"LockState":[0,"uint32"],"Recursion":[4,"uint32"],
+            "HoldingThread":[8,"pointer"],"HoldingOSThreadId":[16,"nuint"],
+            "SyncIndex":[28,"uint32"],"HashCode":[80,"uint32"]}},
+        "globals":{"Architecture":"x64"}}"#;
+
+    const DAC_TABLE: u64 = 0x1000;
+    const VARIABLE: u64 = 0x2000;
+    const TABLE: u64 = 0x3000;
+    const BLOCKS: u64 = 0x4000;
+
+    /// A `g_dacTable` of 4 slots whose slot 2 leads to a sync table with a free entry 1, a
+    /// held block at entry 2 (recursion 3, two waiters) and the end at entry 3; `index_of_2`
+    /// is the index block 2 names.
+    fn context(index_of_2: u32) -> ContractContext {
+        let physical = crate::descriptor::json::parse("test", DESCRIPTOR.as_bytes()).unwrap();
+        let mut d = DataDescriptor::new(DataLayout::LE64);
+        d.merge("test", &physical, &[]).unwrap();
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        b.region(DAC_TABLE, 32)
+            .pointer(0, 0x10)
+            .pointer(8, 0x9999_0000)
+            .pointer(16, VARIABLE)
+            .pointer(24, 0);
+        b.region(0x10, 8).pointer(0, 0);
+        b.region(VARIABLE, 8).pointer(0, TABLE);
+        b.region(TABLE, 64)
+            .pointer(16, 0)
+            .pointer(24, 0x11) // free: a link with its low bit set
+            .pointer(32, BLOCKS)
+            .pointer(40, 0x7f00_0000_1000);
+        b.region(BLOCKS, 96)
+            .u32(0, 1 | (2 << 6))
+            .u32(4, 3)
+            .pointer(8, 0x5500_0000_0000)
+            .u64(16, 4242)
+            .u32(28, 0x8000_0000 | index_of_2)
+            .u32(80, 77);
+        let mut c = ContractContext::new(&b.into_target(), &d);
+        c.dac_table = Some((DAC_TABLE, 32));
+        c
+    }
+
+    #[test]
+    fn the_table_is_found_by_its_blocks_and_a_held_monitor_reads_back() {
+        let c = context(2);
+        let s = registry::create::<SyncBlocks>(&c).expect("found");
+        assert_eq!(s.source(), TableSource::DacTableSlot(2));
+        let entries = s.entries().expect("entries");
+        assert_eq!(
+            entries,
+            [SyncTableEntry {
+                index: 2,
+                sync_block: BLOCKS,
+                object: 0x7f00_0000_1000
+            }]
+        );
+        let sb = s.of_object(2, 0x7f00_0000_1000).expect("read");
+        assert_eq!(sb.hash_code, 77);
+        assert_eq!(
+            sb.monitor,
+            Monitor {
+                locked: true,
+                recursion: 3,
+                holder: Some(Holder::Thread(0x5500_0000_0000)),
+                holder_os_id: Some(4242),
+                waiters: 2,
+            }
+        );
+    }
+
+    #[test]
+    fn blocks_that_do_not_name_their_entries_are_refused() {
+        // No slot passes: the only table's block names entry 5.
+        let c = context(5);
+        match registry::create::<SyncBlocks>(&c) {
+            Err(ContractError::Corrupt { what, detail, .. }) => {
+                assert_eq!(what, "g_dacTable");
+                assert!(detail.contains("4 slots"), "{detail}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Found (through the global), the block still does not name its entry, and an
+        // entry of another object is refused.
+        let mut c = context(5);
+        let json = DESCRIPTOR.replace(
+            r#""globals":{"#,
+            &format!(r#""globals":{{"SyncTableEntries":"{VARIABLE:#x}","#),
+        );
+        let physical = crate::descriptor::json::parse("test", json.as_bytes()).unwrap();
+        let mut d = DataDescriptor::new(DataLayout::LE64);
+        d.merge("test", &physical, &[]).unwrap();
+        c.descriptor = d;
+        let s = registry::create::<SyncBlocks>(&c).expect("found by the global");
+        assert_eq!(s.source(), TableSource::Descriptor);
+        assert!(matches!(
+            s.of_object(2, 0x7f00_0000_1000),
+            Err(ContractError::Corrupt {
+                what: "sync block",
+                ..
+            })
+        ));
+        assert!(matches!(
+            s.of_object(2, 0x7f00_0000_2000),
+            Err(ContractError::Corrupt {
+                what: "sync table entry",
+                ..
+            })
+        ));
+        assert!(s.of_object(3, 0).is_err(), "past the used part");
+    }
+
+    #[test]
+    fn a_runtime_without_the_layout_has_no_sync_block_contract() {
+        let physical =
+            crate::descriptor::json::parse("test", br#"{"globals":{"Architecture":"x64"}}"#)
+                .unwrap();
+        let mut d = DataDescriptor::new(DataLayout::LE64);
+        d.merge("test", &physical, &[]).unwrap();
+        let c = ContractContext::new(&MemoryBuilder::new(DataLayout::LE64).into_target(), &d);
+        assert!(matches!(
+            registry::create::<SyncBlocks>(&c),
+            Err(ContractError::Missing { .. })
+        ));
+    }
+}
