@@ -389,6 +389,12 @@ fn validate_once(rt: &Runtime) -> ValidationReport {
         ],
         check_field_descs(rt, &modules),
     );
+    run(
+        "sync-blocks",
+        "every used sync table entry (the first 1024) has a sync block naming that entry and an object whose header names it; a held monitor's holder is a thread of the thread store with the OS id the monitor records",
+        &["SyncBlock.*", "SyncTableEntry.*"],
+        check_sync_blocks(rt, list.as_ref()),
+    );
     let covered: BTreeSet<&str> = checks
         .iter()
         .filter(|c| c.status == CheckStatus::Passed)
@@ -1355,6 +1361,70 @@ fn check_field_descs(rt: &Runtime, modules: &Result<Vec<ModuleInfo>, ContractErr
         } else {
             ""
         }
+    ))
+}
+
+fn check_sync_blocks(rt: &Runtime, list: Option<&crate::contracts::thread::ThreadList>) -> Outcome {
+    use crate::contracts::sync_block::Holder;
+    use crate::inspect::{Header, HeaderState};
+    let sync = match rt.contracts().sync_blocks() {
+        Ok(s) => s,
+        Err(
+            e @ (ContractError::Missing { .. }
+            | ContractError::UnsupportedVersion { .. }
+            | ContractError::Descriptor(_)),
+        ) => return Err(Stop::Skip(e.to_string())),
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    let (mut used, mut held) = (0u32, 0u32);
+    for index in 1..=1024u32 {
+        let Some(entry) = sync.entry(index)? else {
+            break;
+        };
+        if entry.object & 1 != 0 || entry.sync_block == 0 {
+            continue;
+        }
+        used += 1;
+        let block = sync
+            .of_object(index, entry.object)
+            .map_err(|e| fail(e.to_string()))?;
+        let header = Header::decode(rt.target().read_u32(entry.object.wrapping_sub(4))?);
+        if header.state != (HeaderState::SyncBlock { index }) {
+            return Err(fail(format!(
+                "sync table entry {index}'s object {:#x} has header {:#010x}, which does not name it",
+                entry.object, header.raw
+            )));
+        }
+        let m = block.monitor;
+        let Some(holder) = m.holder else { continue };
+        held += 1;
+        let Some(list) = list else { continue };
+        let thread = list.threads.iter().find(|t| match holder {
+            Holder::Thread(address) => t.address == address,
+            Holder::ThinLockId(id) => Fields::new(rt.target(), rt.descriptor())
+                .u32(t.address, "Thread", "Id")
+                .is_ok_and(|v| v == id),
+        });
+        match thread {
+            Some(t) if Some(t.os_id) == m.holder_os_id && m.recursion >= 1 => {}
+            Some(t) => {
+                return Err(fail(format!(
+                    "sync block {index}'s monitor is held {} time(s) by thread {:#x} (OS id {}), but records OS id {:?}",
+                    m.recursion, t.address, t.os_id, m.holder_os_id
+                )))
+            }
+            None => {
+                return Err(fail(format!(
+                    "sync block {index}'s monitor is held by {holder:?}, which is no thread of the thread store"
+                )))
+            }
+        }
+    }
+    if used == 0 {
+        return Err(Stop::Skip("no sync block in use".into()));
+    }
+    Ok(format!(
+        "{used} sync block(s) name their entries and objects; {held} held monitor(s) name their holders"
     ))
 }
 

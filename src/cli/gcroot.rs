@@ -11,7 +11,7 @@ use super::code::parse_address;
 use super::model::Addr;
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 use cdac::inspect::{FieldView, InspectOptions, Inspector, Value};
-use cdac::roots::{Marker, RootKind, RootOptions, RootSet, Via};
+use cdac::roots::{Marker, RootKind, RootOptions, RootPath, RootSet, Via};
 use cdac::stacks::LiveRegisters;
 
 /// Arguments of `cdac gcroot`.
@@ -31,6 +31,13 @@ pub struct GcRootArgs {
     /// moment, as `stacks` does).
     #[arg(long)]
     no_stacks: bool,
+    /// A path from each root that reaches the object (not only the shortest), at most
+    /// `--max-paths`.
+    #[arg(long)]
+    all: bool,
+    /// The most paths `--all` prints.
+    #[arg(long, value_name = "N", default_value_t = 20, requires = "all")]
+    max_paths: usize,
 }
 
 /// `cdac gcroot --json`.
@@ -46,6 +53,10 @@ pub struct GcRootReport {
     pub root: Option<RootReport>,
     /// The objects from the root's to the target, each with how the one before refers to it.
     pub path: Vec<StepReport>,
+    /// With `--all`: a path from each root that reaches the object, at most
+    /// `--max-paths` (the first is not always the shortest one `path` shows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub all_paths: Option<Vec<PathReport>>,
     /// Roots read, by kind.
     pub roots: std::collections::BTreeMap<String, u64>,
     /// Objects marked before the path was found (or all reachable ones).
@@ -62,7 +73,7 @@ pub struct GcRootReport {
 }
 
 /// The root of a path.
-#[derive(Debug, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct RootReport {
     /// Its kind.
     pub kind: String,
@@ -75,6 +86,18 @@ pub struct RootReport {
     /// them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub frame: Option<u32>,
+    /// The kind in words (as the human output prints it).
+    #[serde(skip)]
+    pub description: String,
+}
+
+/// One path of `--all`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct PathReport {
+    /// Its root.
+    pub root: RootReport,
+    /// The objects from the root's to the target.
+    pub path: Vec<StepReport>,
 }
 
 /// One object on a path.
@@ -125,40 +148,20 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
     let mut marker = Marker::new(&rt, roots)?;
     let path = marker.path_to(args.address);
     let mut inspector = Inspector::new(&rt)?;
-    let mut steps = Vec::new();
-    let mut previous: Option<u64> = None;
-    if let Some(p) = &path {
-        for s in &p.steps {
-            let via = match (s.via, previous) {
-                (Via::Root, _) => "root".to_string(),
-                (Via::Dependent, _) => "dependent".to_string(),
-                (Via::Slot(offset), Some(parent)) => field_name(&mut inspector, parent, offset),
-                (Via::Slot(offset), None) => format!("+{offset:#x}"),
-            };
-            steps.push(StepReport {
-                address: Addr(s.object),
-                type_name: inspector.type_name(s.method_table),
-                via,
-            });
-            previous = Some(s.object);
-        }
-    }
+    let all_paths = args.all.then(|| {
+        marker
+            .paths_to(args.address, args.max_paths)
+            .iter()
+            .map(|p| path_report(&mut inspector, p))
+            .collect::<Vec<_>>()
+    });
+    let first = path.as_ref().map(|p| path_report(&mut inspector, p));
     let report = GcRootReport {
         target: Addr(args.address),
         found: path.is_some(),
-        root: path.as_ref().map(|p| {
-            let (thread, frame) = match p.root.kind {
-                RootKind::Stack { thread, frame } => (Some(thread), Some(frame)),
-                _ => (None, None),
-            };
-            RootReport {
-                kind: p.root.kind.name().to_string(),
-                address: Addr(p.root.address),
-                thread,
-                frame,
-            }
-        }),
-        path: steps,
+        root: first.as_ref().map(|p| p.root.clone()),
+        path: first.map(|p| p.path).unwrap_or_default(),
+        all_paths,
         roots: counts,
         objects_marked: marker.summary().marked,
         roots_not_read: not_read.clone(),
@@ -172,34 +175,26 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
     }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
-    match (&report.root, path.as_ref()) {
-        (Some(root), Some(p)) => {
-            match p.root.kind {
-                RootKind::Stack { thread, frame } => writeln!(
-                    out,
-                    "{} {} (thread {thread}, frame #{frame})",
-                    p.root.kind.describe(),
-                    if root.address.0 == 0 {
-                        "(register)".to_string()
-                    } else {
-                        hex(root.address.0)
-                    }
-                )?,
-                _ => writeln!(out, "{} {}", p.root.kind.describe(), hex(root.address.0))?,
+    match (&report.root, &report.all_paths) {
+        (Some(_), Some(all)) => {
+            for (i, p) in all.iter().enumerate() {
+                if i > 0 {
+                    writeln!(out)?;
+                }
+                print_path(&mut out, &p.root, &p.path)?;
             }
-            for s in &report.path {
-                writeln!(
-                    out,
-                    "  -> {} {}{}",
-                    hex(s.address.0),
-                    s.type_name,
-                    match s.via.as_str() {
-                        "root" => String::new(),
-                        v => format!("  (via {v})"),
-                    }
-                )?;
-            }
+            writeln!(
+                out,
+                "{} path(s){}",
+                all.len(),
+                if all.len() >= args.max_paths {
+                    format!(" (--max-paths {}: there may be more)", args.max_paths)
+                } else {
+                    String::new()
+                }
+            )?;
         }
+        (Some(root), None) => print_path(&mut out, root, &report.path)?,
         _ => writeln!(
             out,
             "no root read by cdac reaches {} ({} objects reachable from them)",
@@ -213,6 +208,70 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
     }
     out.flush()?;
     Ok(outcome(&report))
+}
+
+/// A path as reported: its root and each step named by the field that refers to it.
+fn path_report(inspector: &mut Inspector<'_>, p: &RootPath) -> PathReport {
+    let (thread, frame) = match p.root.kind {
+        RootKind::Stack { thread, frame } => (Some(thread), Some(frame)),
+        _ => (None, None),
+    };
+    let mut steps = Vec::new();
+    let mut previous: Option<u64> = None;
+    for s in &p.steps {
+        let via = match (s.via, previous) {
+            (Via::Root, _) => "root".to_string(),
+            (Via::Dependent, _) => "dependent".to_string(),
+            (Via::Slot(offset), Some(parent)) => field_name(inspector, parent, offset),
+            (Via::Slot(offset), None) => format!("+{offset:#x}"),
+        };
+        steps.push(StepReport {
+            address: Addr(s.object),
+            type_name: inspector.type_name(s.method_table),
+            via,
+        });
+        previous = Some(s.object);
+    }
+    PathReport {
+        root: RootReport {
+            kind: p.root.kind.name().to_string(),
+            address: Addr(p.root.address),
+            thread,
+            frame,
+            description: p.root.kind.describe().to_string(),
+        },
+        path: steps,
+    }
+}
+
+/// Prints a root and its path, one object per line.
+fn print_path(out: &mut impl Write, root: &RootReport, path: &[StepReport]) -> std::io::Result<()> {
+    match (root.thread, root.frame) {
+        (Some(thread), Some(frame)) => writeln!(
+            out,
+            "{} {} (thread {thread}, frame #{frame})",
+            root.description,
+            if root.address.0 == 0 {
+                "(register)".to_string()
+            } else {
+                hex(root.address.0)
+            }
+        )?,
+        _ => writeln!(out, "{} {}", root.description, hex(root.address.0))?,
+    }
+    for s in path {
+        writeln!(
+            out,
+            "  -> {} {}{}",
+            hex(s.address.0),
+            s.type_name,
+            match s.via.as_str() {
+                "root" => String::new(),
+                v => format!("  (via {v})"),
+            }
+        )?;
+    }
+    Ok(())
 }
 
 /// Exit 1 when no root read reaches the object (a root not read might).

@@ -54,7 +54,7 @@ pub struct MarkSummary {
 }
 
 /// One bit per 8 bytes of each segment.
-struct SegmentBits {
+pub(super) struct SegmentBits {
     /// `(start, end, bits)`, sorted by start.
     segments: Vec<(u64, u64, Vec<u64>)>,
 }
@@ -73,6 +73,26 @@ impl SegmentBits {
         SegmentBits { segments: v }
     }
 
+    /// The same segments, every bit clear.
+    pub(super) fn empty_like(&self) -> SegmentBits {
+        SegmentBits {
+            segments: self
+                .segments
+                .iter()
+                .map(|(start, end, bits)| (*start, *end, vec![0; bits.len()]))
+                .collect(),
+        }
+    }
+
+    /// Clears `addr`'s bit.
+    pub(super) fn clear(&mut self, addr: u64) {
+        if let Some(i) = self.find(addr) {
+            let (start, _, bits) = &mut self.segments[i];
+            let bit = (addr - *start) / 8;
+            bits[(bit / 64) as usize] &= !(1u64 << (bit % 64));
+        }
+    }
+
     fn find(&self, addr: u64) -> Option<usize> {
         let i = self
             .segments
@@ -82,7 +102,7 @@ impl SegmentBits {
     }
 
     /// Sets `addr`'s bit: `Some(true)` if it was clear, `None` outside every segment.
-    fn set(&mut self, addr: u64) -> Option<bool> {
+    pub(super) fn set(&mut self, addr: u64) -> Option<bool> {
         let i = self.find(addr)?;
         let (start, _, bits) = &mut self.segments[i];
         let bit = (addr - *start) / 8;
@@ -93,7 +113,7 @@ impl SegmentBits {
         Some(!was)
     }
 
-    fn get(&self, addr: u64) -> bool {
+    pub(super) fn get(&self, addr: u64) -> bool {
         self.find(addr).is_some_and(|i| {
             let (start, _, bits) = &self.segments[i];
             let bit = (addr - start) / 8;
@@ -165,7 +185,7 @@ impl BlockCache {
 }
 
 /// Reads objects and their references.
-struct ObjectReader<'r> {
+pub(super) struct ObjectReader<'r> {
     target: &'r Target,
     walker: ObjectWalker<'r>,
     descs: GcDescCache,
@@ -176,7 +196,7 @@ struct ObjectReader<'r> {
 
 impl ObjectReader<'_> {
     /// The MethodTable and size of `object`.
-    fn header(&mut self, object: u64) -> Option<(u64, u64, bool, u32)> {
+    pub(super) fn header(&mut self, object: u64) -> Option<(u64, u64, bool, u32)> {
         let target = self.target;
         let mt = self.cache.word(target, object)? & !self.walker.method_table_mask();
         let count_at = object + self.walker.component_count_offset();
@@ -193,7 +213,7 @@ impl ObjectReader<'_> {
     /// Calls `visit(slot offset, or None for a dependent handle's edge; referenced object)`
     /// for each non-null reference of `object` until it returns false; the object's
     /// MethodTable, or `None` when the object cannot be read.
-    fn for_each_reference(
+    pub(super) fn for_each_reference(
         &mut self,
         object: u64,
         mut visit: impl FnMut(Option<u64>, u64) -> bool,
@@ -236,10 +256,10 @@ impl ObjectReader<'_> {
 
 /// Marks what the roots keep alive.
 pub struct Marker<'r> {
-    reader: ObjectReader<'r>,
+    pub(super) reader: ObjectReader<'r>,
     /// The roots (their dependent-handle edges moved to the reader).
-    roots: RootSet,
-    bits: SegmentBits,
+    pub(super) roots: RootSet,
+    pub(super) bits: SegmentBits,
     levels: Vec<Vec<u64>>,
     /// The next level to expand.
     next: usize,

@@ -6,6 +6,7 @@
 //! - [`mark`]: a breadth-first mark from all roots with a bitmap per segment (one bit per
 //!   8 bytes), level by level, so that a path is rebuilt from the levels instead of a
 //!   parent per object; it stops as soon as a target is reached.
+//! - [`paths`]: one path from each root that reaches an object (`gcroot --all`).
 //!
 //! Stack roots (every managed frame's live slots, [`crate::stacks::roots`]) are read on
 //! request ([`RootOptions::stacks`]); an interior pointer among them roots the object
@@ -13,6 +14,7 @@
 //! not read.
 
 pub mod mark;
+pub mod paths;
 pub mod sources;
 
 pub use mark::{MarkSummary, Marker, PathStep, RootPath, Via};

@@ -255,3 +255,121 @@ fn gcroot_finds_the_holders_net9() {
 fn gcroot_finds_the_holders_net8() {
     gcroot_finds_the_holders(Variant::Net8);
 }
+
+/// The roots SOS `gcroot` (its "unique roots") lists for `target`: handle and
+/// finalizer-queue slots, and stack slots (0 for a register).
+fn sos_roots(dump: &Path, target: u64, stacks: bool) -> BTreeSet<u64> {
+    let command = if stacks {
+        format!("gcroot {target:#x}")
+    } else {
+        format!("gcroot -nostacks {target:#x}")
+    };
+    let out = Command::new(common::dotnet_dump())
+        .arg("analyze")
+        .arg(dump)
+        .args(["-c", &command, "-c", "exit"])
+        .output()
+        .expect("run dotnet-dump");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    text.lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            // "00007f9261e413e8 (strong handle)" under HandleTable / Finalizer Queue.
+            if let Some((a, kind)) = l.split_once(" (") {
+                if kind.ends_with(')') && !a.contains(' ') {
+                    return hex(a);
+                }
+            }
+            // "rbp-108: 00007f91d07fda68" (a stack slot) or "rbx: ..." (a register).
+            let (place, value) = l.split_once(": ")?;
+            if place.starts_with('r') && !place.contains(' ') && hex(value).is_some() {
+                return Some(if place.contains(['+', '-']) {
+                    hex(value)?
+                } else {
+                    0
+                });
+            }
+            None
+        })
+        .collect()
+}
+
+/// `gcroot --all` finds a path from exactly the roots SOS `gcroot` lists for the testbed's
+/// objects (a marker in a static list, the strong handle's target, the object only the
+/// finalizer queue holds): with stack roots on .NET 9 and 8, without them on .NET 10
+/// (where SOS stops walking the stacks at the thread parked in a filter).
+fn gcroot_all_equals_sos(variant: Variant, stacks: bool) {
+    let tb = testbed_of(variant);
+    let dump = tb.dump("full");
+    let d = dump.display().to_string();
+    let heap = &tb.manifest["heap"];
+    let strong = heap["handles"]
+        .as_array()
+        .expect("handles")
+        .iter()
+        .find(|h| h["kind"] == "strong")
+        .expect("a strong handle");
+    let targets = [
+        first_of(&d, heap["marker_type"].as_str().expect("marker_type")),
+        handle_target(&d, common::hex(&strong["handle"])),
+        handle_target(
+            &d,
+            common::hex(&heap["finalizer_queued"]["weak_long_handle"]),
+        ),
+    ];
+    let mut total = 0;
+    for t in targets {
+        let what = format!("{} {t:#x}", variant.name());
+        let mut args = vec![
+            "gcroot".to_string(),
+            format!("{t:#x}"),
+            "--all".into(),
+            "--max-paths".into(),
+            "1000".into(),
+            "--json".into(),
+            "--dump".into(),
+            d.clone(),
+        ];
+        if !stacks {
+            args.push("--no-stacks".into());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let ours = cdac_json(&args);
+        let paths = ours["all_paths"].as_array().expect("all_paths");
+        let roots: BTreeSet<u64> = paths
+            .iter()
+            .map(|p| common::hex(&p["root"]["address"]))
+            .collect();
+        assert_eq!(roots.len(), paths.len(), "{what}: one path per root");
+        for p in paths {
+            let steps = p["path"].as_array().expect("path");
+            assert_eq!(
+                steps.last().map(|s| common::hex(&s["address"])),
+                Some(t),
+                "{what}: {p}"
+            );
+        }
+        assert_eq!(roots, sos_roots(&dump, t, stacks), "{what}: cdac, then SOS");
+        total += roots.len();
+    }
+    eprintln!(
+        "{}: {total} roots of 3 objects equal SOS's (stacks: {stacks})",
+        variant.name()
+    );
+}
+
+#[test]
+fn gcroot_all_equals_sos_net10() {
+    gcroot_all_equals_sos(Variant::Net10, false);
+}
+
+#[test]
+fn gcroot_all_equals_sos_net9() {
+    gcroot_all_equals_sos(Variant::Net9, true);
+}
+
+#[test]
+fn gcroot_all_equals_sos_net8() {
+    gcroot_all_equals_sos(Variant::Net8, true);
+}
