@@ -80,6 +80,7 @@ pub mod formats;
 pub mod heap;
 pub mod inspect;
 pub mod limits;
+pub mod locks;
 pub mod memory;
 pub mod names;
 pub mod process;

@@ -390,6 +390,18 @@ fn validate_once(rt: &Runtime) -> ValidationReport {
         check_field_descs(rt, &modules),
     );
     run(
+        "thread-statics",
+        "every thread's thread-local data names the thread back, and its thread-static array is an object[] (the same MethodTable on every thread)",
+        &["Thread.ThreadLocalDataPtr", "ThreadLocalData.*", "InFlightTLSData.*"],
+        check_thread_statics(rt, list.as_ref()),
+    );
+    run(
+        "helper-frames",
+        "every HelperMethodFrame_1OBJ's GC pointer leads to a slot next to the Frame on its thread's stack, holding null or an object with a MethodTable",
+        &["HelperMethodFrame_1OBJ.*"],
+        check_helper_frames(rt, list.as_ref()),
+    );
+    run(
         "sync-blocks",
         "every used sync table entry (the first 1024) has a sync block naming that entry and an object whose header names it; a held monitor's holder is a thread of the thread store with the OS id the monitor records",
         &["SyncBlock.*", "SyncTableEntry.*"],
@@ -1361,6 +1373,110 @@ fn check_field_descs(rt: &Runtime, modules: &Result<Vec<ModuleInfo>, ContractErr
         } else {
             ""
         }
+    ))
+}
+
+fn check_thread_statics(
+    rt: &Runtime,
+    list: Option<&crate::contracts::thread::ThreadList>,
+) -> Outcome {
+    let f = Fields::new(rt.target(), rt.descriptor());
+    if !f.has("Thread", "ThreadLocalDataPtr") || !f.has("ThreadLocalData", "Thread") {
+        return Err(Stop::Skip(
+            "the descriptor does not say where threads keep thread statics".into(),
+        ));
+    }
+    let list = list.ok_or_else(|| Stop::Skip("no thread list".into()))?;
+    let (mut with_data, mut arrays) = (0, 0);
+    let mut array_mt = None;
+    for t in &list.threads {
+        let data = f.ptr(t.address, "Thread", "ThreadLocalDataPtr")?;
+        if data == 0 {
+            continue;
+        }
+        with_data += 1;
+        let back = f.ptr(data, "ThreadLocalData", "Thread")?;
+        if back != t.address {
+            return Err(fail(format!(
+                "thread {:#x}'s thread-local data {data:#x} names thread {back:#x}",
+                t.address
+            )));
+        }
+        let array = f.ptr(data, "ThreadLocalData", "NonCollectibleTlsArrayData")?;
+        if array == 0 {
+            continue;
+        }
+        arrays += 1;
+        let mt = rt.target().read_pointer(array)? & !7;
+        let component = rt.target().read_u32(mt)? & 0xFFFF;
+        match array_mt {
+            None if component == 8 => array_mt = Some(mt),
+            Some(m) if m == mt => {}
+            _ => {
+                return Err(fail(format!(
+                    "thread {:#x}'s thread-static array {array:#x} has MethodTable {mt:#x} (component size {component}), not an object[]'s",
+                    t.address
+                )))
+            }
+        }
+    }
+    if with_data == 0 {
+        return Err(Stop::Skip("no thread has thread-local data".into()));
+    }
+    Ok(format!(
+        "{with_data} thread(s) with thread-local data that names them; {arrays} thread-static object[](s)"
+    ))
+}
+
+fn check_helper_frames(
+    rt: &Runtime,
+    list: Option<&crate::contracts::thread::ThreadList>,
+) -> Outcome {
+    let f = Fields::new(rt.target(), rt.descriptor());
+    if !f.has("HelperMethodFrame_1OBJ", "GCPtrs") {
+        return Err(Stop::Skip(
+            "the descriptor does not describe HelperMethodFrame_1OBJ".into(),
+        ));
+    }
+    let list = list.ok_or_else(|| Stop::Skip("no thread list".into()))?;
+    let threads = Threads::for_runtime(rt).map_err(|e| Stop::Skip(e.to_string()))?;
+    let mut seen = 0;
+    for t in &list.threads {
+        let Ok(frames) = threads.frames(t) else {
+            continue;
+        };
+        for frame in frames
+            .iter()
+            .filter(|fr| fr.kind == Some("HelperMethodFrame_1OBJ"))
+        {
+            seen += 1;
+            let slot = f.ptr(frame.address, "HelperMethodFrame_1OBJ", "GCPtrs")?;
+            if slot.abs_diff(frame.address) > 0x1000 || slot % 8 != 0 {
+                return Err(fail(format!(
+                    "the HelperMethodFrame_1OBJ at {:#x} protects slot {slot:#x}, not one next to it",
+                    frame.address
+                )));
+            }
+            let object = rt.target().read_pointer(slot)?;
+            if object != 0 {
+                let mt = rt.target().read_pointer(object)? & !7;
+                let base_size = f.u32(mt, "MethodTable", "BaseSize")?;
+                if !(16..=(1 << 20)).contains(&base_size) {
+                    return Err(fail(format!(
+                        "the HelperMethodFrame_1OBJ at {:#x} protects {object:#x}, whose MethodTable {mt:#x} has base size {base_size}",
+                        frame.address
+                    )));
+                }
+            }
+        }
+    }
+    if seen == 0 {
+        return Err(Stop::Skip(
+            "no thread is in a HelperMethodFrame_1OBJ".into(),
+        ));
+    }
+    Ok(format!(
+        "{seen} HelperMethodFrame_1OBJ(s) protect a slot next to them holding null or an object"
     ))
 }
 

@@ -222,6 +222,7 @@ typedef struct cdac_field {
 #define CDAC_ROOT_SIZED_REF_HANDLE 4
 #define CDAC_ROOT_FINALIZER_QUEUE 5 /* ready for finalization */
 #define CDAC_ROOT_STACK 6           /* a frame's live slot; root_address: the slot (0: a register) */
+#define CDAC_ROOT_THREAD_STATIC 7   /* a thread's thread-static storage (.NET 9, 10) */
 #define CDAC_ROOT_OTHER 255
 /* cdac_root_step.slot_offset values that are not offsets */
 #define CDAC_VIA_ROOT UINT64_MAX            /* the root's own object */

@@ -340,6 +340,8 @@ pub const CDAC_ROOT_SIZED_REF_HANDLE: u32 = 4;
 pub const CDAC_ROOT_FINALIZER_QUEUE: u32 = 5;
 /// A live GC slot of a managed frame (`root_address`: the slot's address, 0 for a register).
 pub const CDAC_ROOT_STACK: u32 = 6;
+/// A thread's thread-static storage (.NET 9 and 10; `root_address`: its slot).
+pub const CDAC_ROOT_THREAD_STATIC: u32 = 7;
 /// Another kind of root.
 pub const CDAC_ROOT_OTHER: u32 = 255;
 /// `cdac_root_step.slot_offset` of the root's own object.
@@ -1511,6 +1513,7 @@ pub unsafe extern "C" fn cdac_gcroot(
                     RootKind::SizedRefHandle => CDAC_ROOT_SIZED_REF_HANDLE,
                     RootKind::FinalizerQueue => CDAC_ROOT_FINALIZER_QUEUE,
                     RootKind::Stack { .. } => CDAC_ROOT_STACK,
+                    RootKind::ThreadStatic { .. } => CDAC_ROOT_THREAD_STATIC,
                 },
             );
         }

@@ -90,7 +90,7 @@ int main(void) {
     O(cdac_field, depth); O(cdac_field, is_static);
     S(cdac_root_step); O(cdac_root_step, method_table); O(cdac_root_step, slot_offset);
     C(CDAC_VALUE_REFERENCE); C(CDAC_VALUE_STRUCT); C(CDAC_FIELDS_STATICS);
-    C(CDAC_ROOT_STRONG_HANDLE); C(CDAC_ROOT_FINALIZER_QUEUE); C(CDAC_VIA_DEPENDENT - CDAC_VIA_ROOT);
+    C(CDAC_ROOT_STRONG_HANDLE); C(CDAC_ROOT_FINALIZER_QUEUE); C(CDAC_ROOT_THREAD_STATIC); C(CDAC_VIA_DEPENDENT - CDAC_VIA_ROOT);
     C(CDAC_EH_TYPED); C(CDAC_EH_FILTER); C(CDAC_EH_FINALLY); C(CDAC_EH_FAULT);
     S(cdac_frame); O(cdac_frame, method_desc); O(cdac_frame, kind); O(cdac_frame, il_offset);
     C(CDAC_OK); C(CDAC_NOT_FOUND); C(CDAC_E_NULL_POINTER); C(CDAC_E_BAD_HANDLE);
@@ -326,6 +326,10 @@ fn header_matches_library() {
         (
             "CDAC_ROOT_FINALIZER_QUEUE",
             cdac::CDAC_ROOT_FINALIZER_QUEUE.into(),
+        ),
+        (
+            "CDAC_ROOT_THREAD_STATIC",
+            cdac::CDAC_ROOT_THREAD_STATIC.into(),
         ),
         (
             "CDAC_VIA_DEPENDENT - CDAC_VIA_ROOT",

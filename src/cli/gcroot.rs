@@ -11,7 +11,7 @@ use super::code::parse_address;
 use super::model::Addr;
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 use cdac::inspect::{FieldView, InspectOptions, Inspector, Value};
-use cdac::roots::{Marker, RootKind, RootOptions, RootPath, RootSet, Via};
+use cdac::roots::{Marker, RootKind, RootOptions, RootPath, RootSet, ThreadStatics, Via};
 use cdac::stacks::LiveRegisters;
 
 /// Arguments of `cdac gcroot`.
@@ -48,7 +48,7 @@ pub struct GcRootReport {
     /// A root reaches it.
     pub found: bool,
     /// The root: `stack`, `strong_handle`, `pinned_handle`, `async_pinned_handle`,
-    /// `sized_ref_handle`, `finalizer_queue`.
+    /// `sized_ref_handle`, `finalizer_queue`, `thread_static`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub root: Option<RootReport>,
     /// The objects from the root's to the target, each with how the one before refers to it.
@@ -77,9 +77,10 @@ pub struct GcRootReport {
 pub struct RootReport {
     /// Its kind.
     pub kind: String,
-    /// The handle, the finalizer queue entry, or the stack slot (0 for a register).
+    /// The handle, the finalizer queue entry, the stack slot (0 for a register), or the
+    /// thread-static storage's slot.
     pub address: Addr,
-    /// A stack root: the thread's kernel id.
+    /// A stack or thread-static root: the thread's kernel id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thread: Option<i32>,
     /// A stack root: the frame's index in the thread's stack (as `cdac stacks` numbers
@@ -112,17 +113,18 @@ pub struct StepReport {
     pub via: String,
 }
 
-/// The roots `gcroot` and `heap --live` do not read.
-pub(super) const NOT_READ: &[&str] = &[
-    "thread statics",
-    "explicit Frames' roots (GCFrame, HelperMethodFrame, transition frames' arguments)",
-];
+/// The roots `gcroot` and `heap --live` do not read on any runtime.
+pub(super) const NOT_READ: &[&str] =
+    &["explicit Frames' roots (GCFrame, HelperMethodFrame, transition frames' arguments)"];
 
-/// The roots `gcroot` and `heap --live` do not read, with stack frames when they were
-/// left out too.
-pub(super) fn not_read(stacks_read: bool) -> Vec<String> {
+/// The roots `gcroot` and `heap --live` did not read from `roots`: stack frames when they
+/// were left out, thread statics where the descriptor does not say where they are.
+pub(super) fn not_read(roots: &RootSet) -> Vec<String> {
     let mut v: Vec<String> = NOT_READ.iter().map(|s| s.to_string()).collect();
-    if !stacks_read {
+    if roots.thread_statics == ThreadStatics::NotRead {
+        v.insert(0, "thread statics".into());
+    }
+    if !roots.stacks_read {
         v.insert(0, "stack frames (every thread's live slots)".into());
     }
     v
@@ -144,7 +146,7 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
     let problems = roots.problems.clone();
     let interior_skipped = roots.interior_skipped;
     let interior_resolved = roots.interior_resolved;
-    let not_read = not_read(roots.stacks_read);
+    let not_read = not_read(&roots);
     let mut marker = Marker::new(&rt, roots)?;
     let path = marker.path_to(args.address);
     let mut inspector = Inspector::new(&rt)?;
@@ -214,6 +216,7 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
 fn path_report(inspector: &mut Inspector<'_>, p: &RootPath) -> PathReport {
     let (thread, frame) = match p.root.kind {
         RootKind::Stack { thread, frame } => (Some(thread), Some(frame)),
+        RootKind::ThreadStatic { thread } => (Some(thread), None),
         _ => (None, None),
     };
     let mut steps = Vec::new();
@@ -256,6 +259,12 @@ fn print_path(out: &mut impl Write, root: &RootReport, path: &[StepReport]) -> s
             } else {
                 hex(root.address.0)
             }
+        )?,
+        (Some(thread), None) => writeln!(
+            out,
+            "{} {} (thread {thread})",
+            root.description,
+            hex(root.address.0)
         )?,
         _ => writeln!(out, "{} {}", root.description, hex(root.address.0))?,
     }

@@ -451,7 +451,7 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
         live: marker.as_ref().map(|m| LiveReport {
             marked: m.summary().marked,
             roots: m.roots().roots.len() as u64,
-            roots_not_read: super::gcroot::not_read(m.roots().stacks_read),
+            roots_not_read: super::gcroot::not_read(m.roots()),
             interior_stack_slots_resolved: m.roots().interior_resolved,
             interior_stack_slots_skipped: m.roots().interior_skipped,
         }),

@@ -27,6 +27,7 @@ mod gcroot;
 mod handles;
 mod heap;
 mod info;
+mod locks;
 mod mip;
 pub(crate) mod model;
 mod names;
@@ -115,6 +116,9 @@ enum Command {
     /// A path from a GC root (a handle, the finalizer queue) to an object, each step named by
     /// the field that holds the next (like gcroot).
     Gcroot(gcroot::GcRootArgs),
+    /// Every lock held or waited for (monitors, thin locks, System.Threading.Locks), who
+    /// holds it, who waits for it, and the deadlocks among them (like syncblk).
+    Locks(locks::LocksArgs),
     /// The JSON Schema of a command's `--json` output.
     Schema(schema::SchemaArgs),
 }
@@ -316,6 +320,7 @@ pub fn main() -> i32 {
         Command::Finalizequeue(args) => handles::run_finalizequeue(args),
         Command::Obj(args) => obj::run_obj(args),
         Command::Gcroot(args) => gcroot::run_gcroot(args),
+        Command::Locks(args) => locks::run_locks(args),
         Command::Schema(args) => schema::run_schema(args),
         Command::PerfInject(args) => perf_inject::run_perf_inject(args),
     };

@@ -40,11 +40,13 @@ pub enum SchemaCommand {
     Obj,
     /// `cdac gcroot --json`.
     Gcroot,
+    /// `cdac locks --json`.
+    Locks,
 }
 
 impl SchemaCommand {
     /// Every command with a schema.
-    pub const ALL: [SchemaCommand; 16] = [
+    pub const ALL: [SchemaCommand; 17] = [
         SchemaCommand::Info,
         SchemaCommand::Ip2md,
         SchemaCommand::Eh,
@@ -61,6 +63,7 @@ impl SchemaCommand {
         SchemaCommand::Finalizequeue,
         SchemaCommand::Obj,
         SchemaCommand::Gcroot,
+        SchemaCommand::Locks,
     ];
 
     /// The command's name.
@@ -82,6 +85,7 @@ impl SchemaCommand {
             SchemaCommand::Finalizequeue => "finalizequeue",
             SchemaCommand::Obj => "obj",
             SchemaCommand::Gcroot => "gcroot",
+            SchemaCommand::Locks => "locks",
         }
     }
 
@@ -107,6 +111,7 @@ impl SchemaCommand {
             }
             SchemaCommand::Obj => schemars::schema_for!(super::obj::ObjReport),
             SchemaCommand::Gcroot => schemars::schema_for!(super::gcroot::GcRootReport),
+            SchemaCommand::Locks => schemars::schema_for!(super::locks::LocksReport),
         };
         schema.insert(
             "title".into(),

@@ -10,12 +10,13 @@
 //!
 //! Stack roots (every managed frame's live slots, [`crate::stacks::roots`]) are read on
 //! request ([`RootOptions::stacks`]); an interior pointer among them roots the object
-//! containing it when its segment is small enough to walk. Thread statics and explicit Frames' roots (GCFrame, HelperMethodFrame) are
-//! not read.
+//! containing it when its segment is small enough to walk. Thread statics are read from
+//! each thread's thread-local data on .NET 9 and 10 ([`ThreadStatics`]); .NET 8 holds them
+//! with strong handles. Explicit Frames' roots (GCFrame, HelperMethodFrame) are not read.
 
 pub mod mark;
 pub mod paths;
 pub mod sources;
 
 pub use mark::{MarkSummary, Marker, PathStep, RootPath, Via};
-pub use sources::{Root, RootKind, RootOptions, RootSet};
+pub use sources::{Root, RootKind, RootOptions, RootSet, ThreadStatics};

@@ -29,11 +29,18 @@ pub enum RootKind {
     SizedRefHandle,
     /// The finalizer queue: dead, waiting for its finalizer.
     FinalizerQueue,
+    /// A thread's thread-static storage (.NET 9 and 10: the array of its types'
+    /// thread-static blocks, and blocks still being initialized), which the GC scans
+    /// directly; .NET 8 holds thread statics with strong handles instead.
+    ThreadStatic {
+        /// The thread's kernel id.
+        thread: i32,
+    },
 }
 
 impl RootKind {
     /// The name JSON uses: `stack`, `strong_handle`, `pinned_handle`,
-    /// `async_pinned_handle`, `sized_ref_handle`, `finalizer_queue`.
+    /// `async_pinned_handle`, `sized_ref_handle`, `finalizer_queue`, `thread_static`.
     pub fn name(self) -> &'static str {
         match self {
             RootKind::Stack { .. } => "stack",
@@ -42,6 +49,7 @@ impl RootKind {
             RootKind::AsyncPinnedHandle => "async_pinned_handle",
             RootKind::SizedRefHandle => "sized_ref_handle",
             RootKind::FinalizerQueue => "finalizer_queue",
+            RootKind::ThreadStatic { .. } => "thread_static",
         }
     }
 
@@ -54,6 +62,7 @@ impl RootKind {
             RootKind::AsyncPinnedHandle => "async-pinned handle",
             RootKind::SizedRefHandle => "sized-ref handle",
             RootKind::FinalizerQueue => "finalizer queue (ready for finalization)",
+            RootKind::ThreadStatic { .. } => "thread statics",
         }
     }
 }
@@ -89,6 +98,20 @@ pub struct RootSet {
     pub interior_skipped: u64,
     /// Whether stack roots were read.
     pub stacks_read: bool,
+    /// How thread statics are rooted, and whether they were read.
+    pub thread_statics: ThreadStatics,
+}
+
+/// Where a runtime keeps thread statics, as far as the roots are concerned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ThreadStatics {
+    /// In each thread's thread-local data, read from the threads (.NET 9 and 10).
+    Read,
+    /// In arrays held by strong handles (.NET 8): among the handle roots.
+    HeldByHandles,
+    /// Not read: the descriptor does not say where they are.
+    #[default]
+    NotRead,
 }
 
 /// Largest object range of a segment walked to find the object an interior stack slot
@@ -105,7 +128,8 @@ pub struct RootOptions {
 }
 
 impl RootSet {
-    /// Reads the roots of `rt`: every strong handle and the finalizer queue's ready objects.
+    /// Reads the roots of `rt`: every strong handle, the finalizer queue's ready objects and
+    /// every thread's thread statics.
     pub fn read(rt: &Runtime) -> Result<RootSet, ContractError> {
         RootSet::read_with(rt, RootOptions::default())
     }
@@ -115,6 +139,7 @@ impl RootSet {
     /// pointer (those are counted in `interior_skipped`).
     pub fn read_with(rt: &Runtime, options: RootOptions) -> Result<RootSet, ContractError> {
         let mut set = RootSet::read_handles(rt)?;
+        set.read_thread_statics(rt);
         let mut interior: Vec<Root> = Vec::new();
         if let Some(live) = options.stacks {
             set.stacks_read = true;
@@ -177,6 +202,32 @@ impl RootSet {
         Ok(set)
     }
 
+    /// Each thread's thread-static storage, where the descriptor says where it is: the
+    /// object array of its types' thread-static blocks and the list of blocks whose type
+    /// is still being initialized (collectible types' blocks are held by their loader's
+    /// handles instead).
+    fn read_thread_statics(&mut self, rt: &Runtime) {
+        let d = rt.descriptor();
+        let described = d
+            .ty("Thread")
+            .is_ok_and(|t| t.has_field("ThreadLocalDataPtr"))
+            && d.ty("ThreadLocalData").is_ok();
+        if !described {
+            if rt.contracts().context().major == Some(8) {
+                self.thread_statics = ThreadStatics::HeldByHandles;
+            }
+            return;
+        }
+        match thread_static_roots(rt) {
+            Ok((roots, problems)) => {
+                self.roots.extend(roots);
+                self.problems.extend(problems);
+                self.thread_statics = ThreadStatics::Read;
+            }
+            Err(e) => self.problems.push(format!("thread statics: {e}")),
+        }
+    }
+
     fn read_handles(rt: &Runtime) -> Result<RootSet, ContractError> {
         let gc = rt.contracts().gc()?;
         let mut set = RootSet::default();
@@ -226,6 +277,60 @@ impl RootSet {
         }
         Ok(set)
     }
+}
+
+/// Every thread's thread-static roots, and what could not be read of them.
+fn thread_static_roots(rt: &Runtime) -> Result<(Vec<Root>, Vec<String>), ContractError> {
+    let f = crate::contracts::fields::Fields::new(rt.target(), rt.descriptor());
+    let threads = rt.contracts().threads()?.threads()?;
+    let limit = rt.target().limits().max_list_length;
+    let (mut roots, mut problems) = (Vec::new(), Vec::new());
+    for t in &threads.threads {
+        let kind = RootKind::ThreadStatic {
+            thread: t.os_id as i32,
+        };
+        let read = || -> Result<Vec<Root>, ContractError> {
+            let mut out = Vec::new();
+            let data = f.ptr(t.address, "Thread", "ThreadLocalDataPtr")?;
+            if data == 0 {
+                return Ok(out);
+            }
+            let at = data + f.off("ThreadLocalData", "NonCollectibleTlsArrayData")?;
+            out.push(Root {
+                kind,
+                address: at,
+                object: rt.target().read_pointer(at)?,
+            });
+            // Blocks of types whose static constructor has not finished.
+            let mut next = f.ptr(data, "ThreadLocalData", "InFlightData")?;
+            let mut seen = 0u64;
+            while next != 0 {
+                seen += 1;
+                if seen > limit {
+                    return Err(ContractError::LimitExceeded {
+                        what: "in-flight thread-static list",
+                        addr: data,
+                        limit: crate::limits::Limit::ListLength,
+                        cap: limit,
+                        unit: "entries",
+                    });
+                }
+                let at = next + f.off("InFlightTLSData", "TLSData")?;
+                out.push(Root {
+                    kind,
+                    address: at,
+                    object: rt.target().read_pointer(at)?,
+                });
+                next = f.ptr(next, "InFlightTLSData", "Next")?;
+            }
+            Ok(out)
+        };
+        match read() {
+            Ok(r) => roots.extend(r.into_iter().filter(|r| r.object != 0)),
+            Err(e) => problems.push(format!("thread {}'s thread statics: {e}", t.os_id)),
+        }
+    }
+    Ok((roots, problems))
 }
 
 /// The object (not a free one) containing each of `values`, for those inside a segment of

@@ -97,6 +97,13 @@ public sealed class Hashed
 {
 }
 
+/// <summary>Held only by a thread-static field of the parked thread "cdac-thread-static".
+/// Used nowhere else, so it is found by its type.</summary>
+public sealed class ThreadStaticMarker
+{
+    public readonly long Stamp = 0x5448_5245_4144_5354;
+}
+
 /// <summary>Locked twice and then hashed by its owner: a header cannot hold both, so the
 /// runtime moves the lock and the hash code into a sync block.</summary>
 public sealed class Inflated
@@ -143,6 +150,7 @@ public static unsafe class HeapFacts
     private static readonly Hashed HashedObject = new();
     private static readonly Inflated InflatedObject = new();
     private static System.Runtime.InteropServices.PosixSignalRegistration? s_releaseOnTerm;
+    [ThreadStatic] private static ThreadStaticMarker? t_marker;
 
     /// <summary>Takes <see cref="ThinLock"/> three times on a new thread that then sleeps
     /// holding it; returns the thread's managed id.</summary>
@@ -210,6 +218,27 @@ public static unsafe class HeapFacts
         GCHandle handle = Queue();
         GC.Collect();
         return handle;
+    }
+
+    /// <summary>Starts a thread that stores a new <see cref="ThreadStaticMarker"/> in its
+    /// thread-static field and sleeps for ever; returns the thread's managed id.</summary>
+    private static int HoldInThreadStatic()
+    {
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        static void Store() => t_marker = new ThreadStaticMarker();
+
+        int id = 0;
+        using var ready = new System.Threading.ManualResetEventSlim();
+        var t = new System.Threading.Thread(() =>
+        {
+            id = Environment.CurrentManagedThreadId;
+            Store();
+            ready.Set();
+            System.Threading.Thread.Sleep(System.Threading.Timeout.Infinite);
+        }) { IsBackground = true, Name = "cdac-thread-static" };
+        t.Start();
+        ready.Wait();
+        return id;
     }
 
     /// <summary>Starts a thread that parks in <see cref="HoldOnStackBody"/> with a
@@ -324,6 +353,7 @@ public static unsafe class HeapFacts
 
         int thinLockOwner = HoldThinLock();
         int stackRootThread = HoldOnStack();
+        int threadStaticThread = HoldInThreadStatic();
         int hash = RuntimeHelpers.GetHashCode(HashedObject);
         (int inflatedOwner, int inflatedHash) = HoldInflatedLock();
         GCHandle queued = QueueForFinalization();
@@ -373,6 +403,13 @@ public static unsafe class HeapFacts
                 ["thread_managed_id"] = stackRootThread,
                 ["thread_name"] = "cdac-stack-root",
                 ["method"] = nameof(HoldOnStackBody),
+            },
+            // Held only by a [ThreadStatic] field of the thread "cdac-thread-static".
+            ["thread_static"] = new JsonObject
+            {
+                ["type"] = typeof(ThreadStaticMarker).FullName,
+                ["thread_managed_id"] = threadStaticThread,
+                ["thread_name"] = "cdac-thread-static",
             },
             // Found by their types (used nowhere else); they may move.
             ["field_shapes"] = new JsonObject

@@ -258,6 +258,9 @@ namespace Cdac.Testbed
                 // The heap's facts: a type with exactly 1,000 instances, objects that do not move,
                 // handles of every kind, finalizable objects, the GC's configuration (HeapFacts.cs).
                 ["heap"] = Heap.HeapFacts.Describe(),
+                // Threads stuck on locks: a two-monitor deadlock, a contended monitor, and on
+                // .NET 9+ a System.Threading.Lock deadlock (LockFacts.cs).
+                ["locks"] = Locks.LockFacts.Describe(),
                 // Reflection's view of types, methods, fields, assemblies and generic and dynamic
                 // methods, with the native pointers behind them (tests/real/net8_type_layouts.rs).
                 ["type_system"] = TypeSystemFacts.GroundTruth(layout, new[] { handlers.Type, bigType, worker.Type },

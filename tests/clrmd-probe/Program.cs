@@ -235,6 +235,10 @@ internal static class Program
         }
         foreach (ClrRoot r in heap.EnumerateFinalizerRoots())
             roots.Add(("FinalizerQueue", r.Object));
+        // Thread statics (.NET 9 and 10 keep them in thread-local storage, not handles) and
+        // statics buckets, without walking stacks.
+        foreach (ClrRoot r in heap.EnumerateAdditionalRoots())
+            roots.Add((r.RootKind.ToString(), r.Object));
         foreach (var (kind, obj) in roots)
         {
             if (!wanted.Contains(kind) || obj.Address == 0)

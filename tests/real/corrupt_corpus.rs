@@ -260,6 +260,7 @@ fn commands(ip2md_addrs: &[String], eh_addr: &str, object: &str) -> Vec<Cmd> {
     );
     add("gcroot --json", &["gcroot", object, "--json"]);
     add("gcinfo --json", &["gcinfo", eh_addr, "--json"]);
+    add("locks --json", &["locks", "--json"]);
     cmds
 }
 

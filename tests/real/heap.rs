@@ -418,33 +418,59 @@ type Flavour = (
     bool,
 );
 
-/// Server GC (with DATAS, the default, and without it: two heaps on two cores) and the
-/// segments GC (`libclrgc.so`): the flavour is named, segments and objects equal ClrMD's on
-/// a full dump of .NET 10, and the handles include the testbed's and ClrMD's (which misses
-/// some under DATAS).
+/// Server GC (with DATAS, the default on .NET 9 and 10, and without it: two heaps on two
+/// cores) and the segments GC (`libclrgc.so`): the flavour is named, segments and objects
+/// equal ClrMD's on a full dump, and the handles include the testbed's and ClrMD's (which
+/// misses some under DATAS).
 #[test]
 fn gc_flavours_equal_clrmd_net10() {
-    let flavours: [Flavour; 3] = [
-        ("server, DATAS", &[("DOTNET_gcServer", "1")], true, true),
-        (
-            "server without DATAS",
-            &[
-                ("DOTNET_gcServer", "1"),
-                ("DOTNET_GCDynamicAdaptationMode", "0"),
-            ],
-            true,
-            false,
-        ),
-        (
-            "segments",
-            &[("DOTNET_GCName", "libclrgc.so")],
-            false,
-            false,
-        ),
-    ];
-    for (what, env, server, datas) in flavours {
+    gc_flavours_equal_clrmd(Variant::Net10, &SERVER_AND_SEGMENTS);
+}
+
+/// .NET 9: server GC (with DATAS, its default there too: one heap on two cores; its GC
+/// interface, 2.1, does not say so, and cdac reports `dynamic_adaptation` false) and the
+/// segments GC.
+#[test]
+fn gc_flavours_equal_clrmd_net9() {
+    const NET9_SERVER: Flavour = ("server", &[("DOTNET_gcServer", "1")], true, false);
+    gc_flavours_equal_clrmd(Variant::Net9, &[NET9_SERVER]);
+    gc_flavours_equal_clrmd(Variant::Net9, &SERVER_AND_SEGMENTS[2..]);
+}
+
+/// .NET 8: server GC (without DATAS, its default there) and the segments GC.
+#[test]
+fn gc_flavours_equal_clrmd_net8() {
+    gc_flavours_equal_clrmd(Variant::Net8, &[NET8_SERVER]);
+    gc_flavours_equal_clrmd(Variant::Net8, &SERVER_AND_SEGMENTS[2..]);
+}
+
+/// Server GC with DATAS, server GC without it, the segments GC.
+const SERVER_AND_SEGMENTS: [Flavour; 3] = [
+    ("server, DATAS", &[("DOTNET_gcServer", "1")], true, true),
+    (
+        "server without DATAS",
+        &[
+            ("DOTNET_gcServer", "1"),
+            ("DOTNET_GCDynamicAdaptationMode", "0"),
+        ],
+        true,
+        false,
+    ),
+    (
+        "segments",
+        &[("DOTNET_GCName", "libclrgc.so")],
+        false,
+        false,
+    ),
+];
+
+/// .NET 8's server GC: no DATAS unless asked for.
+const NET8_SERVER: Flavour = ("server", &[("DOTNET_gcServer", "1")], true, false);
+
+fn gc_flavours_equal_clrmd(variant: Variant, flavours: &[Flavour]) {
+    for &(what, env, server, datas) in flavours {
         let started = std::time::Instant::now();
-        let tb = common::start_testbed_env(Variant::Net10, &[], env);
+        let tb = common::start_testbed_env(variant, &[], env);
         let full = tb.dump("full");
         let target = ["--dump", full.to_str().expect("path")];
         let ours = cdac_segments(&target);
@@ -506,7 +532,7 @@ fn gc_flavours_equal_clrmd_net10() {
             );
         }
         eprintln!(
-            "{what}: {} heap(s), {} segments, {} objects equal ClrMD's ({:?})",
+            "{variant:?} {what}: {} heap(s), {} segments, {} objects equal ClrMD's ({:?})",
             ours["heaps"].as_array().map_or(0, Vec::len),
             ours["segments"].as_array().map_or(0, Vec::len),
             o.len(),

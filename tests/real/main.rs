@@ -25,6 +25,7 @@ mod install;
 mod json_schema;
 mod limits_net8;
 mod live_safety;
+mod locks;
 mod managed_unwind;
 mod names_net8;
 mod native_unwind;

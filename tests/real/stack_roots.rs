@@ -1,6 +1,7 @@
 //! Stack roots on real runtimes: `cdac stacks --gc --json` on a `createdump --full` dump
 //! against ClrMD's `ClrThread.EnumerateStackRoots()` (the runtime's own DAC), thread by
-//! thread, on .NET 10, 9 and 8; and `cdac gcroot` / `heap --live` finding an object that
+//! thread, on .NET 10, 9 and 8, and against SOS `clrstack -all -gc` slot by slot; and
+//! `cdac gcroot` / `heap --live` finding an object that
 //! only a local of a parked frame holds.
 //!
 //! The comparison is per thread, on the set of (slot, object) for non-interior roots
@@ -484,4 +485,139 @@ fn gcroot_finds_an_object_held_by_a_local_live_net10() {
 #[test]
 fn stack_roots_equal_clrmd_full_dump_net10_latest() {
     stack_roots_equal_clrmd(Variant::Net10Latest, &["cdac-filter"]);
+}
+
+/// One slot as SOS `clrstack -gc` prints it: a stack slot by its address (`rbp-30: ADDR ->
+/// OBJ`), a register by its name (`rbx: OBJ`), with the object it holds.
+type SosSlot = (String, u64);
+
+/// What SOS `clrstack -all -gc` printed: each thread's slots (OS id → slot → times
+/// listed), and, when SOS died before the end, the thread it was printing.
+struct SosStacks {
+    threads: BTreeMap<i64, BTreeMap<SosSlot, u32>>,
+    died_on: Option<i64>,
+}
+
+fn sos_clrstack_gc(dump: &std::path::Path) -> SosStacks {
+    let out = Command::new(common::dotnet_dump())
+        .arg("analyze")
+        .arg(dump)
+        .args(["-c", "clrstack -all -gc", "-c", "exit"])
+        .output()
+        .expect("run dotnet-dump");
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    let mut threads: BTreeMap<i64, BTreeMap<SosSlot, u32>> = BTreeMap::new();
+    let mut current = None;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(rest) = line.trim().strip_prefix("OS Thread Id: 0x") {
+            current = rest
+                .split_whitespace()
+                .next()
+                .and_then(|h| i64::from_str_radix(h, 16).ok());
+            if let Some(tid) = current {
+                threads.entry(tid).or_default();
+            }
+            continue;
+        }
+        let Some(tid) = current else { continue };
+        let Some((place, rest)) = line.trim().split_once(": ") else {
+            continue;
+        };
+        if !place.starts_with('r') || place.contains(' ') {
+            continue;
+        }
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        let slot = match words.as_slice() {
+            // rbp-30: 00007f1f5a7fbb40 -> 00007f20220c2ee8 - Type
+            [address, "->", object, ..] => hex(address)
+                .zip(hex(object))
+                .map(|(a, o)| (format!("{a:#x}"), o)),
+            // rbx: 00007f2022085508 - Type
+            [object, ..] => hex(object).map(|o| (place.to_string(), o)),
+            [] => None,
+        };
+        if let Some(slot) = slot {
+            *threads.entry(tid).or_default().entry(slot).or_default() += 1;
+        }
+    }
+    SosStacks {
+        threads,
+        died_on: (!out.status.success()).then_some(current).flatten(),
+    }
+}
+
+/// cdac's slots of one thread as SOS prints them (interior and null ones too).
+fn cdac_slots_as_sos(thread: &Value) -> BTreeMap<SosSlot, u32> {
+    let mut out = BTreeMap::new();
+    for f in thread["frames"].as_array().into_iter().flatten() {
+        let Some(gc) = f.get("gc") else { continue };
+        for s in gc["slots"].as_array().expect("slots") {
+            let object = common::hex(&s["object"]);
+            let slot = match s["address"].as_str() {
+                Some(a) => format!("{:#x}", common::hex(&Value::String(a.into()))),
+                None => s["slot"].as_str().expect("slot").to_string(),
+            };
+            *out.entry((slot, object)).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// `stacks --gc` lists, thread by thread, exactly the slots SOS `clrstack -all -gc` lists:
+/// same stack slot addresses and registers, same objects, as many times. On 10.0.14 SOS
+/// dies at the thread parked in an exception filter: the threads it printed before are
+/// compared.
+fn stack_slots_equal_sos(variant: Variant) {
+    let tb = testbed_of(variant);
+    let dump = tb.dump("full");
+    let v = cdac_json(&["stacks", "--gc", "--json"], &dump);
+    let sos = sos_clrstack_gc(&dump);
+    assert!(
+        sos.threads.len() > 5,
+        "{variant:?}: SOS listed {} threads",
+        sos.threads.len()
+    );
+    let (mut threads, mut slots) = (0, 0);
+    for t in v["threads"].as_array().expect("threads") {
+        if t["managed"].is_null() || t["frames"].is_null() {
+            continue;
+        }
+        let os_id = t["os_id"].as_i64().expect("os_id");
+        if sos.died_on.is_some()
+            && (sos.died_on == Some(os_id) || !sos.threads.contains_key(&os_id))
+        {
+            continue;
+        }
+        let ours = cdac_slots_as_sos(t);
+        let theirs = sos.threads.get(&os_id).cloned().unwrap_or_default();
+        assert_eq!(
+            ours,
+            theirs,
+            "{variant:?} thread {os_id} ({}): cdac's slots, then SOS's",
+            thread_name(t)
+        );
+        threads += 1;
+        slots += ours.values().sum::<u32>();
+    }
+    assert!(slots > 50, "{variant:?}: only {slots} slots");
+    eprintln!(
+        "{variant:?}: {slots} slots of {threads} threads equal SOS clrstack -gc{}",
+        sos.died_on
+            .map_or(String::new(), |t| format!(" (SOS died on thread {t})"))
+    );
+}
+
+#[test]
+fn stack_slots_equal_sos_clrstack_gc_net10() {
+    stack_slots_equal_sos(Variant::Net10);
+}
+
+#[test]
+fn stack_slots_equal_sos_clrstack_gc_net9() {
+    stack_slots_equal_sos(Variant::Net9);
+}
+
+#[test]
+fn stack_slots_equal_sos_clrstack_gc_net8() {
+    stack_slots_equal_sos(Variant::Net8);
 }

@@ -31,6 +31,17 @@ fn target(tb: &Testbed, kind: Option<&str>) -> Vec<String> {
     }
 }
 
+/// Every check passes, but those about what a runtime does not have: .NET 8 keeps thread
+/// statics with strong handles, .NET 10 has no HelperMethodFrame_1OBJ.
+fn expected_status(variant: Variant, check: &Value) -> &'static str {
+    let name = variant.name();
+    match check.as_str() {
+        Some("thread-statics") if name.starts_with("net8") => "skipped",
+        Some("helper-frames") if name.starts_with("net10") => "skipped",
+        _ => "passed",
+    }
+}
+
 fn checks_pass_on(variant: Variant) {
     let tb = testbed_of(variant);
     for kind in [None, Some("full"), Some("gcore")] {
@@ -57,7 +68,11 @@ fn checks_pass_on(variant: Variant) {
         let checks = info["checks"].as_array().expect("checks");
         assert!(checks.len() >= 9, "{what}");
         for c in checks {
-            assert_eq!(c["status"], "passed", "{what}: {c}");
+            assert_eq!(
+                c["status"],
+                expected_status(variant, &c["name"]),
+                "{what}: {c}"
+            );
         }
         // Most of what the shipped files add is covered by a check that passed.
         let shipped = info["shipped_values"].as_u64().expect("shipped_values");
@@ -208,9 +223,11 @@ fn a_wrong_value_fails_its_check_by_name() {
     ]);
     assert!(!stderr.contains("warning"), "{stderr}");
     let info: Value = serde_json::from_str(&stdout).expect("JSON");
-    assert!(info["checks"]
-        .as_array()
-        .expect("checks")
-        .iter()
-        .all(|c| c["status"] == "passed"));
+    for c in info["checks"].as_array().expect("checks") {
+        assert_eq!(
+            c["status"],
+            expected_status(Variant::Net10, &c["name"]),
+            "{c}"
+        );
+    }
 }

@@ -1,0 +1,305 @@
+//! Who holds which lock, who waits for it, and the deadlocks among them (`cdac locks`).
+//!
+//! - Monitors with a sync block come from the sync table
+//!   ([`crate::contracts::sync_block`]): holder, times entered, and the threads the
+//!   runtime counts as waiting.
+//! - Thin locks (a monitor held without contention, kept in the object's header) and
+//!   `System.Threading.Lock`s (.NET 9 and later) are found by one walk of the heap
+//!   ([`scan`]).
+//! - Which lock each blocked thread waits for comes from its stack ([`blocked`]), and
+//!   the deadlocks are the cycles of the resulting wait-for graph ([`cycles`]).
+
+pub mod blocked;
+pub mod cycles;
+pub mod scan;
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::contracts::fields::Fields;
+use crate::contracts::sync_block::Holder;
+use crate::contracts::thread::ThreadInfo;
+use crate::contracts::ContractError;
+use crate::names::MethodNamer;
+use crate::runtime::Runtime;
+use crate::stacks::{thread_stacks_with, LiveRegisters, StacksOptions};
+
+pub use blocked::BlockedIn;
+
+/// A thread, as a lock report names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadRef {
+    /// The `Thread*` (0 when the runtime does not know the thread).
+    pub thread: u64,
+    /// Its managed id.
+    pub managed_id: Option<u32>,
+    /// Its kernel id.
+    pub os_id: u64,
+    /// Its managed name.
+    pub name: Option<String>,
+}
+
+/// Where a lock's state is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockKind {
+    /// A monitor whose state is in a sync block.
+    SyncBlock {
+        /// Its index in the sync table.
+        index: u32,
+        /// The sync block.
+        address: u64,
+    },
+    /// A monitor held without a sync block: its owner and recursion are in the header.
+    ThinLock,
+    /// A `System.Threading.Lock` object.
+    ThreadingLock,
+}
+
+/// One lock that is held or waited for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockInfo {
+    /// The object locked (for a `System.Threading.Lock`, the Lock itself).
+    pub object: u64,
+    /// Its MethodTable.
+    pub method_table: u64,
+    /// Where its state is.
+    pub kind: LockKind,
+    /// Who holds it (`None`: nobody, or a holder that is no thread of the runtime, which
+    /// `holder_unresolved` describes).
+    pub owner: Option<ThreadRef>,
+    /// The holder as recorded, when it names no thread of the runtime.
+    pub holder_unresolved: Option<String>,
+    /// Times the holder entered it (0 when free).
+    pub times_entered: u32,
+    /// Threads waiting to enter it, as the lock itself counts them.
+    pub waiters_counted: u32,
+    /// The threads cdac found blocked on it (from their stacks).
+    pub waiting: Vec<ThreadRef>,
+}
+
+/// A deadlock: threads each waiting for a lock the next one holds, the last waiting for
+/// the first's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deadlock {
+    /// Each thread of the cycle and the lock object it waits for.
+    pub waits: Vec<(ThreadRef, u64)>,
+}
+
+/// Everything [`read_locks`] found.
+#[derive(Debug, Clone, Default)]
+pub struct LockReport {
+    /// Held or contended locks, by object address.
+    pub locks: Vec<LockInfo>,
+    /// Deadlocks.
+    pub deadlocks: Vec<Deadlock>,
+    /// Objects the heap walk visited (`None` when the heap was not walked).
+    pub objects_scanned: Option<u64>,
+    /// Whether stacks were read (without them nobody is known to be waiting).
+    pub stacks_read: bool,
+    /// What could not be read (the rest is still reported).
+    pub problems: Vec<String>,
+}
+
+/// What [`read_locks`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockOptions {
+    /// Walk the heap for thin locks and `System.Threading.Lock`s.
+    pub heap: bool,
+    /// Read every thread's stack to find who waits for what; on a live process, how its
+    /// registers are read.
+    pub stacks: Option<LiveRegisters>,
+}
+
+/// Reads the locks of `rt` and the deadlocks among them.
+pub fn read_locks(rt: &Runtime, options: LockOptions) -> Result<LockReport, ContractError> {
+    let mut report = LockReport::default();
+    let threads = rt.contracts().threads()?;
+    let list = threads.threads()?;
+    let f = Fields::new(rt.target(), rt.descriptor());
+    let thread_ref = |t: &ThreadInfo| ThreadRef {
+        thread: t.address,
+        managed_id: Some(t.managed_id),
+        os_id: t.os_id,
+        name: threads.thread_name(t).ok().flatten(),
+    };
+    let by_address: HashMap<u64, &ThreadInfo> =
+        list.threads.iter().map(|t| (t.address, t)).collect();
+    let by_os: HashMap<u64, &ThreadInfo> = list.threads.iter().map(|t| (t.os_id, t)).collect();
+    let by_thin_id: HashMap<u32, &ThreadInfo> = list
+        .threads
+        .iter()
+        .filter_map(|t| Some((f.u32(t.address, "Thread", "Id").ok()?, t)))
+        .collect();
+
+    // Monitors with a sync block.
+    match rt.contracts().sync_blocks() {
+        Ok(sync) => match sync.entries() {
+            Ok(entries) => {
+                for e in entries {
+                    let block = match sync.read(e.sync_block, e.index) {
+                        Ok(b) => b,
+                        Err(err) => {
+                            report
+                                .problems
+                                .push(format!("sync block {}: {err}", e.index));
+                            continue;
+                        }
+                    };
+                    let m = block.monitor;
+                    if !m.locked && m.waiters == 0 {
+                        continue;
+                    }
+                    let holder = m.holder.and_then(|h| match h {
+                        Holder::Thread(a) => by_address.get(&a).copied(),
+                        Holder::ThinLockId(id) => by_thin_id.get(&id).copied(),
+                    });
+                    let method_table = rt.target().read_pointer(e.object).unwrap_or(0) & !7;
+                    report.locks.push(LockInfo {
+                        object: e.object,
+                        method_table,
+                        kind: LockKind::SyncBlock {
+                            index: e.index,
+                            address: e.sync_block,
+                        },
+                        owner: holder.map(thread_ref),
+                        holder_unresolved: match (m.holder, holder) {
+                            (Some(h), None) => Some(format!("{h:?}")),
+                            _ => None,
+                        },
+                        times_entered: m.recursion,
+                        waiters_counted: m.waiters,
+                        waiting: Vec::new(),
+                    });
+                }
+            }
+            Err(e) => report.problems.push(format!("sync table: {e}")),
+        },
+        Err(e) => report.problems.push(format!("sync blocks: {e}")),
+    }
+
+    // Thin locks and System.Threading.Locks.
+    if options.heap {
+        match scan::scan(rt) {
+            Ok(found) => {
+                report.objects_scanned = Some(found.objects);
+                report.problems.extend(found.problems);
+                for l in found.thin {
+                    let holder = by_thin_id.get(&l.thread_id).copied();
+                    report.locks.push(LockInfo {
+                        object: l.object,
+                        method_table: l.method_table,
+                        kind: LockKind::ThinLock,
+                        owner: holder.map(thread_ref),
+                        holder_unresolved: holder
+                            .is_none()
+                            .then(|| format!("thin-lock id {}", l.thread_id)),
+                        times_entered: l.recursion + 1,
+                        waiters_counted: 0,
+                        waiting: Vec::new(),
+                    });
+                }
+                for l in found.threading {
+                    let holder = by_os.get(&l.owner_os_id).copied();
+                    report.locks.push(LockInfo {
+                        object: l.object,
+                        method_table: l.method_table,
+                        kind: LockKind::ThreadingLock,
+                        owner: holder.map(thread_ref),
+                        holder_unresolved: (holder.is_none() && l.owner_os_id != 0)
+                            .then(|| format!("OS thread id {}", l.owner_os_id)),
+                        times_entered: if l.owner_os_id != 0 {
+                            l.recursion + 1
+                        } else {
+                            0
+                        },
+                        waiters_counted: l.waiters,
+                        waiting: Vec::new(),
+                    });
+                }
+            }
+            Err(e) => report.problems.push(format!("heap walk: {e}")),
+        }
+    }
+    report.locks.sort_by_key(|l| l.object);
+
+    // Who waits for what, and the cycles.
+    if let Some(live) = options.stacks {
+        report.stacks_read = true;
+        match thread_stacks_with(rt, live, None, StacksOptions { gc_roots: true }) {
+            Ok(stacks) => {
+                report
+                    .problems
+                    .extend(stacks.warnings.iter().map(|w| format!("stacks: {w}")));
+                let owner_of: HashMap<u64, u64> = report
+                    .locks
+                    .iter()
+                    .filter_map(|l| Some((l.object, l.owner.as_ref()?.os_id)))
+                    .collect();
+                let held_by_other = |object: u64, os_id: i32| {
+                    owner_of
+                        .get(&object)
+                        .is_some_and(|&owner| owner != os_id as u64)
+                };
+                let protected = runtime_call_object_reader(rt);
+                let mut namer = MethodNamer::for_runtime(rt);
+                let blocked =
+                    blocked::blocked_threads(&stacks, &mut namer, &held_by_other, &protected);
+                let mut waits_for: BTreeMap<u64, u64> = BTreeMap::new();
+                let mut waits_on: BTreeMap<u64, u64> = BTreeMap::new();
+                for b in &blocked {
+                    let os = b.os_id as u64;
+                    let waiter = by_os.get(&os).map_or(
+                        ThreadRef {
+                            thread: 0,
+                            managed_id: None,
+                            os_id: os,
+                            name: None,
+                        },
+                        |t| thread_ref(t),
+                    );
+                    if let Some(l) = report.locks.iter_mut().find(|l| l.object == b.object) {
+                        l.waiting.push(waiter);
+                    }
+                    if let Some(&owner) = owner_of.get(&b.object) {
+                        waits_for.insert(os, owner);
+                        waits_on.insert(os, b.object);
+                    }
+                }
+                for cycle in cycles::cycles(&waits_for) {
+                    let waits = cycle
+                        .iter()
+                        .map(|os| {
+                            let t = by_os.get(os).map_or(
+                                ThreadRef {
+                                    thread: 0,
+                                    managed_id: None,
+                                    os_id: *os,
+                                    name: None,
+                                },
+                                |t| thread_ref(t),
+                            );
+                            (t, waits_on.get(os).copied().unwrap_or(0))
+                        })
+                        .collect();
+                    report.deadlocks.push(Deadlock { waits });
+                }
+            }
+            Err(e) => report.problems.push(format!("stacks: {e}")),
+        }
+    }
+    Ok(report)
+}
+
+/// Reads the object a .NET 8 or 9 `HelperMethodFrame_1OBJ` protects (its first GC pointer
+/// points at the slot holding it), where the descriptor gives the pointer's place.
+fn runtime_call_object_reader(rt: &Runtime) -> impl Fn(u64) -> Option<u64> + '_ {
+    let offset = rt
+        .descriptor()
+        .ty("HelperMethodFrame_1OBJ")
+        .ok()
+        .and_then(|t| t.offset("GCPtrs").ok());
+    move |frame: u64| {
+        let slot = rt.target().read_pointer(frame + offset?).ok()?;
+        let object = rt.target().read_pointer(slot).ok()?;
+        (object != 0).then_some(object)
+    }
+}
