@@ -1,7 +1,8 @@
 // A process with a large managed heap for scripts/bench-heap: `heap-app N` allocates N objects
 // (small objects with references, strings, int and byte arrays, a few large arrays), drops
 // about a quarter of them and collects, so the heap holds live objects and free gaps in every
-// generation; then prints its pid and waits for its stdin to close.
+// generation; then prints its pid and waits for its stdin to close. `heap-app N deadlock`
+// also leaves two threads deadlocked on two monitors (scripts/bench-locks).
 using System;
 using System.Collections.Generic;
 
@@ -44,10 +45,32 @@ static class Program
         }
         GC.Collect();
         GC.Collect();
+        if (args.Length > 1 && args[1] == "deadlock")
+            Deadlock();
         Console.WriteLine($"ready {Environment.ProcessId} {Keep.Count}");
         Console.Out.Flush();
         Console.In.ReadToEnd();
         GC.KeepAlive(Keep);
         return 0;
+    }
+
+    static readonly object First = new(), Second = new();
+
+    /// <summary>Two threads each holding one monitor and waiting for the other's.</summary>
+    static void Deadlock()
+    {
+        using var both = new System.Threading.Barrier(3);
+        void Take(object a, object b)
+        {
+            lock (a)
+            {
+                both.SignalAndWait();
+                lock (b) { }
+            }
+        }
+        new System.Threading.Thread(() => Take(First, Second)) { IsBackground = true }.Start();
+        new System.Threading.Thread(() => Take(Second, First)) { IsBackground = true }.Start();
+        both.SignalAndWait();
+        System.Threading.Thread.Sleep(500);
     }
 }

@@ -1,6 +1,7 @@
-//! `cdac analyze`: the crash summary of a dump (the 3 a.m. command): the runtime, the
-//! crashing thread and its signal, the managed exception in flight on each thread, and the
-//! crashing thread's stack, managed and native.
+//! `cdac analyze`: the crash summary of a dump, or the hang report of a process or a dump
+//! of a running one (the 3 a.m. command): the runtime, the crashing thread and its signal,
+//! the managed exception in flight on each thread, the crashing thread's stack, managed and
+//! native, the locks threads wait for and every deadlock with its threads' stacks.
 
 use clap::Args;
 use schemars::JsonSchema;
@@ -12,10 +13,11 @@ use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 
 use cdac::contracts::thread::ExceptionInfo;
 use cdac::exception_report::ExceptionReport;
+use cdac::locks::read_locks_from;
 use cdac::memory::CrashSignal;
 use cdac::names::MethodNamer;
 use cdac::source_lines::SourceLines;
-use cdac::stacks::{thread_stacks, LiveRegisters, ThreadStack};
+use cdac::stacks::{thread_stacks_with, LiveRegisters, StacksOptions, ThreadStack};
 use cdac::symbols::ElfSymbols;
 
 /// Arguments of `cdac analyze`.
@@ -82,6 +84,9 @@ pub struct AnalyzeReport {
     pub exceptions: Vec<ThreadException>,
     /// The thread the signal was delivered to, with its stack.
     pub crashing_thread: Option<model::Thread>,
+    /// Every lock held or waited for, and the deadlocks (as `cdac locks` reports them);
+    /// `null` when they could not be read.
+    pub locks: Option<super::locks::LocksReport>,
 }
 
 /// The JSON of an exception with the resolved stack traces of it and its inner ones.
@@ -145,7 +150,12 @@ fn signal_text(c: &CrashSignal) -> String {
 pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
     let crash = rt.target().crash_signal();
-    let stacks = thread_stacks(&rt, LiveRegisters::Stop, None)?;
+    let stacks = thread_stacks_with(
+        &rt,
+        LiveRegisters::Stop,
+        None,
+        StacksOptions { gc_roots: true },
+    )?;
     for w in &stacks.warnings {
         status!("cdac: warning: {w}");
     }
@@ -184,6 +194,15 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             .flat_map(|r| r.traces.values())
             .filter(|t| t.is_err())
             .count();
+    let locks = read_locks_from(&rt, true, Some(&stacks))
+        .map(|report| super::locks::build(&report, &mut namer));
+    let locks = match locks {
+        Ok(l) => Some(l),
+        Err(e) => {
+            status!("cdac: warning: the locks could not be read: {e}");
+            None
+        }
+    };
     let outcome = if unreadable == 0 {
         Outcome::Answered
     } else {
@@ -217,6 +236,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
                 })
                 .collect(),
             crashing_thread: crash_index.map(|i| thread_model(&stacks.threads[i], &named[i])),
+            locks,
         };
         super::emit_json(&report)?;
         return Ok(outcome);
@@ -271,6 +291,76 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             text.push('\n');
         }
     }
+    if let Some(l) = &locks {
+        text.push_str(&locks_text(l, &stacks.threads, &named));
+    }
     super::emit(&text)?;
     Ok(outcome)
+}
+
+/// The hang part of the report: contended locks, then each deadlock with its threads'
+/// stacks.
+fn locks_text(
+    l: &super::locks::LocksReport,
+    threads: &[ThreadStack],
+    named: &[Vec<super::stacks::Named<'_>>],
+) -> String {
+    let contended: Vec<_> = l
+        .locks
+        .iter()
+        .filter(|x| x.waiters_counted > 0 || !x.waiting.is_empty())
+        .collect();
+    let mut text = format!(
+        "\nLocks: {} held or waited for, {} with waiting threads; deadlocks: {}\n",
+        l.locks.len(),
+        contended.len(),
+        if l.deadlocks.is_empty() {
+            "none".to_string()
+        } else {
+            l.deadlocks.len().to_string()
+        }
+    );
+    for p in &l.problems {
+        text.push_str(&format!("  not read: {p}\n"));
+    }
+    for x in &contended {
+        text.push_str(&format!(
+            "  {} {}: held by {}, {} waiting\n",
+            hex(x.object.0),
+            x.type_name,
+            x.owner
+                .as_ref()
+                .map_or("nobody".into(), super::locks::thread_text),
+            x.waiters_counted.max(x.waiting.len() as u32)
+        ));
+    }
+    for (i, d) in l.deadlocks.iter().enumerate() {
+        text.push_str(&format!("\nDEADLOCK {}:\n", i + 1));
+        for w in &d.waits {
+            text.push_str(&format!(
+                "  {} waits for {} {}\n",
+                super::locks::thread_text(&w.thread),
+                hex(w.waits_for.0),
+                w.type_name
+            ));
+        }
+        for w in &d.waits {
+            let Some(index) = threads
+                .iter()
+                .position(|t| t.os_id as u64 == w.thread.os_id)
+            else {
+                continue;
+            };
+            text.push_str(&format!(
+                "\n  Stack of {}:\n",
+                super::locks::thread_text(&w.thread)
+            ));
+            for (k, n) in named[index].iter().enumerate() {
+                text.push_str("  ");
+                text.push_str(&render_frame(k, n));
+                text.push('\n');
+            }
+        }
+    }
+    text
 }

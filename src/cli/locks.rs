@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use super::model::Addr;
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
-use cdac::inspect::Inspector;
 use cdac::locks::{read_locks, LockKind, LockOptions, LockReport, ThreadRef};
+use cdac::names::MethodNamer;
 use cdac::stacks::LiveRegisters;
 
 /// Arguments of `cdac locks`.
@@ -123,7 +123,7 @@ fn thread_report(t: &ThreadRef) -> LockThread {
     }
 }
 
-fn thread_text(t: &LockThread) -> String {
+pub(super) fn thread_text(t: &LockThread) -> String {
     let mut s = match t.managed_id {
         Some(id) => format!("thread {id}"),
         None => "thread ?".into(),
@@ -134,8 +134,19 @@ fn thread_text(t: &LockThread) -> String {
     s + &format!(" (OS {})", t.os_id)
 }
 
-fn build(report: &LockReport, inspector: &mut Inspector<'_>) -> LocksReport {
-    let type_of = |mt: u64, inspector: &mut Inspector<'_>| inspector.type_name(mt);
+/// The report of `report`, types named.
+pub(super) fn build(report: &LockReport, namer: &mut MethodNamer) -> LocksReport {
+    let mut names: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
+    let mut type_of = |mt: u64| {
+        names
+            .entry(mt)
+            .or_insert_with(|| {
+                namer
+                    .type_name(mt)
+                    .unwrap_or_else(|| format!("<MethodTable {mt:#x}>"))
+            })
+            .clone()
+    };
     let locks = report
         .locks
         .iter()
@@ -149,7 +160,7 @@ fn build(report: &LockReport, inspector: &mut Inspector<'_>) -> LocksReport {
             };
             LockReportItem {
                 object: Addr(l.object),
-                type_name: type_of(l.method_table, inspector),
+                type_name: type_of(l.method_table),
                 kind: kind.into(),
                 sync_block_index: index,
                 sync_block: block,
@@ -198,8 +209,7 @@ pub fn run_locks(args: &LocksArgs) -> CliResult {
             stacks: (!args.no_stacks).then_some(LiveRegisters::Stop),
         },
     )?;
-    let mut inspector = Inspector::new(&rt)?;
-    let r = build(&report, &mut inspector);
+    let r = build(&report, &mut MethodNamer::for_runtime(&rt));
     let outcome = if r.problems.is_empty() {
         Outcome::Answered
     } else {

@@ -21,7 +21,7 @@ use crate::contracts::thread::ThreadInfo;
 use crate::contracts::ContractError;
 use crate::names::MethodNamer;
 use crate::runtime::Runtime;
-use crate::stacks::{thread_stacks_with, LiveRegisters, StacksOptions};
+use crate::stacks::{thread_stacks_with, LiveRegisters, Stacks, StacksOptions};
 
 pub use blocked::BlockedIn;
 
@@ -111,6 +111,26 @@ pub struct LockOptions {
 
 /// Reads the locks of `rt` and the deadlocks among them.
 pub fn read_locks(rt: &Runtime, options: LockOptions) -> Result<LockReport, ContractError> {
+    let Some(live) = options.stacks else {
+        return read_locks_from(rt, options.heap, None);
+    };
+    match thread_stacks_with(rt, live, None, StacksOptions { gc_roots: true }) {
+        Ok(stacks) => read_locks_from(rt, options.heap, Some(&stacks)),
+        Err(e) => {
+            let mut report = read_locks_from(rt, options.heap, None)?;
+            report.problems.push(format!("stacks: {e}"));
+            Ok(report)
+        }
+    }
+}
+
+/// [`read_locks`] with stacks already read (with their GC roots, [`StacksOptions`]), as
+/// `cdac analyze` has them; without stacks nobody is known to be waiting.
+pub fn read_locks_from(
+    rt: &Runtime,
+    heap: bool,
+    stacks: Option<&Stacks>,
+) -> Result<LockReport, ContractError> {
     let mut report = LockReport::default();
     let threads = rt.contracts().threads()?;
     let list = threads.threads()?;
@@ -177,7 +197,7 @@ pub fn read_locks(rt: &Runtime, options: LockOptions) -> Result<LockReport, Cont
     }
 
     // Thin locks and System.Threading.Locks.
-    if options.heap {
+    if heap {
         match scan::scan(rt) {
             Ok(found) => {
                 report.objects_scanned = Some(found.objects);
@@ -222,68 +242,56 @@ pub fn read_locks(rt: &Runtime, options: LockOptions) -> Result<LockReport, Cont
     report.locks.sort_by_key(|l| l.object);
 
     // Who waits for what, and the cycles.
-    if let Some(live) = options.stacks {
+    if let Some(stacks) = stacks {
         report.stacks_read = true;
-        match thread_stacks_with(rt, live, None, StacksOptions { gc_roots: true }) {
-            Ok(stacks) => {
-                report
-                    .problems
-                    .extend(stacks.warnings.iter().map(|w| format!("stacks: {w}")));
-                let owner_of: HashMap<u64, u64> = report
-                    .locks
-                    .iter()
-                    .filter_map(|l| Some((l.object, l.owner.as_ref()?.os_id)))
-                    .collect();
-                let held_by_other = |object: u64, os_id: i32| {
-                    owner_of
-                        .get(&object)
-                        .is_some_and(|&owner| owner != os_id as u64)
-                };
-                let protected = runtime_call_object_reader(rt);
-                let mut namer = MethodNamer::for_runtime(rt);
-                let blocked =
-                    blocked::blocked_threads(&stacks, &mut namer, &held_by_other, &protected);
-                let mut waits_for: BTreeMap<u64, u64> = BTreeMap::new();
-                let mut waits_on: BTreeMap<u64, u64> = BTreeMap::new();
-                for b in &blocked {
-                    let os = b.os_id as u64;
-                    let waiter = by_os.get(&os).map_or(
-                        ThreadRef {
-                            thread: 0,
-                            managed_id: None,
-                            os_id: os,
-                            name: None,
-                        },
-                        |t| thread_ref(t),
-                    );
-                    if let Some(l) = report.locks.iter_mut().find(|l| l.object == b.object) {
-                        l.waiting.push(waiter);
-                    }
-                    if let Some(&owner) = owner_of.get(&b.object) {
-                        waits_for.insert(os, owner);
-                        waits_on.insert(os, b.object);
-                    }
-                }
-                for cycle in cycles::cycles(&waits_for) {
-                    let waits = cycle
-                        .iter()
-                        .map(|os| {
-                            let t = by_os.get(os).map_or(
-                                ThreadRef {
-                                    thread: 0,
-                                    managed_id: None,
-                                    os_id: *os,
-                                    name: None,
-                                },
-                                |t| thread_ref(t),
-                            );
-                            (t, waits_on.get(os).copied().unwrap_or(0))
-                        })
-                        .collect();
-                    report.deadlocks.push(Deadlock { waits });
-                }
+        report
+            .problems
+            .extend(stacks.warnings.iter().map(|w| format!("stacks: {w}")));
+        let owner_of: HashMap<u64, u64> = report
+            .locks
+            .iter()
+            .filter_map(|l| Some((l.object, l.owner.as_ref()?.os_id)))
+            .collect();
+        let held_by_other = |object: u64, os_id: i32| {
+            owner_of
+                .get(&object)
+                .is_some_and(|&owner| owner != os_id as u64)
+        };
+        let protected = runtime_call_object_reader(rt);
+        let mut namer = MethodNamer::for_runtime(rt);
+        let blocked = blocked::blocked_threads(stacks, &mut namer, &held_by_other, &protected);
+        let unknown = |os_id: u64| ThreadRef {
+            thread: 0,
+            managed_id: None,
+            os_id,
+            name: None,
+        };
+        let mut waits_for: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut waits_on: BTreeMap<u64, u64> = BTreeMap::new();
+        for b in &blocked {
+            let os = b.os_id as u64;
+            let waiter = by_os
+                .get(&os)
+                .map_or_else(|| unknown(os), |t| thread_ref(t));
+            if let Some(l) = report.locks.iter_mut().find(|l| l.object == b.object) {
+                l.waiting.push(waiter);
             }
-            Err(e) => report.problems.push(format!("stacks: {e}")),
+            if let Some(&owner) = owner_of.get(&b.object) {
+                waits_for.insert(os, owner);
+                waits_on.insert(os, b.object);
+            }
+        }
+        for cycle in cycles::cycles(&waits_for) {
+            let waits = cycle
+                .iter()
+                .map(|&os| {
+                    let t = by_os
+                        .get(&os)
+                        .map_or_else(|| unknown(os), |t| thread_ref(t));
+                    (t, waits_on.get(&os).copied().unwrap_or(0))
+                })
+                .collect();
+            report.deadlocks.push(Deadlock { waits });
         }
     }
     Ok(report)

@@ -60,12 +60,19 @@ pub struct HeapLocks {
 pub fn scan(rt: &Runtime) -> Result<HeapLocks, ContractError> {
     let layout = crate::heap::layout(rt)?;
     let gc = rt.contracts().gc()?;
+    let mut found = HeapLocks::default();
+    let in_gc = gc.structures_invalid_count().unwrap_or(0);
+    if in_gc != 0 {
+        found.problems.push(format!(
+            "the target was taken while a garbage collection was moving objects \
+             (gc_structures_invalid_cnt = {in_gc}): thin locks and Locks may be missing"
+        ));
+    }
     let mut walker = gc.walker(&layout.heaps, layout.thread_contexts.clone())?;
     let target = rt.target();
     let mut namer = MethodNamer::for_runtime(rt);
     // Whether a MethodTable is System.Threading.Lock's, by name, once per MethodTable.
     let mut is_lock: FxHashMap<u64, bool> = FxHashMap::default();
-    let mut found = HeapLocks::default();
     let mut candidates = Vec::new();
     let summary = walker.walk(&layout.segments, &layout.heaps, |o| {
         if o.is_free {

@@ -84,13 +84,26 @@ impl SyntheticHost {
 
     /// Starts a host executable (synthetic-host or singlefile-host).
     pub fn start_exe(exe: &Path, args: &[&str]) -> SyntheticHost {
-        let mut child = Command::new(exe)
-            .args(["--exit-on-stdin-eof", "--max-seconds", "600"])
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start synthetic-host");
+        let spawn = || {
+            Command::new(exe)
+                .args(["--exit-on-stdin-eof", "--max-seconds", "600"])
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+        };
+        // A test that has just copied the executable can race another test's fork, which
+        // holds the copy's write descriptor until its exec: ETXTBSY for a moment.
+        let mut attempt = 0;
+        let mut child = loop {
+            match spawn() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && attempt < 100 => {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other.expect("start synthetic-host"),
+            }
+        };
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
         BufReader::new(stdout)

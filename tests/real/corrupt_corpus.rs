@@ -654,7 +654,7 @@ fn damaged_dumps_give_bounded_typed_results() {
         );
     }
     // A dump taken while a GC moved objects says so, and still walks (exit 1, a warning).
-    for label in ["heap", "heap --live"] {
+    for label in ["heap", "heap --live", "locks --json"] {
         let o = outcome("gc-in-progress", label);
         assert!(
             o.exit == Some(1)

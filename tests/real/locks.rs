@@ -261,3 +261,56 @@ fn monitors_equal_sos_syncblk_net9() {
 fn monitors_equal_sos_syncblk_net8() {
     equals_sos(Variant::Net8);
 }
+
+/// `cdac analyze` ends with the hang report: on a dump of the running testbed, the
+/// deadlocks of `cdac locks`, each thread of them with its stack.
+fn analyze_reports_the_deadlocks(variant: Variant) {
+    let tb = testbed_of(variant);
+    let t = target(tb, Some("full"));
+    let mut args = vec!["analyze", "--json"];
+    args.extend(t.iter().map(String::as_str));
+    let v = cdac_json(&args);
+    json_schema::assert_matches_schema("analyze", &v);
+    let facts = &tb.manifest["locks"];
+    let expected = 1 + usize::from(!facts["lock_deadlock"].is_null());
+    let deadlocks = v["locks"]["deadlocks"].as_array().expect("deadlocks");
+    assert_eq!(
+        deadlocks.len(),
+        expected,
+        "{}: {}",
+        variant.name(),
+        v["locks"]
+    );
+    let mut args = vec!["analyze"];
+    args.extend(t.iter().map(String::as_str));
+    let out = Command::new(common::cdac_exe())
+        .args(&args)
+        .output()
+        .expect("run cdac");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for thread in facts["monitor_deadlock"]["threads"]
+        .as_array()
+        .expect("threads")
+    {
+        let name = thread["name"].as_str().expect("name");
+        assert!(
+            text.contains(&format!(
+                "Stack of thread {} \"{name}\"",
+                thread["managed_id"]
+            )),
+            "{}: {text}",
+            variant.name()
+        );
+    }
+    assert!(text.contains("DEADLOCK 1:"), "{}: {text}", variant.name());
+}
+
+#[test]
+fn analyze_reports_the_deadlocks_net10() {
+    analyze_reports_the_deadlocks(Variant::Net10);
+}
+
+#[test]
+fn analyze_reports_the_deadlocks_net8() {
+    analyze_reports_the_deadlocks(Variant::Net8);
+}
