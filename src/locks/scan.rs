@@ -78,7 +78,11 @@ pub fn scan(rt: &Runtime) -> Result<HeapLocks, ContractError> {
         if o.is_free {
             return;
         }
-        if let Ok(word) = target.read_u32(o.address.wrapping_sub(4)) {
+        // The walk's own buffer has the header, but for the first object of each read.
+        let header = o
+            .header
+            .or_else(|| target.read_u32(o.address.wrapping_sub(4)).ok());
+        if let Some(word) = header {
             if let HeaderState::ThinLock {
                 thread_id,
                 recursion,

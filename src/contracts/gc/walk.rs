@@ -76,6 +76,10 @@ pub struct HeapObject {
     pub is_free: bool,
     /// Index of its segment in the list walked.
     pub segment: usize,
+    /// Its header word (the 4 bytes before the MethodTable pointer), when the walk had
+    /// them in its buffer (not for the first object of each read); see
+    /// [`crate::inspect::Header`].
+    pub header: Option<u32>,
 }
 
 /// Where and why a segment's walk stopped early.
@@ -382,6 +386,9 @@ impl<'a> ObjectWalker<'a> {
                 generation,
                 is_free: shape.is_free,
                 segment: index,
+                header: at
+                    .checked_sub(4)
+                    .map(|h| u32::from_le_bytes([buf[h], buf[h + 1], buf[h + 2], buf[h + 3]])),
             });
             obj += step;
         }
