@@ -1481,7 +1481,6 @@ fn check_helper_frames(
 }
 
 fn check_sync_blocks(rt: &Runtime, list: Option<&crate::contracts::thread::ThreadList>) -> Outcome {
-    use crate::contracts::sync_block::Holder;
     use crate::inspect::{Header, HeaderState};
     let sync = match rt.contracts().sync_blocks() {
         Ok(s) => s,
@@ -1515,12 +1514,7 @@ fn check_sync_blocks(rt: &Runtime, list: Option<&crate::contracts::thread::Threa
         let Some(holder) = m.holder else { continue };
         held += 1;
         let Some(list) = list else { continue };
-        let thread = list.threads.iter().find(|t| match holder {
-            Holder::Thread(address) => t.address == address,
-            Holder::ThinLockId(id) => Fields::new(rt.target(), rt.descriptor())
-                .u32(t.address, "Thread", "Id")
-                .is_ok_and(|v| v == id),
-        });
+        let thread = holder.find(&list.threads, rt.target(), rt.descriptor());
         match thread {
             Some(t) if Some(t.os_id) == m.holder_os_id && m.recursion >= 1 => {}
             Some(t) => {

@@ -19,6 +19,7 @@
 
 use super::fields::Fields;
 use super::registry::{self, Contract, ContractContext};
+use super::thread::ThreadInfo;
 use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::memory::Target;
@@ -75,6 +76,28 @@ pub enum Holder {
     Thread(u64),
     /// The holding thread's thin-lock id, `Thread.Id` (.NET 10).
     ThinLockId(u32),
+}
+
+impl Holder {
+    /// Whether `thread` is this holder: by its address, or by its thin-lock id (`Thread.Id`).
+    pub fn names(self, thread: &ThreadInfo, target: &Target, descriptor: &DataDescriptor) -> bool {
+        match self {
+            Holder::Thread(address) => thread.address == address,
+            Holder::ThinLockId(id) => Fields::new(target, descriptor)
+                .u32(thread.address, "Thread", "Id")
+                .is_ok_and(|v| v == id),
+        }
+    }
+
+    /// The thread of `threads` this holder names.
+    pub fn find<'t>(
+        self,
+        threads: &'t [ThreadInfo],
+        target: &Target,
+        descriptor: &DataDescriptor,
+    ) -> Option<&'t ThreadInfo> {
+        threads.iter().find(|t| self.names(t, target, descriptor))
+    }
 }
 
 /// A sync block's monitor.

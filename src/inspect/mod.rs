@@ -227,12 +227,14 @@ impl<'r> Inspector<'r> {
                 }
                 Err(e) => view.notes.push(format!("sync block {index}: {e}")),
             },
-            HeaderState::ThinLock { thread_id, .. } => match self.thin_lock_owner(thread_id) {
-                Ok(owner) => view.lock_owner = owner,
-                Err(e) => view
-                    .notes
-                    .push(format!("thin lock owner (thread id {thread_id}): {e}")),
-            },
+            HeaderState::ThinLock { thread_id, .. } => {
+                match self.holder_thread(Holder::ThinLockId(thread_id)) {
+                    Ok(owner) => view.lock_owner = owner,
+                    Err(e) => view
+                        .notes
+                        .push(format!("thin lock owner (thread id {thread_id}): {e}")),
+                }
+            }
             _ => {}
         }
         if self.is_string(mt) {
@@ -634,31 +636,13 @@ impl<'r> Inspector<'r> {
         self.rt.contracts().sync_blocks()?.of_object(index, object)
     }
 
-    /// The thread holding a sync block's monitor.
+    /// The thread holding a lock: a sync block's holder, or a thin lock's owner
+    /// (`Holder::ThinLockId`).
     fn holder_thread(&self, holder: Holder) -> Result<Option<(u64, u32, u64)>, ContractError> {
-        match holder {
-            Holder::ThinLockId(id) => self.thin_lock_owner(id),
-            Holder::Thread(address) => {
-                let threads = self.rt.contracts().threads()?.threads()?;
-                Ok(threads
-                    .threads
-                    .iter()
-                    .find(|t| t.address == address)
-                    .map(|t| (t.address, t.managed_id, t.os_id)))
-            }
-        }
-    }
-
-    /// The thread whose thin-lock id (`Thread.Id`) is `thread_id`.
-    fn thin_lock_owner(&self, thread_id: u32) -> Result<Option<(u64, u32, u64)>, ContractError> {
         let rt = self.rt;
-        let f = Fields::new(rt.target(), rt.descriptor());
         let threads = rt.contracts().threads()?.threads()?;
-        for t in &threads.threads {
-            if f.u32(t.address, "Thread", "Id")? == thread_id {
-                return Ok(Some((t.address, t.managed_id, t.os_id)));
-            }
-        }
-        Ok(None)
+        Ok(holder
+            .find(&threads.threads, rt.target(), rt.descriptor())
+            .map(|t| (t.address, t.managed_id, t.os_id)))
     }
 }

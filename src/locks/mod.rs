@@ -15,7 +15,6 @@ pub mod scan;
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::contracts::fields::Fields;
 use crate::contracts::sync_block::Holder;
 use crate::contracts::thread::ThreadInfo;
 use crate::contracts::ContractError;
@@ -134,21 +133,13 @@ pub fn read_locks_from(
     let mut report = LockReport::default();
     let threads = rt.contracts().threads()?;
     let list = threads.threads()?;
-    let f = Fields::new(rt.target(), rt.descriptor());
     let thread_ref = |t: &ThreadInfo| ThreadRef {
         thread: t.address,
         managed_id: Some(t.managed_id),
         os_id: t.os_id,
         name: threads.thread_name(t).ok().flatten(),
     };
-    let by_address: HashMap<u64, &ThreadInfo> =
-        list.threads.iter().map(|t| (t.address, t)).collect();
     let by_os: HashMap<u64, &ThreadInfo> = list.threads.iter().map(|t| (t.os_id, t)).collect();
-    let by_thin_id: HashMap<u32, &ThreadInfo> = list
-        .threads
-        .iter()
-        .filter_map(|t| Some((f.u32(t.address, "Thread", "Id").ok()?, t)))
-        .collect();
 
     // Monitors with a sync block.
     match rt.contracts().sync_blocks() {
@@ -168,10 +159,9 @@ pub fn read_locks_from(
                     if !m.locked && m.waiters == 0 {
                         continue;
                     }
-                    let holder = m.holder.and_then(|h| match h {
-                        Holder::Thread(a) => by_address.get(&a).copied(),
-                        Holder::ThinLockId(id) => by_thin_id.get(&id).copied(),
-                    });
+                    let holder = m
+                        .holder
+                        .and_then(|h| h.find(&list.threads, rt.target(), rt.descriptor()));
                     let method_table = rt.target().read_pointer(e.object).unwrap_or(0) & !7;
                     report.locks.push(LockInfo {
                         object: e.object,
@@ -203,7 +193,11 @@ pub fn read_locks_from(
                 report.objects_scanned = Some(found.objects);
                 report.problems.extend(found.problems);
                 for l in found.thin {
-                    let holder = by_thin_id.get(&l.thread_id).copied();
+                    let holder = Holder::ThinLockId(l.thread_id).find(
+                        &list.threads,
+                        rt.target(),
+                        rt.descriptor(),
+                    );
                     report.locks.push(LockInfo {
                         object: l.object,
                         method_table: l.method_table,
