@@ -72,6 +72,7 @@
 // `unsafe` is allowed in two audited modules only: `memory::sys` and `process::perf_sys`.
 #![deny(unsafe_code)]
 
+pub mod async_chains;
 pub mod contracts;
 pub mod coverage;
 pub mod descriptor;

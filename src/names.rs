@@ -364,6 +364,28 @@ impl MethodNamer {
         Err("too many modules needed to name the fields".into())
     }
 
+    /// The module file (its path in the target) and MethodDef token of the method named
+    /// `name` that the type of `method_table` declares (the first, when overloaded): where
+    /// a PDB lookup starts. `None` when the type, its module's path or metadata, or such a
+    /// method cannot be found.
+    pub fn declared_method(
+        &mut self,
+        method_table: u64,
+        name: &str,
+    ) -> Option<(std::path::PathBuf, u32)> {
+        let mt = method_table_info(&self.target, &self.descriptor, method_table).ok()?;
+        self.ensure_loaded(mt.module);
+        let path = self.modules.get(&mt.module)?.path.clone()?;
+        let blob = self.blobs.get(&mt.module)?.as_ref()?;
+        let md = Metadata::parse(blob).ok()?;
+        let rid = mt.token & 0x00FF_FFFF;
+        md.type_methods(rid)
+            .ok()?
+            .into_iter()
+            .find(|&m| md.method_name(m).is_ok_and(|n| n == name))
+            .map(|m| (path, 0x0600_0000 | m))
+    }
+
     /// The metadata `ImplFlags` of each MethodDesc's method (`NoOptimization`,
     /// `AggressiveOptimization`, ...), in order: 0 for dynamic and array methods, which have
     /// no MethodDef; `None` when the MethodDesc or its module's metadata cannot be read.
@@ -445,6 +467,9 @@ pub struct FieldMetadata {
     /// For a field of a non-generic struct type: the TypeDef or TypeRef token that names
     /// the struct in the field's module.
     pub value_type_token: Option<u32>,
+    /// For a field whose type is one of its type's generic parameters (`T`): the type
+    /// handle the instantiation gives it.
+    pub type_argument: Option<u64>,
 }
 
 /// `FieldAttributes.Static`.
@@ -633,17 +658,15 @@ impl<'n> Ctx<'n> {
         let count = md
             .generic_params_of(Token::new(TableId::TypeDef, rid))
             .len();
-        let args: Vec<String> = if count > 0 {
-            let handles =
-                type_instantiation(&self.namer.target, &self.namer.descriptor, mt, count)?;
-            let mut names = Vec::with_capacity(handles.len());
-            for h in handles {
-                names.push(self.type_handle_name(h, 0)?);
-            }
-            names
+        let handles = if count > 0 {
+            type_instantiation(&self.namer.target, &self.namer.descriptor, mt, count)?
         } else {
             Vec::new()
         };
+        let mut args: Vec<String> = Vec::with_capacity(handles.len());
+        for &h in &handles {
+            args.push(self.type_handle_name(h, 0)?);
+        }
         let generic = |p: GenericParam, out: &mut String| -> crate::formats::ecma::Result<bool> {
             match p {
                 GenericParam::Type(n) => match args.get(n as usize) {
@@ -667,6 +690,10 @@ impl<'n> Ctx<'n> {
                 TypeSig::ValueType(tok) => Some(tok.0),
                 _ => None,
             };
+            let type_argument = match ty.unmodified() {
+                TypeSig::Var(n) => handles.get(*n as usize).copied(),
+                _ => None,
+            };
             out.push(FieldMetadata {
                 token: 0x0400_0000 | field,
                 name: md.field_name(field)?.into_owned(),
@@ -674,6 +701,7 @@ impl<'n> Ctx<'n> {
                 is_literal: row.flags & FD_LITERAL != 0,
                 is_static: row.flags & FD_STATIC != 0,
                 value_type_token,
+                type_argument,
             });
         }
         Ok(out)

@@ -21,6 +21,7 @@ macro_rules! out {
 }
 
 mod analyze;
+mod async_chains;
 mod code;
 mod gcinfo;
 mod gcroot;
@@ -119,6 +120,10 @@ enum Command {
     /// Every lock held or waited for (monitors, thin locks, System.Threading.Locks), who
     /// holds it, who waits for it, and the deadlocks among them (like syncblk).
     Locks(locks::LocksArgs),
+    /// Async work in flight: each chain of suspended async methods, outermost first, with
+    /// the await each waits at (and its line) and what the innermost waits for (like
+    /// dumpasync).
+    Async(async_chains::AsyncArgs),
     /// The JSON Schema of a command's `--json` output.
     Schema(schema::SchemaArgs),
 }
@@ -321,6 +326,7 @@ pub fn main() -> i32 {
         Command::Obj(args) => obj::run_obj(args),
         Command::Gcroot(args) => gcroot::run_gcroot(args),
         Command::Locks(args) => locks::run_locks(args),
+        Command::Async(args) => async_chains::run_async(args),
         Command::Schema(args) => schema::run_schema(args),
         Command::PerfInject(args) => perf_inject::run_perf_inject(args),
     };

@@ -42,11 +42,13 @@ pub enum SchemaCommand {
     Gcroot,
     /// `cdac locks --json`.
     Locks,
+    /// `cdac async --json`.
+    Async,
 }
 
 impl SchemaCommand {
     /// Every command with a schema.
-    pub const ALL: [SchemaCommand; 17] = [
+    pub const ALL: [SchemaCommand; 18] = [
         SchemaCommand::Info,
         SchemaCommand::Ip2md,
         SchemaCommand::Eh,
@@ -64,6 +66,7 @@ impl SchemaCommand {
         SchemaCommand::Obj,
         SchemaCommand::Gcroot,
         SchemaCommand::Locks,
+        SchemaCommand::Async,
     ];
 
     /// The command's name.
@@ -86,6 +89,7 @@ impl SchemaCommand {
             SchemaCommand::Obj => "obj",
             SchemaCommand::Gcroot => "gcroot",
             SchemaCommand::Locks => "locks",
+            SchemaCommand::Async => "async",
         }
     }
 
@@ -112,6 +116,7 @@ impl SchemaCommand {
             SchemaCommand::Obj => schemars::schema_for!(super::obj::ObjReport),
             SchemaCommand::Gcroot => schemars::schema_for!(super::gcroot::GcRootReport),
             SchemaCommand::Locks => schemars::schema_for!(super::locks::LocksReport),
+            SchemaCommand::Async => schemars::schema_for!(super::async_chains::AsyncJson),
         };
         schema.insert(
             "title".into(),

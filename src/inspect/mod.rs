@@ -309,6 +309,11 @@ impl<'r> Inspector<'r> {
         if et != ElementType::ValueType {
             return Ok(self.scalar(et, address));
         }
+        if let Some(handle) = meta.type_argument {
+            // A field typed by one of its type's generic parameters: the instantiation
+            // names the struct (a boxed async state machine's `StateMachine`).
+            return self.struct_value(handle, address, depth, notes);
+        }
         let Some(token) = meta.value_type_token else {
             return Ok(Value::NotExpanded {
                 reason: "a generic struct".into(),

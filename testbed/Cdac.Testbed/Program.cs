@@ -166,6 +166,7 @@ namespace Cdac.Testbed
             PrecompiledWork.CallFew();
             GenericShapes.Exercise();
             AsyncChains.Run();
+            AsyncParked.Run();
             List<ParkedThread> parked = ParkedThreads.StartAll(out int[] pipeFds);
             KeepAlive.Add(parked);
             Phase("shapes");
@@ -248,6 +249,9 @@ namespace Cdac.Testbed
                 ["composite"] = composite,
                 ["generics"] = GenericShapes.Describe(),
                 ["async_methods"] = AsyncChains.DescribeAll(),
+                // Async chains parked for good (on a TaskCompletionSource, a Task.Delay, a pipe
+                // read), outermost method first, with await states and await texts (AsyncParked.cs).
+                ["async"] = AsyncParked.Describe(),
                 ["collectible_alc"] = plugin.Describe(),
                 ["threads"] = Facts.Array(parked.Select(p => (JsonNode?)p.Describe())),
                 ["pipe_fds"] = new JsonArray(pipeFds[0], pipeFds[1]),

@@ -261,6 +261,7 @@ fn commands(ip2md_addrs: &[String], eh_addr: &str, object: &str) -> Vec<Cmd> {
     add("gcroot --json", &["gcroot", object, "--json"]);
     add("gcinfo --json", &["gcinfo", eh_addr, "--json"]);
     add("locks --json", &["locks", "--json"]);
+    add("async --json", &["async", "--json"]);
     cmds
 }
 
@@ -654,7 +655,7 @@ fn damaged_dumps_give_bounded_typed_results() {
         );
     }
     // A dump taken while a GC moved objects says so, and still walks (exit 1, a warning).
-    for label in ["heap", "heap --live", "locks --json"] {
+    for label in ["heap", "heap --live", "locks --json", "async --json"] {
         let o = outcome("gc-in-progress", label);
         assert!(
             o.exit == Some(1)

@@ -291,6 +291,63 @@ impl PortablePdb {
     }
 }
 
+/// The GUID of the custom debug information "async method stepping information"
+/// (`54FD2AC5-E925-401A-9C2A-F94F171072F8`), in its stored byte order.
+const ASYNC_METHOD_STEPPING_INFORMATION: [u8; 16] = [
+    0xC5, 0x2A, 0xFD, 0x54, 0x25, 0xE9, 0x1A, 0x40, 0x9C, 0x2A, 0xF9, 0x4F, 0x17, 0x10, 0x72, 0xF8,
+];
+
+/// Most await points read for one method.
+const MAX_AWAIT_POINTS: usize = 1 << 16;
+
+/// One await of an async method's `MoveNext`: where it yields and where it resumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AwaitPoint {
+    /// IL offset at which the method yields when the awaited thing is not done.
+    pub yield_offset: u32,
+    /// IL offset at which it resumes.
+    pub resume_offset: u32,
+    /// The MethodDef row of the method that resumes (the same `MoveNext`).
+    pub resume_method: u32,
+}
+
+impl PortablePdb {
+    /// The awaits of the async state machine whose `MoveNext` is MethodDef `move_next` (row
+    /// id), in the order the compiler numbered them: state N of the state machine is
+    /// suspended at await N. Empty when the PDB has no stepping information for it.
+    pub fn async_await_points(&self, move_next: u32) -> Result<Vec<AwaitPoint>> {
+        // HasCustomDebugInformation: 5 tag bits, tag 0 = MethodDef.
+        let parent = move_next << 5;
+        for rid in 1..=self.row_count(PdbTable::CustomDebugInformation) {
+            let row = self.row(PdbTable::CustomDebugInformation, rid)?;
+            if row[0] != parent {
+                continue;
+            }
+            if self.guid_heap().get(GuidIndex(row[1]))? != Some(ASYNC_METHOD_STEPPING_INFORMATION) {
+                continue;
+            }
+            let blob = self.blob_heap().get(BlobIndex(row[2]))?;
+            let mut c = Cursor::new(blob);
+            c.skip(4, "async stepping catch handler offset")?;
+            let mut points = Vec::new();
+            while c.remaining() > 0 && points.len() < MAX_AWAIT_POINTS {
+                let yield_offset = c.read_u32("async stepping yield offset")?;
+                let resume_offset = c.read_u32("async stepping resume offset")?;
+                let resume_method = c
+                    .read_compressed_u32("async stepping resume method")?
+                    .unwrap_or(0);
+                points.push(AwaitPoint {
+                    yield_offset,
+                    resume_offset,
+                    resume_method,
+                });
+            }
+            return Ok(points);
+        }
+        Ok(Vec::new())
+    }
+}
+
 /// The sequence point IL offset `il_offset` belongs to: the last non-hidden point at or
 /// before it.
 pub fn point_at(points: &[SequencePoint], il_offset: u32) -> Option<&SequencePoint> {

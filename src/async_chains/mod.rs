@@ -1,0 +1,315 @@
+//! Async work in flight (`cdac async`, like SOS `dumpasync`, and more): every incomplete
+//! Task on the heap, async state machines among them, chained through their
+//! continuations into logical async stacks, each with the await its methods are suspended
+//! at (source line from the PDB) and what the innermost one waits for.
+//!
+//! - [`scan`]: one heap walk for the Tasks (and the TaskCompletionSources that own some).
+//! - [`continuations`]: what a Task's `m_continuationObject` leads to.
+//! - [`frames`]: a state machine's method, await state, await line and awaited object.
+//!
+//! A chain starts at an incomplete Task that is nobody's continuation (the thing waited
+//! for, innermost) and follows continuations outwards; it is reported outermost first.
+
+pub mod continuations;
+pub mod frames;
+pub mod scan;
+
+use std::collections::{BTreeMap, HashSet};
+
+use rustc_hash::FxHashMap;
+
+use crate::contracts::ContractError;
+use crate::inspect::Inspector;
+use crate::names::MethodNamer;
+use crate::runtime::Runtime;
+use crate::source_lines::SourceLines;
+
+pub use frames::{Awaited, StateMachineFrame};
+
+/// `Task.m_stateFlags`: ran to completion.
+pub const TASK_RAN_TO_COMPLETION: u32 = 0x0100_0000;
+/// `Task.m_stateFlags`: faulted.
+pub const TASK_FAULTED: u32 = 0x0020_0000;
+/// `Task.m_stateFlags`: canceled.
+pub const TASK_CANCELED: u32 = 0x0040_0000;
+
+/// Most objects one chain goes through (a longer one is cut and said so).
+const MAX_CHAIN_DEPTH: usize = 4096;
+
+/// What `read_async` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AsyncOptions {
+    /// Also completed Tasks (SOS `--completed`).
+    pub completed: bool,
+    /// Also chains without an async state machine (SOS `--tasks`).
+    pub tasks: bool,
+    /// Most chains reported.
+    pub max_chains: usize,
+}
+
+impl Default for AsyncOptions {
+    fn default() -> Self {
+        AsyncOptions {
+            completed: false,
+            tasks: false,
+            max_chains: 10_000,
+        }
+    }
+}
+
+/// One Task on the heap (a state machine box is one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AsyncObject {
+    /// Its address.
+    pub address: u64,
+    /// Its MethodTable.
+    pub method_table: u64,
+    /// `m_stateFlags`.
+    pub state_flags: u32,
+    /// The async method it runs, for a state machine box.
+    pub state_machine: Option<StateMachineFrame>,
+    /// What runs when it completes, resolved ([`continuations`]): Tasks and boxes, or other
+    /// objects (a delegate's target that is no Task).
+    pub continuations: Vec<u64>,
+    /// The TaskCompletionSource whose Task it is.
+    pub completion_source: Option<u64>,
+}
+
+impl AsyncObject {
+    /// Whether it has completed (ran to completion, faulted or was canceled).
+    pub fn is_completed(&self) -> bool {
+        self.state_flags & (TASK_RAN_TO_COMPLETION | TASK_FAULTED | TASK_CANCELED) != 0
+    }
+}
+
+/// What the innermost object of a chain waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WaitsFor {
+    /// The object (0: none found).
+    pub object: u64,
+    /// Its type.
+    pub type_name: String,
+    /// What kind of thing it is: `task_completion_source`, `timer`, `io`, `semaphore`,
+    /// `task` or `other`.
+    pub kind: &'static str,
+    /// The TaskCompletionSource that can complete it.
+    pub completion_source: Option<u64>,
+}
+
+/// One logical async stack.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AsyncChain {
+    /// Its objects (addresses into [`AsyncReport::objects`]), outermost first.
+    pub objects: Vec<u64>,
+    /// What the innermost one waits for.
+    pub waits_for: Option<WaitsFor>,
+    /// Cut at [`MAX_CHAIN_DEPTH`] or at a cycle (the object where it was cut).
+    pub cut_at: Option<u64>,
+}
+
+/// Every chain of async work in flight.
+#[derive(Debug, Default)]
+pub struct AsyncReport {
+    /// The Tasks found (incomplete ones, or all with [`AsyncOptions::completed`]).
+    pub objects: BTreeMap<u64, AsyncObject>,
+    /// Type names by MethodTable, of the objects and of what they wait for.
+    pub type_names: FxHashMap<u64, String>,
+    /// The chains, in address order of their innermost object.
+    pub chains: Vec<AsyncChain>,
+    /// Objects the heap walk visited.
+    pub objects_scanned: u64,
+    /// What could not be read.
+    pub problems: Vec<String>,
+}
+
+impl AsyncReport {
+    /// The type name of a MethodTable the report has seen.
+    pub fn type_name(&self, mt: u64) -> &str {
+        self.type_names.get(&mt).map_or("?", String::as_str)
+    }
+}
+
+/// Walks the heap for Tasks and chains them.
+pub fn read_async(rt: &Runtime, options: AsyncOptions) -> Result<AsyncReport, ContractError> {
+    let found = scan::scan(rt)?;
+    let mut report = AsyncReport {
+        objects_scanned: found.objects_scanned,
+        problems: found.problems,
+        type_names: found.type_names,
+        ..AsyncReport::default()
+    };
+    let mut inspector = Inspector::new(rt)?;
+    let mut namer = MethodNamer::for_runtime(rt);
+    let lines = SourceLines::new();
+    let mut frame_reader = frames::FrameReader::new(rt, &mut namer, &lines);
+    let owners: FxHashMap<u64, u64> = found
+        .completion_sources
+        .iter()
+        .map(|&(tcs, task)| (task, tcs))
+        .collect();
+    for (address, method_table) in found.tasks {
+        match read_object(&mut inspector, &mut frame_reader, address, method_table) {
+            Ok(Some(mut o)) => {
+                if !options.completed && o.is_completed() {
+                    continue;
+                }
+                o.completion_source = owners.get(&address).copied();
+                report.objects.insert(address, o);
+            }
+            Ok(None) => {}
+            Err(e) => report.problems.push(format!(
+                "Task {address:#x} ({}): {e}",
+                report.type_name(method_table)
+            )),
+        }
+    }
+    let awaited_types = frame_reader.take_type_names();
+    report.type_names.extend(awaited_types);
+    chain(&mut report, options);
+    Ok(report)
+}
+
+/// One Task read: its flags, its state machine and its continuations. `None` for an
+/// object without `m_stateFlags` (not a Task after all).
+fn read_object(
+    inspector: &mut Inspector<'_>,
+    frames: &mut frames::FrameReader<'_, '_>,
+    address: u64,
+    method_table: u64,
+) -> Result<Option<AsyncObject>, ContractError> {
+    let view = inspector.inspect(
+        address,
+        crate::inspect::InspectOptions {
+            max_elements: 0,
+            statics: false,
+        },
+    )?;
+    let Some(state_flags) = continuations::int_field(&view.fields, "m_stateFlags") else {
+        return Ok(None);
+    };
+    let state_machine = if frames::is_state_machine_box(&view.type_name) {
+        Some(frames.read(inspector, &view)?)
+    } else {
+        None
+    };
+    let continuations = match continuations::reference_field(&view.fields, "m_continuationObject") {
+        Some(c) => continuations::resolve(inspector, c),
+        None => Vec::new(),
+    };
+    Ok(Some(AsyncObject {
+        address,
+        method_table,
+        state_flags: state_flags as u32,
+        state_machine,
+        continuations,
+        completion_source: None,
+    }))
+}
+
+/// Builds the chains: from every object that is nobody's continuation, outwards.
+fn chain(report: &mut AsyncReport, options: AsyncOptions) {
+    let continued: HashSet<u64> = report
+        .objects
+        .values()
+        .flat_map(|o| o.continuations.iter().copied())
+        .collect();
+    let roots: Vec<u64> = report
+        .objects
+        .keys()
+        .copied()
+        .filter(|a| !continued.contains(a))
+        .collect();
+    let mut chains = Vec::new();
+    'roots: for root in roots {
+        // Depth first: each path from the root to an object with no further continuation
+        // is one chain.
+        let mut pending: Vec<Vec<u64>> = vec![vec![root]];
+        while let Some(path) = pending.pop() {
+            let last = *path.last().unwrap_or(&root);
+            let next: Vec<u64> = report
+                .objects
+                .get(&last)
+                .map(|o| {
+                    o.continuations
+                        .iter()
+                        .copied()
+                        .filter(|c| report.objects.contains_key(c))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let cut = if path.len() >= MAX_CHAIN_DEPTH {
+                Some(last)
+            } else {
+                next.iter().find(|n| path.contains(n)).copied()
+            };
+            if next.is_empty() || cut.is_some() {
+                if chains.len() >= options.max_chains {
+                    report.problems.push(format!(
+                        "more than {} chains: the rest are not listed",
+                        options.max_chains
+                    ));
+                    break 'roots;
+                }
+                if let Some(at) = cut {
+                    report.problems.push(format!(
+                        "the chain from {root:#x} is cut at {at:#x} ({})",
+                        if path.len() >= MAX_CHAIN_DEPTH {
+                            format!("more than {MAX_CHAIN_DEPTH} objects")
+                        } else {
+                            "its continuations lead back to it".into()
+                        }
+                    ));
+                }
+                chains.push((path, cut));
+                continue;
+            }
+            for n in next.into_iter().rev() {
+                let mut p = path.clone();
+                p.push(n);
+                pending.push(p);
+            }
+        }
+    }
+    for (path, cut_at) in chains {
+        let has_state_machine = path.iter().any(|a| {
+            report
+                .objects
+                .get(a)
+                .is_some_and(|o| o.state_machine.is_some())
+        });
+        if !options.tasks && !has_state_machine {
+            continue;
+        }
+        let waits_for = path.first().and_then(|root| waits_for(report, *root));
+        let mut objects = path;
+        objects.reverse();
+        report.chains.push(AsyncChain {
+            objects,
+            waits_for,
+            cut_at,
+        });
+    }
+}
+
+/// What the innermost object `root` waits for: the object its current await holds, for a
+/// state machine; the Task itself otherwise.
+fn waits_for(report: &AsyncReport, root: u64) -> Option<WaitsFor> {
+    let o = report.objects.get(&root)?;
+    let (object, type_name) = match &o.state_machine {
+        Some(sm) => {
+            let a = sm.awaiting.as_ref()?;
+            (a.object, a.object_type.clone())
+        }
+        None => (root, report.type_name(o.method_table).to_string()),
+    };
+    let completion_source = report
+        .objects
+        .get(&object)
+        .and_then(|t| t.completion_source);
+    Some(WaitsFor {
+        object,
+        kind: frames::kind_of_awaited(&type_name, completion_source.is_some()),
+        type_name,
+        completion_source,
+    })
+}

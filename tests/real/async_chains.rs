@@ -1,0 +1,301 @@
+//! `cdac async` on .NET 10, 9 and 8, live and on `createdump --full` and gcore dumps,
+//! against the testbed's own account of its parked async chains (`async` in its manifest:
+//! on a TaskCompletionSource, on Task.Delay at the inner method's second await, on a pipe
+//! read), with the await lines found by searching the testbed's source, and against SOS
+//! `dumpasync`.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use crate::common::{self, testbed_of, Testbed, Variant};
+use crate::json_schema;
+use serde_json::Value;
+
+fn target(tb: &Testbed, kind: Option<&str>) -> Vec<String> {
+    match kind {
+        None => vec!["--pid".into(), tb.pid.to_string()],
+        Some(k) => vec!["--dump".into(), tb.dump(k).display().to_string()],
+    }
+}
+
+/// `cdac async --json` on a target. A live process may allocate while its heap is walked
+/// (a segment's walk then stops at the fresh allocation: exit 1, the problem named); a
+/// dump answers in full.
+fn async_json(t: &[String]) -> Value {
+    let mut args = vec!["async", "--json"];
+    args.extend(t.iter().map(String::as_str));
+    let out = Command::new(common::cdac_exe())
+        .args(&args)
+        .output()
+        .expect("run cdac");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("async JSON");
+    json_schema::assert_matches_schema("async", &v);
+    let problems = v["problems"].as_array().expect("problems");
+    if t.first().is_some_and(|a| a == "--pid") {
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "{args:?}: {out:?}"
+        );
+        for p in problems {
+            assert!(
+                p.as_str()
+                    .is_some_and(|p| p.starts_with("heap walk stopped")),
+                "{args:?}: {p}"
+            );
+        }
+    } else {
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {v}");
+        assert!(problems.is_empty(), "{args:?}: {v}");
+    }
+    v
+}
+
+/// The line of the testbed source file `file` that holds `text` as code (exactly one
+/// does; the manifest's own copy of the text, in quotes, does not count).
+fn source_line(file: &str, text: &str) -> u32 {
+    let path = common::repo().join("testbed/Cdac.Testbed").join(file);
+    let source = std::fs::read_to_string(&path).expect("testbed source");
+    let hits: Vec<u32> = source
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(text) && !l.contains(&format!("\"{text}")))
+        .map(|(i, _)| i as u32 + 1)
+        .collect();
+    assert_eq!(
+        hits.len(),
+        1,
+        "{text:?} in {}: lines {hits:?}",
+        path.display()
+    );
+    hits[0]
+}
+
+/// The source file that declares a testbed method (its type's file).
+fn file_of(type_name: &str) -> &'static str {
+    if type_name.ends_with(".AsyncChains") {
+        "AsyncShapes.cs"
+    } else {
+        "AsyncParked.cs"
+    }
+}
+
+/// Every chain of the manifest is one of cdac's: its methods, outermost first, begin
+/// cdac's chain's async methods (the framework may add inner ones, as PipeStream does);
+/// each is at the manifest's await state, on the line of the await's text in the source;
+/// the chain waits for the manifest's type, a TaskCompletionSource's Task naming its source.
+fn facts_hold(variant: Variant, kind: Option<&str>) {
+    let tb = testbed_of(variant);
+    let v = async_json(&target(tb, kind));
+    let chains = v["chains"].as_array().expect("chains");
+    let expected = tb.manifest["async"]["chains"]
+        .as_array()
+        .expect("manifest async");
+    for want in expected {
+        let methods: Vec<String> = want["frames"]
+            .as_array()
+            .expect("frames")
+            .iter()
+            .map(|f| {
+                format!(
+                    "{}.{}",
+                    f["type"].as_str().unwrap(),
+                    f["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        let chain = chains
+            .iter()
+            .find(|c| {
+                let ours: Vec<&str> = c["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|f| f["method"].as_str())
+                    .collect();
+                ours.len() >= methods.len() && ours.iter().zip(&methods).all(|(a, b)| a == b)
+            })
+            .unwrap_or_else(|| panic!("{variant:?} {kind:?}: no chain {methods:?} in {v:#}"));
+        let frames: Vec<&Value> = chain["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "state_machine")
+            .collect();
+        for (f, w) in frames.iter().zip(want["frames"].as_array().unwrap()) {
+            assert_eq!(f["state"], w["state"], "{variant:?} {kind:?}: {f}");
+            assert_eq!(
+                f["state_machine_type"], w["state_machine_type"],
+                "{variant:?} {kind:?}: {f}"
+            );
+            let file = file_of(w["type"].as_str().unwrap());
+            let line = source_line(file, w["await"].as_str().unwrap());
+            let loc = &f["await_location"];
+            assert!(
+                loc["file"].as_str().is_some_and(|p| p.ends_with(file)) && loc["line"] == line,
+                "{variant:?} {kind:?}: {} should wait at {file}:{line}, cdac says {loc}",
+                f["method"]
+            );
+        }
+        let waits = &chain["waits_for"];
+        assert_eq!(
+            waits["type_name"], want["waits_for"],
+            "{variant:?} {kind:?}: {chain}"
+        );
+        if want["name"] == "task_completion_source" {
+            assert_eq!(waits["kind"], "task_completion_source", "{chain}");
+            assert!(waits["completion_source"].is_string(), "{chain}");
+        }
+    }
+    eprintln!(
+        "{variant:?} {kind:?}: {} manifest chains among cdac's {}",
+        expected.len(),
+        chains.len()
+    );
+}
+
+/// SOS `dumpasync`'s stacks as paths from each top-level object to each object with no
+/// further continuation (innermost first), each object with its state (`0`, `1`… for a
+/// state machine, `-` for a Task).
+fn sos_dumpasync(dump: &std::path::Path) -> BTreeSet<Vec<(u64, String)>> {
+    let out = Command::new(common::dotnet_dump())
+        .arg("analyze")
+        .arg(dump)
+        .args(["-c", "dumpasync", "-c", "exit"])
+        .output()
+        .expect("run dotnet-dump");
+    assert!(out.status.success(), "dotnet-dump: {out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Each stack's object lines with their indentation.
+    let mut stacks: Vec<Vec<(usize, (u64, String))>> = Vec::new();
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("STACK") {
+            stacks.push(Vec::new());
+            continue;
+        }
+        let depth = line.len() - trimmed.len();
+        let words: Vec<&str> = trimmed.split_whitespace().collect();
+        // 00007ef989078a78 00007f0564ca0bb0 (0) Type
+        let [addr, mt, rest @ ..] = words.as_slice() else {
+            continue;
+        };
+        if addr.len() != 16 || mt.len() != 16 {
+            continue;
+        }
+        let Ok(address) = u64::from_str_radix(addr, 16) else {
+            continue;
+        };
+        let state = rest
+            .first()
+            .map(|s| s.trim_matches(|c| c == '(' || c == ')'))
+            .filter(|s| s.parse::<i32>().is_ok())
+            .unwrap_or("-")
+            .to_string();
+        if let Some(s) = stacks.last_mut() {
+            s.push((depth, (address, state)));
+        }
+    }
+    // A line is a leaf when the next is not indented deeper; its path is its ancestors.
+    let mut paths = BTreeSet::new();
+    for lines in &stacks {
+        let mut ancestors: Vec<(usize, (u64, String))> = Vec::new();
+        for (i, (depth, object)) in lines.iter().enumerate() {
+            while ancestors.last().is_some_and(|(d, _)| d >= depth) {
+                ancestors.pop();
+            }
+            ancestors.push((*depth, object.clone()));
+            if lines.get(i + 1).is_none_or(|(d, _)| d <= depth) {
+                paths.insert(ancestors.iter().map(|(_, o)| o.clone()).collect());
+            }
+        }
+    }
+    paths
+}
+
+/// cdac's chains as SOS prints them: innermost first, states alike.
+fn cdac_paths(v: &Value) -> BTreeSet<Vec<(u64, String)>> {
+    v["chains"]
+        .as_array()
+        .expect("chains")
+        .iter()
+        .map(|c| {
+            let mut path: Vec<(u64, String)> = c["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| {
+                    let state = match f["state"].as_i64() {
+                        Some(s) if f["kind"] == "state_machine" => s.to_string(),
+                        _ => "-".into(),
+                    };
+                    (common::hex(&f["object"]), state)
+                })
+                .collect();
+            path.reverse();
+            path
+        })
+        .collect()
+}
+
+/// Every chain SOS `dumpasync` prints is one of cdac's and the reverse: the same objects
+/// in the same order, the same await states.
+fn chains_equal_sos(variant: Variant) {
+    let tb = testbed_of(variant);
+    let dump = tb.dump("full");
+    let v = async_json(&["--dump".into(), dump.display().to_string()]);
+    let ours = cdac_paths(&v);
+    let theirs = sos_dumpasync(&dump);
+    assert!(theirs.len() >= 3, "{variant:?}: SOS printed {theirs:?}");
+    assert_eq!(ours, theirs, "{variant:?}: cdac's chains, then SOS's");
+    eprintln!("{variant:?}: {} chains equal SOS dumpasync", ours.len());
+}
+
+#[test]
+fn facts_hold_net10_live() {
+    facts_hold(Variant::Net10, None);
+}
+
+#[test]
+fn facts_hold_net10_full() {
+    facts_hold(Variant::Net10, Some("full"));
+}
+
+#[test]
+fn facts_hold_net10_gcore() {
+    facts_hold(Variant::Net10, Some("gcore"));
+}
+
+#[test]
+fn facts_hold_net9_full() {
+    facts_hold(Variant::Net9, Some("full"));
+}
+
+#[test]
+fn facts_hold_net9_live() {
+    facts_hold(Variant::Net9, None);
+}
+
+#[test]
+fn facts_hold_net8_full() {
+    facts_hold(Variant::Net8, Some("full"));
+}
+
+#[test]
+fn facts_hold_net8_gcore() {
+    facts_hold(Variant::Net8, Some("gcore"));
+}
+
+#[test]
+fn chains_equal_sos_dumpasync_net10() {
+    chains_equal_sos(Variant::Net10);
+}
+
+#[test]
+fn chains_equal_sos_dumpasync_net9() {
+    chains_equal_sos(Variant::Net9);
+}
+
+#[test]
+fn chains_equal_sos_dumpasync_net8() {
+    chains_equal_sos(Variant::Net8);
+}
