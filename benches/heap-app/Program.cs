@@ -2,7 +2,9 @@
 // (small objects with references, strings, int and byte arrays, a few large arrays), drops
 // about a quarter of them and collects, so the heap holds live objects and free gaps in every
 // generation; then prints its pid and waits for its stdin to close. `heap-app N deadlock`
-// also leaves two threads deadlocked on two monitors (scripts/bench-locks).
+// also leaves two threads deadlocked on two monitors (scripts/bench-locks); `heap-app N async`
+// leaves 1,000 chains of three async methods suspended on TaskCompletionSources
+// (scripts/bench-async).
 using System;
 using System.Collections.Generic;
 
@@ -45,14 +47,39 @@ static class Program
         }
         GC.Collect();
         GC.Collect();
-        if (args.Length > 1 && args[1] == "deadlock")
+        if (Array.IndexOf(args, "deadlock", 1) > 0)
             Deadlock();
+        if (Array.IndexOf(args, "async", 1) > 0)
+            ParkAsync(1_000);
         Console.WriteLine($"ready {Environment.ProcessId} {Keep.Count}");
         Console.Out.Flush();
         Console.In.ReadToEnd();
         GC.KeepAlive(Keep);
         return 0;
     }
+
+    static readonly List<System.Threading.Tasks.TaskCompletionSource<int>> Pending = new();
+
+    /// <summary>Chains of three async methods, each suspended on a TaskCompletionSource
+    /// nobody completes (as requests waiting for a reply).</summary>
+    static void ParkAsync(int chains)
+    {
+        for (int i = 0; i < chains; i++)
+        {
+            var source = new System.Threading.Tasks.TaskCompletionSource<int>();
+            Pending.Add(source);
+            Keep.Add(Outer(source.Task));
+        }
+    }
+
+    static async System.Threading.Tasks.Task<int> Outer(System.Threading.Tasks.Task<int> t) =>
+        await Middle(t).ConfigureAwait(false) + 1;
+
+    static async System.Threading.Tasks.Task<int> Middle(System.Threading.Tasks.Task<int> t) =>
+        await Inner(t).ConfigureAwait(false) * 2;
+
+    static async System.Threading.Tasks.Task<int> Inner(System.Threading.Tasks.Task<int> t) =>
+        await t.ConfigureAwait(false) + 3;
 
     static readonly object First = new(), Second = new();
 

@@ -11,6 +11,7 @@ use super::model::{self, Addr, FrameKind};
 use super::stacks::{name_frames, render_frame, source_model, thread_model};
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 
+use cdac::async_chains::{read_async, AsyncOptions};
 use cdac::contracts::thread::ExceptionInfo;
 use cdac::exception_report::ExceptionReport;
 use cdac::locks::read_locks_from;
@@ -87,6 +88,9 @@ pub struct AnalyzeReport {
     /// Every lock held or waited for, and the deadlocks (as `cdac locks` reports them);
     /// `null` when they could not be read.
     pub locks: Option<super::locks::LocksReport>,
+    /// Async work in flight (as `cdac async` reports it; a heap that cannot be walked is
+    /// one of its `problems`).
+    pub async_work: Option<super::async_chains::AsyncJson>,
 }
 
 /// The JSON of an exception with the resolved stack traces of it and its inner ones.
@@ -203,6 +207,16 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             None
         }
     };
+    // As with the locks, a heap that cannot be walked is a problem of this part only.
+    let async_work = Some(match read_async(&rt, AsyncOptions::default()) {
+        Ok(report) => super::async_chains::build(&report),
+        Err(e) => super::async_chains::AsyncJson {
+            chains: Vec::new(),
+            tasks_found: 0,
+            objects_scanned: 0,
+            problems: vec![format!("heap walk: {e}")],
+        },
+    });
     let outcome = if unreadable == 0 {
         Outcome::Answered
     } else {
@@ -237,6 +251,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
                 .collect(),
             crashing_thread: crash_index.map(|i| thread_model(&stacks.threads[i], &named[i])),
             locks,
+            async_work,
         };
         super::emit_json(&report)?;
         return Ok(outcome);
@@ -294,8 +309,81 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
     if let Some(l) = &locks {
         text.push_str(&locks_text(l, &stacks.threads, &named));
     }
+    if let Some(a) = &async_work {
+        text.push_str(&async_text(a));
+    }
     super::emit(&text)?;
     Ok(outcome)
+}
+
+/// Most distinct async chains the report prints.
+const MAX_ASYNC_CHAINS_SHOWN: usize = 20;
+
+/// The async part of the hang report: each distinct chain of suspended async methods (how
+/// many alike), outermost first, with where the innermost waits and what for.
+fn async_text(a: &super::async_chains::AsyncJson) -> String {
+    let mut alike: Vec<(String, usize)> = Vec::new();
+    for c in &a.chains {
+        let methods: Vec<String> = c
+            .frames
+            .iter()
+            .filter_map(|f| {
+                let m = f.method.clone()?;
+                Some(match &f.await_location {
+                    Some(l) => format!("{m} ({}:{})", file_name(&l.file), l.line),
+                    None => m,
+                })
+            })
+            .collect();
+        let waits = c
+            .waits_for
+            .as_ref()
+            .map(|w| {
+                format!(
+                    " -> waits for {} {} ({})",
+                    w.kind,
+                    hex(w.object.0),
+                    w.type_name
+                )
+            })
+            .unwrap_or_default();
+        let line = format!("{}{waits}", methods.join(" > "));
+        match alike.iter_mut().find(|(l, _)| {
+            // Chains alike but for the objects' addresses count together.
+            l.split(" -> ").next() == line.split(" -> ").next()
+        }) {
+            Some((_, n)) => *n += 1,
+            None => alike.push((line, 1)),
+        }
+    }
+    let mut text = format!(
+        "\nAsync work: {} chain(s) of suspended async methods ({} incomplete Tasks)\n",
+        a.chains.len(),
+        a.tasks_found
+    );
+    for p in &a.problems {
+        text.push_str(&format!("  not read: {p}\n"));
+    }
+    for (line, n) in alike.iter().take(MAX_ASYNC_CHAINS_SHOWN) {
+        let count = if *n > 1 {
+            format!("{n}x ")
+        } else {
+            String::new()
+        };
+        text.push_str(&format!("  {count}{line}\n"));
+    }
+    if alike.len() > MAX_ASYNC_CHAINS_SHOWN {
+        text.push_str(&format!(
+            "  … {} more (cdac async lists them all)\n",
+            alike.len() - MAX_ASYNC_CHAINS_SHOWN
+        ));
+    }
+    text
+}
+
+/// The last component of a path.
+fn file_name(path: &str) -> &str {
+    path.rsplit(['/', '\\']).next().unwrap_or(path)
 }
 
 /// The hang part of the report: contended locks, then each deadlock with its threads'

@@ -263,7 +263,8 @@ fn monitors_equal_sos_syncblk_net8() {
 }
 
 /// `cdac analyze` ends with the hang report: on a dump of the running testbed, the
-/// deadlocks of `cdac locks`, each thread of them with its stack.
+/// deadlocks of `cdac locks`, each thread of them with its stack, and the async chains of
+/// `cdac async`.
 fn analyze_reports_the_deadlocks(variant: Variant) {
     let tb = testbed_of(variant);
     let t = target(tb, Some("full"));
@@ -303,6 +304,32 @@ fn analyze_reports_the_deadlocks(variant: Variant) {
         );
     }
     assert!(text.contains("DEADLOCK 1:"), "{}: {text}", variant.name());
+    // Every parked async chain of the manifest, its outermost method first.
+    let chains = v["async_work"]["chains"].as_array().expect("async chains");
+    for want in tb.manifest["async"]["chains"]
+        .as_array()
+        .expect("manifest async")
+    {
+        let outer = &want["frames"][0];
+        let method = format!(
+            "{}.{}",
+            outer["type"].as_str().unwrap(),
+            outer["name"].as_str().unwrap()
+        );
+        assert!(
+            chains
+                .iter()
+                .any(|c| c["frames"][0]["method"] == method.as_str()),
+            "{}: no async chain from {method}: {}",
+            variant.name(),
+            v["async_work"]
+        );
+        assert!(
+            text.contains(&format!("{method} (")),
+            "{}: {text}",
+            variant.name()
+        );
+    }
 }
 
 #[test]
