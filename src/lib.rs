@@ -92,5 +92,6 @@ pub mod runtime;
 pub mod source_lines;
 pub mod stacks;
 pub mod symbols;
+pub mod thread_pool;
 pub mod unwind;
 pub mod validation;

@@ -15,6 +15,7 @@ use cdac::async_chains::{read_async, AsyncOptions};
 use cdac::contracts::thread::ExceptionInfo;
 use cdac::exception_report::ExceptionReport;
 use cdac::locks::read_locks_from;
+use cdac::thread_pool::read_thread_pool;
 use cdac::memory::CrashSignal;
 use cdac::names::MethodNamer;
 use cdac::source_lines::SourceLines;
@@ -91,6 +92,9 @@ pub struct AnalyzeReport {
     /// Async work in flight (as `cdac async` reports it; a heap that cannot be walked is
     /// one of its `problems`).
     pub async_work: Option<super::async_chains::AsyncJson>,
+    /// The thread pool: workers, limits and queued work (as `cdac threadpool` reports it;
+    /// a heap that cannot be walked is one of its `problems`).
+    pub thread_pool: Option<super::threadpool::ThreadPoolJson>,
 }
 
 /// The JSON of an exception with the resolved stack traces of it and its inner ones.
@@ -217,6 +221,17 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             problems: vec![format!("heap walk: {e}")],
         },
     });
+    let thread_pool = Some(match read_thread_pool(&rt) {
+        Ok(report) => super::threadpool::build(&report),
+        Err(e) => super::threadpool::ThreadPoolJson {
+            workers: None,
+            global: Vec::new(),
+            local: Vec::new(),
+            by_method: Vec::new(),
+            objects_scanned: 0,
+            problems: vec![format!("heap walk: {e}")],
+        },
+    });
     let outcome = if unreadable == 0 {
         Outcome::Answered
     } else {
@@ -252,6 +267,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             crashing_thread: crash_index.map(|i| thread_model(&stacks.threads[i], &named[i])),
             locks,
             async_work,
+            thread_pool,
         };
         super::emit_json(&report)?;
         return Ok(outcome);
@@ -311,6 +327,16 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
     }
     if let Some(a) = &async_work {
         text.push_str(&async_text(a));
+    }
+    if let Some(p) = &thread_pool {
+        text.push('\n');
+        text.push_str(&super::threadpool::summary_text(p));
+        for c in p.by_method.iter().take(MAX_ASYNC_CHAINS_SHOWN) {
+            text.push_str(&format!("  {:>5} queued {:<5} {}\n", c.count, c.kind, c.name));
+        }
+        for problem in &p.problems {
+            text.push_str(&format!("  not read: {problem}\n"));
+        }
     }
     super::emit(&text)?;
     Ok(outcome)

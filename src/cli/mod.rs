@@ -39,6 +39,7 @@ mod r2r;
 mod record;
 mod schema;
 mod stacks;
+mod threadpool;
 mod threads;
 mod tiers;
 
@@ -124,6 +125,10 @@ enum Command {
     /// the await each waits at (and its line) and what the innermost waits for (like
     /// dumpasync).
     Async(async_chains::AsyncArgs),
+    /// The managed thread pool: workers and limits, and the work queued in its global and
+    /// per-worker queues with the method each item runs (like threadpool and
+    /// threadpoolqueue).
+    Threadpool(threadpool::ThreadPoolArgs),
     /// The JSON Schema of a command's `--json` output.
     Schema(schema::SchemaArgs),
 }
@@ -327,6 +332,7 @@ pub fn main() -> i32 {
         Command::Gcroot(args) => gcroot::run_gcroot(args),
         Command::Locks(args) => locks::run_locks(args),
         Command::Async(args) => async_chains::run_async(args),
+        Command::Threadpool(args) => threadpool::run_threadpool(args),
         Command::Schema(args) => schema::run_schema(args),
         Command::PerfInject(args) => perf_inject::run_perf_inject(args),
     };

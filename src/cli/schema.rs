@@ -44,11 +44,13 @@ pub enum SchemaCommand {
     Locks,
     /// `cdac async --json`.
     Async,
+    /// `cdac threadpool --json`.
+    Threadpool,
 }
 
 impl SchemaCommand {
     /// Every command with a schema.
-    pub const ALL: [SchemaCommand; 18] = [
+    pub const ALL: [SchemaCommand; 19] = [
         SchemaCommand::Info,
         SchemaCommand::Ip2md,
         SchemaCommand::Eh,
@@ -67,6 +69,7 @@ impl SchemaCommand {
         SchemaCommand::Gcroot,
         SchemaCommand::Locks,
         SchemaCommand::Async,
+        SchemaCommand::Threadpool,
     ];
 
     /// The command's name.
@@ -90,6 +93,7 @@ impl SchemaCommand {
             SchemaCommand::Gcroot => "gcroot",
             SchemaCommand::Locks => "locks",
             SchemaCommand::Async => "async",
+            SchemaCommand::Threadpool => "threadpool",
         }
     }
 
@@ -117,6 +121,7 @@ impl SchemaCommand {
             SchemaCommand::Gcroot => schemars::schema_for!(super::gcroot::GcRootReport),
             SchemaCommand::Locks => schemars::schema_for!(super::locks::LocksReport),
             SchemaCommand::Async => schemars::schema_for!(super::async_chains::AsyncJson),
+            SchemaCommand::Threadpool => schemars::schema_for!(super::threadpool::ThreadPoolJson),
         };
         schema.insert(
             "title".into(),

@@ -8,6 +8,7 @@
 //! - [`header`]: the header word (thin lock, hash code, sync block index).
 //! - [`values`]: reading a field's or element's value.
 
+pub mod delegates;
 pub mod header;
 pub mod values;
 
@@ -159,6 +160,11 @@ impl<'r> Inspector<'r> {
             type_names: HashMap::new(),
             layouts: HashMap::new(),
         })
+    }
+
+    /// The runtime this inspector reads.
+    pub fn runtime(&self) -> &'r Runtime {
+        self.rt
     }
 
     /// The runtime's name of a MethodTable's type (`<MethodTable 0x…>` when it has none).

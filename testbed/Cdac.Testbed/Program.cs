@@ -45,9 +45,11 @@ namespace Cdac.Testbed
         /// <summary>--crash-on-thread: the crash happens on a named background thread, not main.</summary>
         public bool CrashOnThread { get; private set; }
         public bool CpuWorkload { get; private set; }
+        /// <summary>--starve-threadpool: every worker blocked, known work queued (ThreadPoolFacts.cs).</summary>
+        public bool StarveThreadPool { get; private set; }
 
         public const string Usage =
-            "usage: Cdac.Testbed --manifest PATH [--max-seconds N] [--exit-with-parent] [--busy | --rounds N | --crash | --crash-on-thread | --cpu-workload]";
+            "usage: Cdac.Testbed --manifest PATH [--max-seconds N] [--exit-with-parent] [--busy | --rounds N | --crash | --crash-on-thread | --cpu-workload] [--starve-threadpool]";
 
         public static Options Parse(string[] args)
         {
@@ -65,6 +67,7 @@ namespace Cdac.Testbed
                     case "--crash": o.Crash = true; break;
                     case "--crash-on-thread": o.Crash = true; o.CrashOnThread = true; break;
                     case "--cpu-workload": o.CpuWorkload = true; break;
+                    case "--starve-threadpool": o.StarveThreadPool = true; break;
                     default: throw new ArgumentException($"unknown argument {args[i]}");
                 }
             }
@@ -216,6 +219,11 @@ namespace Cdac.Testbed
             // --crash-on-thread: the thread that will throw is started (and has said who it is)
             // before the manifest, which names it.
             CrashThread? crashThread = options.CrashOnThread ? CrashThread.Start() : null;
+            // Last, as nothing after it may need a thread pool worker.
+            if (options.StarveThreadPool)
+            {
+                Pool.ThreadPoolFacts.Starve();
+            }
             var manifest = new JsonObject
             {
                 ["pid"] = pid,
@@ -265,6 +273,8 @@ namespace Cdac.Testbed
                 // Threads stuck on locks: a two-monitor deadlock, a contended monitor, and on
                 // .NET 9+ a System.Threading.Lock deadlock (LockFacts.cs).
                 ["locks"] = Locks.LockFacts.Describe(),
+                // --starve-threadpool: limits, blocked workers and the work queued behind them.
+                ["threadpool"] = options.StarveThreadPool ? Pool.ThreadPoolFacts.Describe() : null,
                 // Reflection's view of types, methods, fields, assemblies and generic and dynamic
                 // methods, with the native pointers behind them (tests/real/net8_type_layouts.rs).
                 ["type_system"] = TypeSystemFacts.GroundTruth(layout, new[] { handlers.Type, bigType, worker.Type },

@@ -262,6 +262,7 @@ fn commands(ip2md_addrs: &[String], eh_addr: &str, object: &str) -> Vec<Cmd> {
     add("gcinfo --json", &["gcinfo", eh_addr, "--json"]);
     add("locks --json", &["locks", "--json"]);
     add("async --json", &["async", "--json"]);
+    add("threadpool --json", &["threadpool", "--json"]);
     cmds
 }
 

@@ -44,6 +44,7 @@ mod real_runtimes;
 mod roots;
 mod stack_roots;
 mod stacks;
+mod thread_pool;
 mod thread_snapshot;
 mod threads;
 mod tiers;
