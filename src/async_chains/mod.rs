@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashSet};
 use rustc_hash::FxHashMap;
 
 use crate::contracts::ContractError;
-use crate::inspect::Inspector;
+use crate::inspect::{Inspector, Value};
 use crate::names::MethodNamer;
 use crate::runtime::Runtime;
 use crate::source_lines::SourceLines;
@@ -103,7 +103,8 @@ pub struct AsyncChain {
     pub objects: Vec<u64>,
     /// What the innermost one waits for.
     pub waits_for: Option<WaitsFor>,
-    /// Cut at [`MAX_CHAIN_DEPTH`] or at a cycle (the object where it was cut).
+    /// Where the chain was cut: the object its continuations lead back to, or the last one
+    /// followed when it is longer than [`MAX_CHAIN_DEPTH`].
     pub cut_at: Option<u64>,
 }
 
@@ -148,7 +149,13 @@ pub fn read_async(rt: &Runtime, options: AsyncOptions) -> Result<AsyncReport, Co
         .map(|&(tcs, task)| (task, tcs))
         .collect();
     for (address, method_table) in found.tasks {
-        match read_object(&mut inspector, &mut frame_reader, address, method_table) {
+        match read_object(
+            &mut inspector,
+            &mut frame_reader,
+            address,
+            method_table,
+            &mut report.problems,
+        ) {
             Ok(Some(mut o)) => {
                 if !options.completed && o.is_completed() {
                     continue;
@@ -176,6 +183,7 @@ fn read_object(
     frames: &mut frames::FrameReader<'_, '_>,
     address: u64,
     method_table: u64,
+    problems: &mut Vec<String>,
 ) -> Result<Option<AsyncObject>, ContractError> {
     let view = inspector.inspect(
         address,
@@ -192,9 +200,27 @@ fn read_object(
     } else {
         None
     };
-    let continuations = match continuations::reference_field(&view.fields, "m_continuationObject") {
-        Some(c) => continuations::resolve(inspector, c),
-        None => Vec::new(),
+    // A continuation that cannot be read ends the chain here, and is said.
+    let field = view
+        .fields
+        .iter()
+        .find(|f| f.name == "m_continuationObject");
+    let continuations = match field.map(|f| (&f.value, f.address)) {
+        Some((Value::Reference { address: c, .. }, _)) if *c != 0 => {
+            continuations::resolve(inspector, *c)
+        }
+        Some((Value::Unreadable(e), slot)) => {
+            let c = inspector
+                .runtime()
+                .target()
+                .read_pointer(slot)
+                .unwrap_or_default();
+            problems.push(format!(
+                "Task {address:#x}: its continuation {c:#x} cannot be read: {e}"
+            ));
+            Vec::new()
+        }
+        _ => Vec::new(),
     };
     Ok(Some(AsyncObject {
         address,
@@ -270,6 +296,7 @@ fn chain(report: &mut AsyncReport, options: AsyncOptions) {
             }
         }
     }
+    report_rootless_cycles(report, &chains);
     for (path, cut_at) in chains {
         let has_state_machine = path.iter().any(|a| {
             report
@@ -288,6 +315,46 @@ fn chain(report: &mut AsyncReport, options: AsyncOptions) {
             waits_for,
             cut_at,
         });
+    }
+}
+
+/// Tasks that no chain reached because they continue each other in a cycle (no Task of
+/// the cycle is free of continuations to start from): each cycle is named once.
+fn report_rootless_cycles(report: &mut AsyncReport, chains: &[(Vec<u64>, Option<u64>)]) {
+    let mut reached: HashSet<u64> = chains.iter().flat_map(|(p, _)| p.iter().copied()).collect();
+    let mut cycles = Vec::new();
+    let candidates: Vec<u64> = report.objects.keys().copied().collect();
+    for start in candidates {
+        if reached.contains(&start) {
+            continue;
+        }
+        // Follow the first continuation that is a Task until an object repeats.
+        let mut walk: Vec<u64> = Vec::new();
+        let mut at = Some(start);
+        while let Some(a) = at {
+            if let Some(i) = walk.iter().position(|&w| w == a) {
+                cycles.push(walk[i..].to_vec());
+                break;
+            }
+            if reached.contains(&a) || walk.len() >= MAX_CHAIN_DEPTH {
+                break;
+            }
+            walk.push(a);
+            at = report.objects.get(&a).and_then(|o| {
+                o.continuations
+                    .iter()
+                    .copied()
+                    .find(|c| report.objects.contains_key(c))
+            });
+        }
+        reached.extend(walk);
+    }
+    for cycle in cycles {
+        let names: Vec<String> = cycle.iter().map(|a| format!("{a:#x}")).collect();
+        report.problems.push(format!(
+            "Tasks {} continue each other in a cycle: no chain starts there",
+            names.join(" -> ")
+        ));
     }
 }
 
@@ -312,4 +379,65 @@ fn waits_for(report: &AsyncReport, root: u64) -> Option<WaitsFor> {
         type_name,
         completion_source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(address: u64, continuations: &[u64]) -> AsyncObject {
+        AsyncObject {
+            address,
+            method_table: 0x100,
+            state_flags: 0,
+            state_machine: None,
+            continuations: continuations.to_vec(),
+            completion_source: None,
+        }
+    }
+
+    #[test]
+    fn tasks_that_continue_each_other_in_a_cycle_are_named() {
+        let mut report = AsyncReport::default();
+        for (a, c) in [(0x10, 0x20), (0x20, 0x30), (0x30, 0x10)] {
+            report.objects.insert(a, task(a, &[c]));
+        }
+        report.objects.insert(0x40, task(0x40, &[]));
+        chain(
+            &mut report,
+            AsyncOptions {
+                tasks: true,
+                ..AsyncOptions::default()
+            },
+        );
+        // The lone Task is a chain; the cycle has no start and is named.
+        assert_eq!(report.chains.len(), 1);
+        assert_eq!(report.chains[0].objects, vec![0x40]);
+        assert_eq!(
+            report.problems,
+            vec![
+                "Tasks 0x10 -> 0x20 -> 0x30 continue each other in a cycle: no chain starts there"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_chain_that_leads_back_into_itself_is_cut_where_it_loops() {
+        let mut report = AsyncReport::default();
+        report.objects.insert(0x10, task(0x10, &[0x20]));
+        report.objects.insert(0x20, task(0x20, &[0x30]));
+        report.objects.insert(0x30, task(0x30, &[0x20]));
+        chain(
+            &mut report,
+            AsyncOptions {
+                tasks: true,
+                ..AsyncOptions::default()
+            },
+        );
+        assert_eq!(report.chains.len(), 1);
+        assert_eq!(report.chains[0].objects, vec![0x30, 0x20, 0x10]);
+        // Cut where it leads back to.
+        assert_eq!(report.chains[0].cut_at, Some(0x20));
+        assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    }
 }

@@ -15,12 +15,12 @@ use cdac::async_chains::{read_async, AsyncOptions};
 use cdac::contracts::thread::ExceptionInfo;
 use cdac::exception_report::ExceptionReport;
 use cdac::locks::read_locks_from;
-use cdac::thread_pool::read_thread_pool;
 use cdac::memory::CrashSignal;
 use cdac::names::MethodNamer;
 use cdac::source_lines::SourceLines;
 use cdac::stacks::{thread_stacks_with, LiveRegisters, StacksOptions, ThreadStack};
 use cdac::symbols::ElfSymbols;
+use cdac::thread_pool::read_thread_pool;
 
 /// Arguments of `cdac analyze`.
 #[derive(Debug, Args)]
@@ -332,7 +332,10 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
         text.push('\n');
         text.push_str(&super::threadpool::summary_text(p));
         for c in p.by_method.iter().take(MAX_ASYNC_CHAINS_SHOWN) {
-            text.push_str(&format!("  {:>5} queued {:<5} {}\n", c.count, c.kind, c.name));
+            text.push_str(&format!(
+                "  {:>5} queued {:<5} {}\n",
+                c.count, c.kind, c.name
+            ));
         }
         for problem in &p.problems {
             text.push_str(&format!("  not read: {problem}\n"));

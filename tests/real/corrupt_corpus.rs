@@ -655,6 +655,25 @@ fn damaged_dumps_give_bounded_typed_results() {
             "{v}: {o:?}"
         );
     }
+    // Async chains whose continuations loop or lead to wild pointers end, naming the Task
+    // (exit 1, the problem said); damaged sync blocks are named by the locks report.
+    let o = outcome("async-continuation-cycle", "async --json");
+    assert!(
+        o.exit == Some(1) && o.stderr.contains("continue each other in a cycle"),
+        "async-continuation-cycle: {o:?}"
+    );
+    let o = outcome("async-continuation-wild", "async --json");
+    assert!(
+        o.exit == Some(1)
+            && o.stderr
+                .contains("its continuation 0x414141414140 cannot be read"),
+        "async-continuation-wild: {o:?}"
+    );
+    let o = outcome("syncblock-ff", "locks --json");
+    assert!(
+        o.exit == Some(1) && o.stderr.contains("sync block"),
+        "syncblock-ff: {o:?}"
+    );
     // A dump taken while a GC moved objects says so, and still walks (exit 1, a warning).
     for label in ["heap", "heap --live", "locks --json", "async --json"] {
         let o = outcome("gc-in-progress", label);
