@@ -17,8 +17,9 @@ on a core gdb has open. It adds:
     frames), `cdac pe [ADDR]` (the exception on the selected thread, or the exception object
     at ADDR), `cdac modules`, `cdac dumpheap [-stat] [-type SUBSTRING]` (objects per type on
     the GC heap), `cdac gchandles [-stat]`, `cdac dumpobj ADDR` (fields and values),
-    `cdac gcroot ADDR` (a path from a root), `cdac reset` (forget what was read: after the
-    process ran).
+    `cdac gcroot ADDR` (a path from a root), `cdac syncblk` (every lock, its owner and
+    waiters), `cdac dumpasync` (suspended async methods, chain by chain), `cdac reset`
+    (forget what was read: after the process ran).
 
 What was read is kept until the inferior runs again (each resume forgets it), so a live
 process must stay stopped between uses, as it does in gdb's all-stop mode.
@@ -72,6 +73,24 @@ class GcHandle(ctypes.Structure):
     _fields_ = [("address", ctypes.c_uint64), ("object", ctypes.c_uint64),
                 ("secondary", ctypes.c_uint64), ("kind", ctypes.c_uint32),
                 ("is_strong", ctypes.c_uint32)]
+
+
+class Lock(ctypes.Structure):
+    _fields_ = [("object", ctypes.c_uint64), ("method_table", ctypes.c_uint64),
+                ("owner_os_id", ctypes.c_uint64), ("owner_managed_id", ctypes.c_uint32),
+                ("kind", ctypes.c_uint32), ("times_entered", ctypes.c_uint32),
+                ("waiters_counted", ctypes.c_uint32), ("sync_block_index", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32)]
+
+
+class AsyncFrame(ctypes.Structure):
+    _fields_ = [("object", ctypes.c_uint64), ("method_table", ctypes.c_uint64),
+                ("state_machine_type", ctypes.c_uint64), ("awaiting", ctypes.c_uint64),
+                ("chain", ctypes.c_uint32), ("depth", ctypes.c_uint32),
+                ("state", ctypes.c_int32), ("state_flags", ctypes.c_uint32)]
+
+
+LOCK_KINDS = {0: "SyncBlock", 1: "ThinLock", 2: "Lock"}
 
 
 class Field(ctypes.Structure):
@@ -196,6 +215,8 @@ def _library():
         "cdac_heap_stat": [h, ctypes.POINTER(TypeStat), ctypes.c_size_t, size_p],
         "cdac_type_name": [h, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t, size_p],
         "cdac_gc_handles": [h, ctypes.POINTER(GcHandle), ctypes.c_size_t, size_p],
+        "cdac_locks": [h, ctypes.POINTER(Lock), ctypes.c_size_t, size_p],
+        "cdac_async_frames": [h, ctypes.POINTER(AsyncFrame), ctypes.c_size_t, size_p],
         "cdac_object_fields": [h, ctypes.c_uint64, ctypes.c_uint32, ctypes.POINTER(Field),
                                ctypes.c_size_t, size_p],
         "cdac_gcroot": [h, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint32),
@@ -643,6 +664,81 @@ class GcHandles(gdb.Command):
         gdb.write("%8d handles\n" % len(handles))
 
 
+def locks_lines(h, listed, type_name):
+    """`syncblk`: every lock held or waited for (as `cdac locks --no-stacks`)."""
+    locks, warning = listed(h)
+    out = ["%-18s %-9s %5s %-7s %-8s %7s %7s %s" % (
+        "Object", "Kind", "Index", "Owner", "OS id", "Entered", "Waiting", "Type")]
+    for l in locks:
+        out.append("%-18s %-9s %5s %-7s %-8s %7d %7d %s" % (
+            "%#x" % l.object, LOCK_KINDS.get(l.kind, str(l.kind)),
+            l.sync_block_index if l.kind == 0 else "-",
+            l.owner_managed_id or "-", l.owner_os_id or "-", l.times_entered,
+            l.waiters_counted, type_name(h, l.method_table)))
+    out.append("%d locks" % len(locks))
+    if warning:
+        out.append("warning: %s" % warning)
+    return out
+
+
+def async_method(state_machine_type):
+    """The async method a compiler state machine type runs: Ns.Type+<Method>d__4 -> Ns.Type.Method."""
+    declaring, _, nested = state_machine_type.rpartition("+")
+    if nested.startswith("<") and ">d__" in nested:
+        nested = nested[1:nested.rindex(">d__")]
+    return "%s.%s" % (declaring, nested) if declaring else nested
+
+
+def dumpasync_lines(h, listed, type_name):
+    """`dumpasync`: each chain of suspended async methods, outermost first."""
+    frames, warning = listed(h)
+    out = []
+    chain = None
+    for f in frames:
+        if f.chain != chain:
+            chain = f.chain
+            out.append("STACK %d" % (chain + 1))
+        if f.state_machine_type:
+            name = async_method(type_name(h, f.state_machine_type))
+            state = "(%d)" % f.state if f.state != -(2 ** 31) else "(?)"
+        else:
+            name, state = type_name(h, f.method_table), "(task)"
+        out.append("%s%#x %s %s" % ("  " * f.depth, f.object, state, name))
+    out.append("%d async chain(s)" % (0 if chain is None else chain + 1))
+    if warning:
+        out.append("warning: %s" % warning)
+    return out
+
+
+class SyncBlk(gdb.Command):
+    """cdac syncblk: every lock held or waited for (monitors of the sync table, thin locks,
+    System.Threading.Locks), its owner, recursion and waiters (like SOS syncblk)."""
+
+    def __init__(self):
+        super().__init__("cdac syncblk", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        _require("cdac_locks")
+        for line in locks_lines(Target.get(), lambda h: _listed(LIB.cdac_locks, h, Lock),
+                                _type_name):
+            gdb.write(line + "\n")
+
+
+class DumpAsync(gdb.Command):
+    """cdac dumpasync: each chain of suspended async methods, outermost first, with the await
+    each is at (like SOS dumpasync)."""
+
+    def __init__(self):
+        super().__init__("cdac dumpasync", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        _require("cdac_async_frames")
+        for line in dumpasync_lines(
+                Target.get(), lambda h: _listed(LIB.cdac_async_frames, h, AsyncFrame),
+                _type_name):
+            gdb.write(line + "\n")
+
+
 class DumpObj(gdb.Command):
     """cdac dumpobj ADDR: the object's fields with their values (a struct's fields indented
     under it) and its type's statics (like SOS dumpobj)."""
@@ -715,6 +811,8 @@ PrintException()
 Modules()
 DumpHeap()
 GcHandles()
+SyncBlk()
+DumpAsync()
 DumpObj()
 GcRoot()
 Reset()

@@ -72,6 +72,23 @@ class GcHandle(ctypes.Structure):
                 ("secondary", ctypes.c_uint64), ("kind", ctypes.c_uint32),
                 ("is_strong", ctypes.c_uint32)]
 
+class Lock(ctypes.Structure):
+    _fields_ = [("object", ctypes.c_uint64), ("method_table", ctypes.c_uint64),
+                ("owner_os_id", ctypes.c_uint64), ("owner_managed_id", ctypes.c_uint32),
+                ("kind", ctypes.c_uint32), ("times_entered", ctypes.c_uint32),
+                ("waiters_counted", ctypes.c_uint32), ("sync_block_index", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32)]
+
+
+class AsyncFrame(ctypes.Structure):
+    _fields_ = [("object", ctypes.c_uint64), ("method_table", ctypes.c_uint64),
+                ("state_machine_type", ctypes.c_uint64), ("awaiting", ctypes.c_uint64),
+                ("chain", ctypes.c_uint32), ("depth", ctypes.c_uint32),
+                ("state", ctypes.c_int32), ("state_flags", ctypes.c_uint32)]
+
+
+LOCK_KINDS = {0: "SyncBlock", 1: "ThinLock", 2: "Lock"}
+
 
 class Field(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char * 64), ("type_name", ctypes.c_char * 192),
@@ -198,6 +215,8 @@ def lib():
         "cdac_heap_stat": [h, ctypes.POINTER(TypeStat), ctypes.c_size_t, size_p],
         "cdac_type_name": [h, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t, size_p],
         "cdac_gc_handles": [h, ctypes.POINTER(GcHandle), ctypes.c_size_t, size_p],
+        "cdac_locks": [h, ctypes.POINTER(Lock), ctypes.c_size_t, size_p],
+        "cdac_async_frames": [h, ctypes.POINTER(AsyncFrame), ctypes.c_size_t, size_p],
         "cdac_object_fields": [h, ctypes.c_uint64, ctypes.c_uint32, ctypes.POINTER(Field),
                                ctypes.c_size_t, size_p],
         "cdac_gcroot": [h, ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint32),
@@ -854,6 +873,65 @@ def gchandles_lines(h, args):
     return out
 
 
+def locks_lines(h, listed, type_name):
+    """`syncblk`: every lock held or waited for (as `cdac locks --no-stacks`)."""
+    locks, warning = listed(h)
+    out = ["%-18s %-9s %5s %-7s %-8s %7s %7s %s" % (
+        "Object", "Kind", "Index", "Owner", "OS id", "Entered", "Waiting", "Type")]
+    for l in locks:
+        out.append("%-18s %-9s %5s %-7s %-8s %7d %7d %s" % (
+            "%#x" % l.object, LOCK_KINDS.get(l.kind, str(l.kind)),
+            l.sync_block_index if l.kind == 0 else "-",
+            l.owner_managed_id or "-", l.owner_os_id or "-", l.times_entered,
+            l.waiters_counted, type_name(h, l.method_table)))
+    out.append("%d locks" % len(locks))
+    if warning:
+        out.append("warning: %s" % warning)
+    return out
+
+
+def async_method(state_machine_type):
+    """The async method a compiler state machine type runs: Ns.Type+<Method>d__4 -> Ns.Type.Method."""
+    declaring, _, nested = state_machine_type.rpartition("+")
+    if nested.startswith("<") and ">d__" in nested:
+        nested = nested[1:nested.rindex(">d__")]
+    return "%s.%s" % (declaring, nested) if declaring else nested
+
+
+def dumpasync_lines(h, listed, type_name):
+    """`dumpasync`: each chain of suspended async methods, outermost first."""
+    frames, warning = listed(h)
+    out = []
+    chain = None
+    for f in frames:
+        if f.chain != chain:
+            chain = f.chain
+            out.append("STACK %d" % (chain + 1))
+        if f.state_machine_type:
+            name = async_method(type_name(h, f.state_machine_type))
+            state = "(%d)" % f.state if f.state != -(2 ** 31) else "(?)"
+        else:
+            name, state = type_name(h, f.method_table), "(task)"
+        out.append("%s%#x %s %s" % ("  " * f.depth, f.object, state, name))
+    out.append("%d async chain(s)" % (0 if chain is None else chain + 1))
+    if warning:
+        out.append("warning: %s" % warning)
+    return out
+
+
+def cmd_syncblk(debugger, args):
+    _require("cdac_locks")
+    return locks_lines(Target.get(debugger), lambda h: _listed(lib().cdac_locks, h, Lock),
+                       _type_name)
+
+
+def cmd_dumpasync(debugger, args):
+    _require("cdac_async_frames")
+    return dumpasync_lines(Target.get(debugger),
+                           lambda h: _listed(lib().cdac_async_frames, h, AsyncFrame),
+                           _type_name)
+
+
 def cmd_dumpheap(debugger, args):
     _require("cdac_heap_stat")
     return dumpheap_lines(Target.get(debugger), args)
@@ -927,6 +1005,7 @@ def cmd_reset(debugger, args):
 COMMANDS = {
     "bt": cmd_bt,
     "clrstack": cmd_clrstack,
+    "dumpasync": cmd_dumpasync,
     "dumpheap": cmd_dumpheap,
     "dumpobj": cmd_dumpobj,
     "gchandles": cmd_gchandles,
@@ -935,11 +1014,13 @@ COMMANDS = {
     "modules": cmd_modules,
     "pe": cmd_pe,
     "reset": cmd_reset,
+    "syncblk": cmd_syncblk,
 }
 
 USAGE = """cdac: .NET runtime data read by cdac
   cdac bt [all]     backtrace of the selected thread (or all), managed frames named
   cdac clrstack     the selected thread's stack as cdac walks it, IL offsets, file:line
+  cdac dumpasync    each chain of suspended async methods, outermost first
   cdac dumpheap [-stat] [-type SUBSTRING]
                     objects per type on the GC heap, smallest total first
   cdac dumpobj ADDR the object's fields and values, and its type's statics
@@ -949,12 +1030,13 @@ USAGE = """cdac: .NET runtime data read by cdac
   cdac ip2md ADDR   the managed method owning a code address
   cdac modules      the runtime's loaded modules
   cdac pe [ADDR]    the exception on the selected thread (or the object at ADDR)
-  cdac reset        forget what cdac read"""
+  cdac reset        forget what cdac read
+  cdac syncblk      every lock held or waited for, its owner, recursion and waiters"""
 
 
 def cdac_command(debugger, command, result, _internal_dict):
-    """cdac bt [all] | clrstack | dumpheap | dumpobj ADDR | gcroot ADDR | gchandles | ip2md ADDR |
-    modules | pe [ADDR] | reset"""
+    """cdac bt [all] | clrstack | dumpasync | dumpheap | dumpobj ADDR | gcroot ADDR | gchandles |
+    ip2md ADDR | modules | pe [ADDR] | reset | syncblk"""
     try:
         args = shlex.split(command)
     except ValueError as e:

@@ -188,6 +188,34 @@ typedef struct cdac_gc_handle {
     uint32_t is_strong; /* 1 when it keeps its object alive */
 } cdac_gc_handle;
 
+/* cdac_lock.kind */
+#define CDAC_LOCK_SYNC_BLOCK 0 /* a monitor whose state is in a sync block */
+#define CDAC_LOCK_THIN 1       /* a monitor held without contention (state in the header) */
+#define CDAC_LOCK_THREADING 2  /* a System.Threading.Lock (.NET 9 and later) */
+
+typedef struct cdac_lock {
+    uint64_t object;           /* the locked object (a System.Threading.Lock is its own) */
+    uint64_t method_table;     /* its MethodTable */
+    uint64_t owner_os_id;      /* the holder's OS thread id (0: free or not a runtime thread) */
+    uint32_t owner_managed_id; /* the holder's managed thread id (0: none) */
+    uint32_t kind;             /* CDAC_LOCK_* */
+    uint32_t times_entered;    /* times the holder entered it (0: free) */
+    uint32_t waiters_counted;  /* threads waiting, as the lock counts them */
+    uint32_t sync_block_index; /* a sync block's index (0 for the other kinds) */
+    uint32_t reserved;         /* zero */
+} cdac_lock;
+
+typedef struct cdac_async_frame {
+    uint64_t object;             /* the Task (an async method's state machine box, or a plain Task) */
+    uint64_t method_table;       /* its MethodTable */
+    uint64_t state_machine_type; /* the compiler's state machine type (0 for a plain Task) */
+    uint64_t awaiting;           /* the object its current await holds (0: none known) */
+    uint32_t chain;              /* which chain (from 0) */
+    uint32_t depth;              /* its place in the chain, 0 for the outermost */
+    int32_t state;               /* the await it is suspended at; -1 running; INT32_MIN: none */
+    uint32_t state_flags;        /* Task.m_stateFlags */
+} cdac_async_frame;
+
 /* cdac_field.value_kind */
 #define CDAC_VALUE_INT 1          /* value: a signed integer, sign-extended */
 #define CDAC_VALUE_UINT 2         /* value: an unsigned integer */
@@ -311,6 +339,16 @@ int32_t cdac_type_name(cdac_handle *h, uint64_t method_table, char *buf, size_t 
 
 /* Every GC handle in use (count-then-fill). */
 int32_t cdac_gc_handles(cdac_handle *h, cdac_gc_handle *out, size_t cap, size_t *count);
+
+/* Every lock held or waited for: the sync table's monitors, thin locks and
+ * System.Threading.Locks, from one heap walk (count-then-fill). No thread is stopped and no
+ * stack read, so who waits is not known here (the CLI's `cdac locks` reads stacks). */
+int32_t cdac_locks(cdac_handle *h, cdac_lock *out, size_t cap, size_t *count);
+
+/* Every chain of suspended async methods (as `cdac async`), frame by frame: chains in order,
+ * each outermost first (count-then-fill; each call walks the heap). Name a frame with
+ * cdac_type_name of its state_machine_type ("Ns.Type+<Method>d__4": method Ns.Type.Method). */
+int32_t cdac_async_frames(cdac_handle *h, cdac_async_frame *out, size_t cap, size_t *count);
 
 /* The fields of the object at `object` with their values (a struct's fields follow it, one
  * depth deeper), count-then-fill; flags CDAC_FIELDS_STATICS adds the type's statics. */

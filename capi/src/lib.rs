@@ -263,6 +263,60 @@ pub struct CdacGcHandle {
     pub is_strong: u32,
 }
 
+/// `CdacLock.kind`: a monitor whose state is in a sync block.
+pub const CDAC_LOCK_SYNC_BLOCK: u32 = 0;
+/// `CdacLock.kind`: a monitor held without contention (its state in the object's header).
+pub const CDAC_LOCK_THIN: u32 = 1;
+/// `CdacLock.kind`: a `System.Threading.Lock` (.NET 9 and later).
+pub const CDAC_LOCK_THREADING: u32 = 2;
+
+/// One lock that is held or waited for (`cdac_lock`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CdacLock {
+    /// The locked object (a `System.Threading.Lock` is its own).
+    pub object: u64,
+    /// Its MethodTable.
+    pub method_table: u64,
+    /// The holder's OS thread id (0: free, or a holder that is no thread of the runtime).
+    pub owner_os_id: u64,
+    /// The holder's managed thread id (0: none).
+    pub owner_managed_id: u32,
+    /// `CDAC_LOCK_*`.
+    pub kind: u32,
+    /// Times the holder entered it (0: free).
+    pub times_entered: u32,
+    /// Threads waiting to enter it, as the lock counts them (a thin lock counts none).
+    pub waiters_counted: u32,
+    /// A sync block's index in the sync table (0 for the other kinds).
+    pub sync_block_index: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// One frame of a logical async stack (`cdac_async_frame`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CdacAsyncFrame {
+    /// The Task (an async method's state machine box, or a plain Task).
+    pub object: u64,
+    /// Its MethodTable.
+    pub method_table: u64,
+    /// The compiler's state machine type (0 for a plain Task).
+    pub state_machine_type: u64,
+    /// The object the method's current await holds (0: none known).
+    pub awaiting: u64,
+    /// Which chain it belongs to (from 0).
+    pub chain: u32,
+    /// Its place in the chain, 0 for the outermost.
+    pub depth: u32,
+    /// The await it is suspended at (from 0); -1 running; `i32::MIN` for a plain Task or
+    /// an unreadable state.
+    pub state: i32,
+    /// `Task.m_stateFlags`.
+    pub state_flags: u32,
+}
+
 /// `cdac_field.value_kind`.
 pub const CDAC_VALUE_INT: u32 = 1;
 /// An unsigned integer.
@@ -1572,6 +1626,109 @@ pub unsafe extern "C" fn cdac_gc_handles(
                     is_strong: u32::from(g.kind.is_strong()),
                 })
                 .collect();
+        fill(&list, out, cap, count)
+    })
+}
+
+/// Every lock held or waited for: monitors of the sync table, thin locks and
+/// `System.Threading.Lock`s, from one heap walk (count-then-fill). No thread's stack is read
+/// (no thread is stopped), so who waits is not known here.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_locks(
+    h: *mut CdacHandle,
+    out: *mut CdacLock,
+    cap: usize,
+    count: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        if out.is_null() && cap > 0 {
+            return Err(null("out"));
+        }
+        let report = cdac_core::locks::read_locks_from(&h.rt, true, None)?;
+        let list: Vec<CdacLock> = report
+            .locks
+            .iter()
+            .map(|l| {
+                let (kind, index) = match l.kind {
+                    cdac_core::locks::LockKind::SyncBlock { index, .. } => {
+                        (CDAC_LOCK_SYNC_BLOCK, index)
+                    }
+                    cdac_core::locks::LockKind::ThinLock => (CDAC_LOCK_THIN, 0),
+                    cdac_core::locks::LockKind::ThreadingLock => (CDAC_LOCK_THREADING, 0),
+                };
+                CdacLock {
+                    object: l.object,
+                    method_table: l.method_table,
+                    owner_os_id: l.owner.as_ref().map_or(0, |o| o.os_id),
+                    owner_managed_id: l.owner.as_ref().and_then(|o| o.managed_id).unwrap_or(0),
+                    kind,
+                    times_entered: l.times_entered,
+                    waiters_counted: l.waiters_counted,
+                    sync_block_index: index,
+                    reserved: 0,
+                }
+            })
+            .collect();
+        fill(&list, out, cap, count)
+    })
+}
+
+/// Every chain of suspended async methods as `cdac async` finds them, frame by frame,
+/// chains in order and each outermost first (count-then-fill; each call walks the heap).
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_async_frames(
+    h: *mut CdacHandle,
+    out: *mut CdacAsyncFrame,
+    cap: usize,
+    count: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if count.is_null() {
+            return Err(null("count"));
+        }
+        if out.is_null() && cap > 0 {
+            return Err(null("out"));
+        }
+        let report = cdac_core::async_chains::read_async(
+            &h.rt,
+            cdac_core::async_chains::AsyncOptions::default(),
+        )?;
+        let mut list = Vec::new();
+        for (chain, c) in report.chains.iter().enumerate() {
+            for (depth, a) in c.objects.iter().enumerate() {
+                let Some(o) = report.objects.get(a) else {
+                    continue;
+                };
+                let sm = o.state_machine.as_ref();
+                list.push(CdacAsyncFrame {
+                    object: o.address,
+                    method_table: o.method_table,
+                    state_machine_type: sm.map_or(0, |s| s.method_table),
+                    awaiting: sm.and_then(|s| s.awaiting.as_ref()).map_or(0, |w| w.object),
+                    chain: u32::try_from(chain).unwrap_or(u32::MAX),
+                    depth: u32::try_from(depth).unwrap_or(u32::MAX),
+                    state: sm.and_then(|s| s.state).unwrap_or(i32::MIN),
+                    state_flags: o.state_flags,
+                });
+            }
+        }
         fill(&list, out, cap, count)
     })
 }

@@ -89,6 +89,10 @@ int main(void) {
     S(cdac_field); O(cdac_field, offset); O(cdac_field, value); O(cdac_field, value_kind);
     O(cdac_field, depth); O(cdac_field, is_static);
     S(cdac_root_step); O(cdac_root_step, method_table); O(cdac_root_step, slot_offset);
+    S(cdac_lock); O(cdac_lock, owner_os_id); O(cdac_lock, kind); O(cdac_lock, sync_block_index);
+    S(cdac_async_frame); O(cdac_async_frame, awaiting); O(cdac_async_frame, depth);
+    O(cdac_async_frame, state_flags);
+    C(CDAC_LOCK_SYNC_BLOCK); C(CDAC_LOCK_THIN); C(CDAC_LOCK_THREADING);
     C(CDAC_VALUE_REFERENCE); C(CDAC_VALUE_STRUCT); C(CDAC_FIELDS_STATICS);
     C(CDAC_ROOT_STRONG_HANDLE); C(CDAC_ROOT_FINALIZER_QUEUE); C(CDAC_ROOT_THREAD_STATIC); C(CDAC_VIA_DEPENDENT - CDAC_VIA_ROOT);
     C(CDAC_EH_TYPED); C(CDAC_EH_FILTER); C(CDAC_EH_FINALLY); C(CDAC_EH_FAULT);
@@ -108,7 +112,7 @@ int main(void) {
         (void *)cdac_stack, (void *)cdac_eh_clauses, (void *)cdac_modules,
         (void *)cdac_module_path, (void *)cdac_heap_segments, (void *)cdac_heap_stat,
         (void *)cdac_type_name, (void *)cdac_gc_handles, (void *)cdac_object_fields,
-        (void *)cdac_gcroot,
+        (void *)cdac_gcroot, (void *)cdac_locks, (void *)cdac_async_frames,
     };
     printf("functions %zu\n", sizeof fns / sizeof fns[0]);
     /* Calls that need no target: a NULL handle and an unknown one. */
@@ -183,7 +187,7 @@ fn header_matches_library() {
             "offsetof cdac_frame.il_offset",
             offset_of!(CdacFrame, il_offset),
         ),
-        ("functions", 19),
+        ("functions", 21),
         ("sizeof cdac_heap_segment", size_of::<CdacHeapSegment>()),
         (
             "offsetof cdac_heap_segment.flags",
@@ -218,6 +222,29 @@ fn header_matches_library() {
         (
             "offsetof cdac_gc_handle.is_strong",
             offset_of!(CdacGcHandle, is_strong),
+        ),
+        ("sizeof cdac_lock", size_of::<cdac::CdacLock>()),
+        (
+            "offsetof cdac_lock.owner_os_id",
+            offset_of!(cdac::CdacLock, owner_os_id),
+        ),
+        ("offsetof cdac_lock.kind", offset_of!(cdac::CdacLock, kind)),
+        (
+            "offsetof cdac_lock.sync_block_index",
+            offset_of!(cdac::CdacLock, sync_block_index),
+        ),
+        ("sizeof cdac_async_frame", size_of::<cdac::CdacAsyncFrame>()),
+        (
+            "offsetof cdac_async_frame.awaiting",
+            offset_of!(cdac::CdacAsyncFrame, awaiting),
+        ),
+        (
+            "offsetof cdac_async_frame.depth",
+            offset_of!(cdac::CdacAsyncFrame, depth),
+        ),
+        (
+            "offsetof cdac_async_frame.state_flags",
+            offset_of!(cdac::CdacAsyncFrame, state_flags),
         ),
         ("sizeof cdac_field", size_of::<CdacField>()),
         ("offsetof cdac_field.offset", offset_of!(CdacField, offset)),
@@ -331,6 +358,9 @@ fn header_matches_library() {
             "CDAC_ROOT_THREAD_STATIC",
             cdac::CDAC_ROOT_THREAD_STATIC.into(),
         ),
+        ("CDAC_LOCK_SYNC_BLOCK", cdac::CDAC_LOCK_SYNC_BLOCK.into()),
+        ("CDAC_LOCK_THIN", cdac::CDAC_LOCK_THIN.into()),
+        ("CDAC_LOCK_THREADING", cdac::CDAC_LOCK_THREADING.into()),
         (
             "CDAC_VIA_DEPENDENT - CDAC_VIA_ROOT",
             (cdac::CDAC_VIA_DEPENDENT.wrapping_sub(cdac::CDAC_VIA_ROOT)) as i64,

@@ -727,3 +727,75 @@ fn dumpobj_and_gcroot_equal_the_cli() {
         assert!(path.contains(&format!("-> {a} ")), "{a}: {path}");
     }
 }
+
+/// `cdac syncblk` and `cdac dumpasync` in gdb list the locks the CLI's `locks --no-stacks`
+/// lists (same objects, owners, recursion) and the async chains its `async` finds (same
+/// objects in the same order, each async method named and at its await), on the same dump
+/// (memory read through gdb).
+#[test]
+fn syncblk_and_dumpasync_equal_the_cli() {
+    let tb = testbed_of(Variant::Net10);
+    let dump = tb.dump("full");
+    let target: Vec<OsString> = vec!["--dump".into(), dump.clone().into_os_string()];
+    let locks = cli_json(&["locks", "--no-stacks"], &target);
+    let chains = cli_json(&["async"], &target);
+    let out = gdb(
+        &[
+            testbed_exe(Variant::Net10).into_os_string(),
+            dump.into_os_string(),
+        ],
+        &[
+            format!("source {}", repo().join("gdb/cdac.py").display()),
+            echo("syncblk"),
+            "cdac syncblk".to_string(),
+            echo("dumpasync"),
+            "cdac dumpasync".to_string(),
+            echo("end"),
+        ],
+    );
+    let syncblk = section(&out, "syncblk");
+    let cli_locks = locks["locks"].as_array().expect("locks");
+    assert!(!cli_locks.is_empty(), "{locks}");
+    for l in cli_locks {
+        let object = format!("{:#x}", hex(&l["object"]));
+        let row = syncblk
+            .lines()
+            .find(|r| r.split_whitespace().next() == Some(object.as_str()))
+            .unwrap_or_else(|| panic!("no row for {object} in:\n{syncblk}"));
+        let f: Vec<&str> = row.split_whitespace().collect();
+        let owner = l["owner"]["managed_id"]
+            .as_u64()
+            .map_or("-".to_string(), |m| m.to_string());
+        assert_eq!(f[3], owner, "{row}");
+        assert_eq!(f[5], l["times_entered"].to_string(), "{row}");
+        assert_eq!(f[6], l["waiters_counted"].to_string(), "{row}");
+        assert!(row.ends_with(l["type_name"].as_str().unwrap()), "{row}");
+    }
+    assert!(
+        syncblk.contains(&format!("{} locks", cli_locks.len())),
+        "{syncblk}"
+    );
+    let dumpasync = section(&out, "dumpasync");
+    let rows: Vec<&str> = dumpasync
+        .lines()
+        .filter(|r| r.trim_start().starts_with("0x"))
+        .collect();
+    let frames: Vec<&Value> = chains["chains"]
+        .as_array()
+        .expect("chains")
+        .iter()
+        .flat_map(|c| c["frames"].as_array().unwrap())
+        .collect();
+    assert_eq!(rows.len(), frames.len(), "{dumpasync}");
+    for (row, f) in rows.iter().zip(&frames) {
+        let object = format!("{:#x}", hex(&f["object"]));
+        assert!(row.trim_start().starts_with(&object), "{row} / {f}");
+        match f["method"].as_str() {
+            Some(m) => assert!(
+                row.ends_with(&format!("({}) {m}", f["state"])),
+                "{row} / {f}"
+            ),
+            None => assert!(row.ends_with(f["type_name"].as_str().unwrap()), "{row}"),
+        }
+    }
+}

@@ -805,3 +805,61 @@ fn dumpobj_and_gcroot_equal_the_cli() {
         assert!(path.contains(&format!("-> {a} ")), "{a}: {path}");
     }
 }
+
+/// `cdac syncblk` and `cdac dumpasync` in lldb list the objects the CLI's
+/// `locks --no-stacks` and `async` list on the same dump, in the same order for the chains.
+#[test]
+fn syncblk_and_dumpasync_equal_the_cli() {
+    if !have_lldb() {
+        return;
+    }
+    let tb = testbed_of(Variant::Net10);
+    let dump = tb.dump("full");
+    let target: Vec<OsString> = vec!["--dump".into(), dump.clone().into_os_string()];
+    let locks = cli_json(&["locks", "--no-stacks"], &target);
+    let chains = cli_json(&["async"], &target);
+    let exe = Path::new(tb.manifest["app_dir"].as_str().expect("app_dir")).join("Cdac.Testbed");
+    let session = lldb(
+        &["-c".into(), dump.into_os_string(), exe.into()],
+        &[
+            format!(
+                "command script import {}",
+                repo().join("lldb/cdac.py").display()
+            ),
+            "cdac syncblk".into(),
+            "cdac dumpasync".into(),
+        ],
+    );
+    let first_words = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .filter(|w| w.starts_with("0x"))
+            .map(str::to_string)
+            .collect()
+    };
+    let mut ours = first_words(session.of("cdac syncblk"));
+    ours.sort();
+    let mut cli: Vec<String> = locks["locks"]
+        .as_array()
+        .expect("locks")
+        .iter()
+        .map(|l| format!("{:#x}", hex(&l["object"])))
+        .collect();
+    cli.sort();
+    assert!(!cli.is_empty());
+    assert_eq!(ours, cli, "{}", session.of("cdac syncblk"));
+    let frames: Vec<String> = chains["chains"]
+        .as_array()
+        .expect("chains")
+        .iter()
+        .flat_map(|c| c["frames"].as_array().unwrap())
+        .map(|f| format!("{:#x}", hex(&f["object"])))
+        .collect();
+    assert!(!frames.is_empty());
+    assert_eq!(
+        first_words(session.of("cdac dumpasync")),
+        frames,
+        "{}",
+        session.of("cdac dumpasync")
+    );
+}
