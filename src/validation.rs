@@ -403,8 +403,8 @@ fn validate_once(rt: &Runtime) -> ValidationReport {
     );
     run(
         "sync-blocks",
-        "every used sync table entry (the first 1024) has a sync block naming that entry and an object whose header names it; a held monitor's holder is a thread of the thread store with the OS id the monitor records",
-        &["SyncBlock.*", "SyncTableEntry.*"],
+        "every used sync table entry (the first 1024) has a sync block naming that entry and an object whose header names it; a held monitor's holder is a thread of the thread store with the OS id the monitor records; each entry of a sync block's wait list (Monitor.Wait) names that sync block and a thread of the thread store",
+        &["SyncBlock.*", "SyncTableEntry.*", "WaitEventLink.*"],
         check_sync_blocks(rt, list.as_ref()),
     );
     let covered: BTreeSet<&str> = checks
@@ -1491,7 +1491,7 @@ fn check_sync_blocks(rt: &Runtime, list: Option<&crate::contracts::thread::Threa
         ) => return Err(Stop::Skip(e.to_string())),
         Err(e) => return Err(fail(e.to_string())),
     };
-    let (mut used, mut held) = (0u32, 0u32);
+    let (mut used, mut held, mut pulse_waiters) = (0u32, 0u32, 0usize);
     for index in 1..=1024u32 {
         let Some(entry) = sync.entry(index)? else {
             break;
@@ -1510,6 +1510,20 @@ fn check_sync_blocks(rt: &Runtime, list: Option<&crate::contracts::thread::Threa
                 entry.object, header.raw
             )));
         }
+        let waiters = sync
+            .pulse_waiters(entry.sync_block)
+            .map_err(|e| fail(format!("sync block {index}: {e}")))?;
+        if let Some(list) = list {
+            if let Some(t) = waiters
+                .iter()
+                .find(|&&t| !list.threads.iter().any(|x| x.address == t))
+            {
+                return Err(fail(format!(
+                    "sync block {index}'s wait list names {t:#x}, which is no thread of the thread store"
+                )));
+            }
+        }
+        pulse_waiters += waiters.len();
         let m = block.monitor;
         let Some(holder) = m.holder else { continue };
         held += 1;
@@ -1534,7 +1548,7 @@ fn check_sync_blocks(rt: &Runtime, list: Option<&crate::contracts::thread::Threa
         return Err(Stop::Skip("no sync block in use".into()));
     }
     Ok(format!(
-        "{used} sync block(s) name their entries and objects; {held} held monitor(s) name their holders"
+        "{used} sync block(s) name their entries and objects; {held} held monitor(s) name their holders; {pulse_waiters} thread(s) in Monitor.Wait name their sync blocks"
     ))
 }
 

@@ -77,6 +77,9 @@ pub struct LockReportItem {
     pub waiters_counted: u32,
     /// The threads found blocked on it, from their stacks.
     pub waiting: Vec<LockThread>,
+    /// The threads waiting in `Monitor.Wait` for it to be pulsed (its sync block's wait
+    /// list).
+    pub waiting_for_pulse: Vec<LockThread>,
 }
 
 /// A thread.
@@ -169,6 +172,7 @@ pub(super) fn build(report: &LockReport, namer: &mut MethodNamer) -> LocksReport
                 times_entered: l.times_entered,
                 waiters_counted: l.waiters_counted,
                 waiting: l.waiting.iter().map(thread_report).collect(),
+                waiting_for_pulse: l.waiting_for_pulse.iter().map(thread_report).collect(),
             }
         })
         .collect::<Vec<_>>();
@@ -254,6 +258,13 @@ fn print(out: &mut impl Write, r: &LocksReport) -> std::io::Result<()> {
         )?;
         for w in &l.waiting {
             writeln!(out, "    waiting: {}", thread_text(w))?;
+        }
+        for w in &l.waiting_for_pulse {
+            writeln!(
+                out,
+                "    waiting for a pulse (Monitor.Wait): {}",
+                thread_text(w)
+            )?;
         }
     }
     for (i, d) in r.deadlocks.iter().enumerate() {

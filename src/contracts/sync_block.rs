@@ -356,6 +356,52 @@ impl SyncBlocks {
     }
 }
 
+/// Most threads read from one sync block's wait list.
+const MAX_PULSE_WAITERS: usize = 4096;
+
+impl SyncBlocks {
+    /// The threads (`Thread*`) waiting in `Monitor.Wait` on the sync block at `address`,
+    /// from its wait list: `SyncBlock.Link` heads a list of each waiter's `WaitEventLink`
+    /// (linked through their `LinkSB`). Each entry must name this sync block as the one it
+    /// waits on, else the list is refused. Empty when the descriptors do not give the list.
+    pub fn pulse_waiters(&self, address: u64) -> Result<Vec<u64>, ContractError> {
+        let f = self.fields();
+        if !f.has(SYNC_BLOCK, "Link") || !f.has("WaitEventLink", "WaitSB") {
+            return Ok(Vec::new());
+        }
+        let link_sb = f.off("WaitEventLink", "LinkSB")?;
+        let mut next = f.ptr(address, SYNC_BLOCK, "Link")?;
+        let mut threads = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        while next != 0 {
+            if !seen.insert(next) || threads.len() >= MAX_PULSE_WAITERS {
+                return Err(ContractError::Corrupt {
+                    what: "sync block wait list",
+                    addr: address,
+                    detail: format!(
+                        "it loops or holds more than {MAX_PULSE_WAITERS} threads (at {next:#x})"
+                    ),
+                });
+            }
+            let link = next.wrapping_sub(link_sb);
+            let waits_on = f.ptr(link, "WaitEventLink", "WaitSB")?;
+            if waits_on != address {
+                return Err(ContractError::Corrupt {
+                    what: "sync block wait list",
+                    addr: address,
+                    detail: format!(
+                        "its entry {link:#x} waits on sync block {waits_on:#x}, not this one"
+                    ),
+                });
+            }
+            threads.push(f.ptr(link, "WaitEventLink", "Thread")?);
+            // SLink: its next pointer is its only field.
+            next = self.target.read_pointer(next)?;
+        }
+        Ok(threads)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

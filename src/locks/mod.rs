@@ -73,6 +73,9 @@ pub struct LockInfo {
     pub waiters_counted: u32,
     /// The threads cdac found blocked on it (from their stacks).
     pub waiting: Vec<ThreadRef>,
+    /// The threads waiting in `Monitor.Wait` for it to be pulsed (from its sync block's
+    /// wait list); they hold it no longer and will enter it again.
+    pub waiting_for_pulse: Vec<ThreadRef>,
 }
 
 /// A deadlock: threads each waiting for a lock the next one holds, the last waiting for
@@ -156,9 +159,30 @@ pub fn read_locks_from(
                         }
                     };
                     let m = block.monitor;
-                    if !m.locked && m.waiters == 0 {
+                    let pulse_waiters = match sync.pulse_waiters(e.sync_block) {
+                        Ok(w) => w,
+                        Err(err) => {
+                            report
+                                .problems
+                                .push(format!("sync block {}: {err}", e.index));
+                            Vec::new()
+                        }
+                    };
+                    if !m.locked && m.waiters == 0 && pulse_waiters.is_empty() {
                         continue;
                     }
+                    let waiting_for_pulse = pulse_waiters
+                        .iter()
+                        .map(|&t| match list.threads.iter().find(|x| x.address == t) {
+                            Some(info) => thread_ref(info),
+                            None => ThreadRef {
+                                thread: t,
+                                managed_id: None,
+                                os_id: 0,
+                                name: None,
+                            },
+                        })
+                        .collect();
                     let holder = m
                         .holder
                         .and_then(|h| h.find(&list.threads, rt.target(), rt.descriptor()));
@@ -178,6 +202,7 @@ pub fn read_locks_from(
                         times_entered: m.recursion,
                         waiters_counted: m.waiters,
                         waiting: Vec::new(),
+                        waiting_for_pulse,
                     });
                 }
             }
@@ -209,6 +234,7 @@ pub fn read_locks_from(
                         times_entered: l.recursion + 1,
                         waiters_counted: 0,
                         waiting: Vec::new(),
+                        waiting_for_pulse: Vec::new(),
                     });
                 }
                 for l in found.threading {
@@ -227,6 +253,7 @@ pub fn read_locks_from(
                         },
                         waiters_counted: l.waiters,
                         waiting: Vec::new(),
+                        waiting_for_pulse: Vec::new(),
                     });
                 }
             }

@@ -143,6 +143,39 @@ fn facts_hold(variant: Variant) {
         let expected = 1 + usize::from(!facts["lock_deadlock"].is_null());
         assert_eq!(deadlocks, expected, "{what}: {}", v["deadlocks"]);
 
+        // The thread parked in Monitor.Wait(Monitors.Cond) while it holds Monitors.Held:
+        // it waits for a pulse of a free monitor, and owns the one the enter-blocked thread
+        // waits for.
+        let waiter = tb.manifest["threads"]
+            .as_array()
+            .expect("threads")
+            .iter()
+            .find(|t| t["kind"] == "monitor_wait")
+            .expect("a monitor_wait thread");
+        let pulsed: Vec<&Value> = v["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| {
+                l["waiting_for_pulse"]
+                    .as_array()
+                    .is_some_and(|w| w.iter().any(|t| t["os_id"] == waiter["os_tid"]))
+            })
+            .collect();
+        assert_eq!(pulsed.len(), 1, "{what}: {}", v["locks"]);
+        assert!(pulsed[0]["owner"].is_null(), "{what}: {}", pulsed[0]);
+        assert_eq!(pulsed[0]["kind"], "sync_block", "{what}: {}", pulsed[0]);
+        assert!(
+            v["locks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|l| l["owner"]["os_id"] == waiter["os_tid"]
+                    && l["object"] != pulsed[0]["object"]),
+            "{what}: the waiting thread holds no other lock: {}",
+            v["locks"]
+        );
+
         // The contended monitor: its owner, entered three times, and its three waiters.
         let c = &facts["contended"];
         let l = lock_of(&v, &t, c["type"].as_str().expect("type"));
