@@ -104,7 +104,7 @@ pub struct AsyncChain {
     /// What the innermost one waits for.
     pub waits_for: Option<WaitsFor>,
     /// Where the chain was cut: the object its continuations lead back to, or the last one
-    /// followed when it is longer than [`MAX_CHAIN_DEPTH`].
+    /// followed when it is longer than 4,096 objects.
     pub cut_at: Option<u64>,
 }
 
