@@ -100,16 +100,17 @@ fn check_info(from: Source<'_>) {
     for key in ["added_contracts", "added_fields", "conflicts"] {
         assert_eq!(net10[key], serde_json::json!([]), "{}: {key}", from.what());
     }
-    // No runtime before .NET 11 describes FieldDesc (`cdac obj` reads fields with it) or
-    // the sync block's monitor, and a thread-local data's back pointer (a runtime that
-    // names none of these types gets cdac's).
+    // No runtime before .NET 11 describes FieldDesc (`cdac obj` reads fields with it), the
+    // sync block's monitor and wait list (`WaitEventLink`), and a thread-local data's back
+    // pointer (a runtime that names none of these types gets cdac's).
     assert_eq!(
         net10["added_types"],
         serde_json::json!([
             "FieldDesc",
             "SyncBlock",
             "SyncTableEntry",
-            "ThreadLocalData"
+            "ThreadLocalData",
+            "WaitEventLink"
         ]),
         "{}",
         from.what()
