@@ -263,7 +263,13 @@ fn equals_sos(variant: Variant) {
         .as_array()
         .expect("locks")
         .iter()
-        .filter(|l| l["kind"] == "sync_block")
+        // SOS lists the monitors it counts as held (MonitorHeld != 0): not those listed
+        // only for their Monitor.Wait waiters.
+        .filter(|l| {
+            l["kind"] == "sync_block"
+                && (l["times_entered"].as_u64() > Some(0)
+                    || l["waiters_counted"].as_u64() > Some(0))
+        })
         .map(|l| {
             (
                 common::hex(&l["sync_block"]),
