@@ -5,7 +5,7 @@
 //! another Action, or a `List<object>` of several of these. Each is followed to the Task
 //! or object that will run.
 
-use crate::inspect::{FieldView, InspectOptions, Inspector, Value};
+use crate::inspect::{FieldView, Inspector, Value};
 
 /// Most continuations read from one list.
 const MAX_LIST_CONTINUATIONS: usize = 4096;
@@ -36,25 +36,9 @@ pub fn reference_field(fields: &[FieldView], name: &str) -> Option<u64> {
         })
 }
 
-fn view(
-    inspector: &mut Inspector<'_>,
-    object: u64,
-    elements: usize,
-) -> Option<crate::inspect::ObjectView> {
-    inspector
-        .inspect(
-            object,
-            InspectOptions {
-                max_elements: elements,
-                statics: false,
-            },
-        )
-        .ok()
-}
-
 /// What the continuation object `object` runs: the Tasks or objects it leads to.
 pub fn resolve(inspector: &mut Inspector<'_>, object: u64) -> Vec<u64> {
-    let Some(v) = view(inspector, object, 0) else {
+    let Some(v) = inspector.view(object, 0).ok() else {
         return vec![object];
     };
     if v.type_name.starts_with("System.Collections.Generic.List`1") {
@@ -64,7 +48,11 @@ pub fn resolve(inspector: &mut Inspector<'_>, object: u64) -> Vec<u64> {
         let Some(items) = reference_field(&v.fields, "_items") else {
             return Vec::new();
         };
-        let Some(array) = view(inspector, items, count as usize).and_then(|a| a.array) else {
+        let Some(array) = inspector
+            .view(items, count as usize)
+            .ok()
+            .and_then(|a| a.array)
+        else {
             return Vec::new();
         };
         return array
@@ -82,7 +70,7 @@ pub fn resolve(inspector: &mut Inspector<'_>, object: u64) -> Vec<u64> {
 
 /// One continuation (not a list), followed to what it runs.
 fn resolve_one(inspector: &mut Inspector<'_>, object: u64) -> u64 {
-    let Some(v) = view(inspector, object, 0) else {
+    let Some(v) = inspector.view(object, 0).ok() else {
         return object;
     };
     // A Task (a state machine box, or a ContinueWith Task) runs itself.
@@ -96,21 +84,23 @@ fn resolve_one(inspector: &mut Inspector<'_>, object: u64) -> u64 {
     let mut fields = v.fields;
     if let Some(action) = reference_field(&fields, "m_action") {
         current = action;
-        match view(inspector, action, 0) {
+        match inspector.view(action, 0).ok() {
             Some(a) => fields = a.fields,
             None => return current,
         }
     }
     if let Some(target) = reference_field(&fields, "_target") {
         current = target;
-        let Some(t) = view(inspector, target, 0) else {
+        let Some(t) = inspector.view(target, 0).ok() else {
             return current;
         };
         if t.type_name == CONTINUATION_WRAPPER {
             if let Some(inner) = reference_field(&t.fields, "_continuation") {
                 current = inner;
-                if let Some(inner_target) =
-                    view(inspector, inner, 0).and_then(|i| reference_field(&i.fields, "_target"))
+                if let Some(inner_target) = inspector
+                    .view(inner, 0)
+                    .ok()
+                    .and_then(|i| reference_field(&i.fields, "_target"))
                 {
                     current = inner_target;
                 }

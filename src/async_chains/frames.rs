@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap;
 use crate::contracts::gc::{locate, GcHeapData, GcSegment};
 use crate::contracts::ContractError;
 use crate::formats::pdb::{AwaitPoint, SourceLocation};
-use crate::inspect::{FieldView, InspectOptions, Inspector, ObjectView, Value};
+use crate::inspect::{FieldView, Inspector, ObjectView, Value};
 use crate::names::MethodNamer;
 use crate::runtime::Runtime;
 use crate::source_lines::SourceLines;
@@ -167,13 +167,7 @@ impl<'n, 'l> FrameReader<'n, 'l> {
                 fields,
             } => (*method_table, type_name.clone(), fields.clone()),
             Value::Reference { address, .. } if *address != 0 => {
-                let sm = inspector.inspect(
-                    *address,
-                    InspectOptions {
-                        max_elements: 0,
-                        statics: false,
-                    },
-                )?;
+                let sm = inspector.view(*address, 0)?;
                 (sm.method_table, sm.type_name, sm.fields)
             }
             other => {

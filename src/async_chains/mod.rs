@@ -185,13 +185,7 @@ fn read_object(
     method_table: u64,
     problems: &mut Vec<String>,
 ) -> Result<Option<AsyncObject>, ContractError> {
-    let view = inspector.inspect(
-        address,
-        crate::inspect::InspectOptions {
-            max_elements: 0,
-            statics: false,
-        },
-    )?;
+    let view = inspector.view(address, 0)?;
     let Some(state_flags) = continuations::int_field(&view.fields, "m_stateFlags") else {
         return Ok(None);
     };

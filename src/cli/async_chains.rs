@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::model::Addr;
-use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
+use super::{hex, CliResult, DescriptorArgs, TargetArgs};
 use cdac::async_chains::{read_async, AsyncOptions, AsyncReport};
 
 /// Arguments of `cdac async`.
@@ -202,14 +202,7 @@ pub fn run_async(args: &AsyncArgs) -> CliResult {
         },
     )?;
     let r = build(&report);
-    let outcome = if r.problems.is_empty() {
-        Outcome::Answered
-    } else {
-        Outcome::Partial(format!(
-            "some async work could not be read: {}",
-            r.problems.join("; ")
-        ))
-    };
+    let outcome = super::outcome_of(&r.problems, "some async work could not be read");
     if args.json {
         super::emit_json(&r)?;
         return Ok(outcome);

@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::model::Addr;
-use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
+use super::{hex, CliResult, DescriptorArgs, TargetArgs};
 use cdac::locks::{read_locks, LockKind, LockOptions, LockReport, ThreadRef};
 use cdac::names::MethodNamer;
 use cdac::stacks::LiveRegisters;
@@ -214,14 +214,7 @@ pub fn run_locks(args: &LocksArgs) -> CliResult {
         },
     )?;
     let r = build(&report, &mut MethodNamer::for_runtime(&rt));
-    let outcome = if r.problems.is_empty() {
-        Outcome::Answered
-    } else {
-        Outcome::Partial(format!(
-            "some locks could not be read: {}",
-            r.problems.join("; ")
-        ))
-    };
+    let outcome = super::outcome_of(&r.problems, "some locks could not be read");
     if args.json {
         super::emit_json(&r)?;
         return Ok(outcome);

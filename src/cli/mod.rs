@@ -133,6 +133,16 @@ enum Command {
     Schema(schema::SchemaArgs),
 }
 
+/// A report's outcome: answered, or partial with its problems after `what`
+/// ("some locks could not be read").
+pub(crate) fn outcome_of(problems: &[String], what: &str) -> Outcome {
+    if problems.is_empty() {
+        Outcome::Answered
+    } else {
+        Outcome::Partial(format!("{what}: {}", problems.join("; ")))
+    }
+}
+
 /// How a command that did not fail outright ended; the process exit code follows from it
 /// (see [`main`]).
 #[must_use]

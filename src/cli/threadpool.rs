@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::model::Addr;
-use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
+use super::{hex, CliResult, DescriptorArgs, TargetArgs};
 use cdac::thread_pool::{read_thread_pool, ThreadPoolReport, WorkItem};
 
 /// Arguments of `cdac threadpool`.
@@ -158,14 +158,7 @@ pub(super) fn build(r: &ThreadPoolReport) -> ThreadPoolJson {
 pub fn run_threadpool(args: &ThreadPoolArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
     let r = build(&read_thread_pool(&rt)?);
-    let outcome = if r.problems.is_empty() {
-        Outcome::Answered
-    } else {
-        Outcome::Partial(format!(
-            "some of the thread pool could not be read: {}",
-            r.problems.join("; ")
-        ))
-    };
+    let outcome = super::outcome_of(&r.problems, "some of the thread pool could not be read");
     if args.json {
         super::emit_json(&r)?;
         return Ok(outcome);

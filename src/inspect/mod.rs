@@ -162,6 +162,18 @@ impl<'r> Inspector<'r> {
         })
     }
 
+    /// An object's fields (and an array's first `elements` elements), no statics: what the
+    /// heap reports (async chains, the thread pool) read of the objects they follow.
+    pub fn view(&mut self, address: u64, elements: usize) -> Result<ObjectView, ContractError> {
+        self.inspect(
+            address,
+            InspectOptions {
+                max_elements: elements,
+                statics: false,
+            },
+        )
+    }
+
     /// The runtime this inspector reads.
     pub fn runtime(&self) -> &'r Runtime {
         self.rt

@@ -4,7 +4,7 @@
 
 use crate::async_chains::frames::{async_method_name, is_state_machine_box};
 use crate::inspect::delegates::delegate_method;
-use crate::inspect::{InspectOptions, Inspector, ObjectView, Value};
+use crate::inspect::{Inspector, Value};
 use crate::names::MethodNamer;
 use crate::runtime::Runtime;
 
@@ -56,18 +56,6 @@ impl<'r> Describer<'r> {
         }
     }
 
-    fn view(inspector: &mut Inspector<'_>, object: u64) -> Option<ObjectView> {
-        inspector
-            .inspect(
-                object,
-                InspectOptions {
-                    max_elements: 0,
-                    statics: false,
-                },
-            )
-            .ok()
-    }
-
     /// The method the delegate in field `name` of `fields` calls.
     fn delegate(
         &mut self,
@@ -82,14 +70,14 @@ impl<'r> Describer<'r> {
                 Value::Reference { address, .. } if address != 0 => Some(address),
                 _ => None,
             })?;
-        let v = Self::view(inspector, d)?;
+        let v = inspector.view(d, 0).ok()?;
         let md = delegate_method(self.rt, &v.fields)?;
         Some((short_method_name(&self.namer.name(md)), md))
     }
 
     /// What `object` runs.
     pub fn describe(&mut self, inspector: &mut Inspector<'_>, object: u64) -> WorkItem {
-        let Some(v) = Self::view(inspector, object) else {
+        let Some(v) = inspector.view(object, 0).ok() else {
             return WorkItem {
                 object,
                 type_name: "?".into(),

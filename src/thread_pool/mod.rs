@@ -13,7 +13,7 @@ pub mod items;
 pub mod queues;
 
 use crate::contracts::ContractError;
-use crate::inspect::{InspectOptions, Inspector, ObjectView, Value};
+use crate::inspect::{Inspector, Value};
 use crate::names::MethodNamer;
 use crate::runtime::Runtime;
 
@@ -77,16 +77,6 @@ struct Found {
     work_queues: Vec<u64>,
     thread_locals: Vec<u64>,
     stealing_queues: Vec<u64>,
-}
-
-fn view(inspector: &mut Inspector<'_>, object: u64) -> Result<ObjectView, ContractError> {
-    inspector.inspect(
-        object,
-        InspectOptions {
-            max_elements: 0,
-            statics: false,
-        },
-    )
 }
 
 /// The value at a path of field names (`_separated`, `counts`, `_data`).
@@ -182,7 +172,7 @@ pub fn read_thread_pool(rt: &Runtime) -> Result<ThreadPoolReport, ContractError>
     // Each stealing queue's thread, from the thread locals that hold it.
     let mut owners: rustc_hash::FxHashMap<u64, i64> = rustc_hash::FxHashMap::default();
     for &locals in &found.thread_locals {
-        let Ok(v) = view(&mut inspector, locals) else {
+        let Ok(v) = inspector.view(locals, 0) else {
             continue;
         };
         let (Some(queue), Some(thread)) = (
@@ -191,7 +181,8 @@ pub fn read_thread_pool(rt: &Runtime) -> Result<ThreadPoolReport, ContractError>
         ) else {
             continue;
         };
-        if let Some(id) = view(&mut inspector, thread)
+        if let Some(id) = inspector
+            .view(thread, 0)
             .ok()
             .and_then(|t| int(path(&t.fields, &["_managedThreadId"])))
         {
@@ -220,7 +211,7 @@ pub fn read_thread_pool(rt: &Runtime) -> Result<ThreadPoolReport, ContractError>
 /// `PortableThreadPool`'s limits and its counts word (`_separated.counts._data`: bits 0-15
 /// workers running a work item, 16-31 workers that exist, 32-47 the goal).
 fn pool_counts(inspector: &mut Inspector<'_>, pool: u64) -> Result<PoolCounts, ContractError> {
-    let v = view(inspector, pool)?;
+    let v = inspector.view(pool, 0)?;
     let missing = |what: &str| ContractError::Corrupt {
         what: "PortableThreadPool",
         addr: pool,
@@ -253,7 +244,7 @@ fn global_items(
     describer: &mut items::Describer<'_>,
     queue: u64,
 ) -> Result<Vec<WorkItem>, ContractError> {
-    let v = view(inspector, queue)?;
+    let v = inspector.view(queue, 0)?;
     let mut queues: Vec<u64> = ["highPriorityWorkItems", "workItems"]
         .iter()
         .filter_map(|n| reference(path(&v.fields, &[n])))

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use crate::contracts::ContractError;
-use crate::inspect::{InspectOptions, Inspector, ObjectView, Value};
+use crate::inspect::{Inspector, Value};
 
 use super::{int, path, reference};
 
@@ -15,20 +15,6 @@ const MAX_QUEUE_ITEMS: u64 = 1 << 20;
 /// Most segments followed in one ConcurrentQueue.
 const MAX_SEGMENTS: usize = 4096;
 
-fn view(
-    inspector: &mut Inspector<'_>,
-    object: u64,
-    elements: usize,
-) -> Result<ObjectView, ContractError> {
-    inspector.inspect(
-        object,
-        InspectOptions {
-            max_elements: elements,
-            statics: false,
-        },
-    )
-}
-
 /// The pointer-sized values of an array's elements, `stride` bytes apart from `first`,
 /// at most [`MAX_QUEUE_ITEMS`].
 fn pointers(
@@ -36,7 +22,8 @@ fn pointers(
     array: u64,
     field_offset: u64,
 ) -> Result<Vec<u64>, ContractError> {
-    let a = view(inspector, array, 0)?
+    let a = inspector
+        .view(array, 0)?
         .array
         .ok_or(ContractError::Corrupt {
             what: "thread pool queue",
@@ -83,7 +70,7 @@ pub fn concurrent_queue_items(
     inspector: &mut Inspector<'_>,
     queue: u64,
 ) -> Result<Vec<u64>, ContractError> {
-    let q = view(inspector, queue, 0)?;
+    let q = inspector.view(queue, 0)?;
     let mut segment = reference(path(&q.fields, &["_head"]));
     let mut seen = HashSet::new();
     let mut items = Vec::new();
@@ -97,10 +84,11 @@ pub fn concurrent_queue_items(
                 ),
             });
         }
-        let v = view(inspector, s, 0)?;
+        let v = inspector.view(s, 0)?;
         if let Some(slots) = reference(path(&v.fields, &["_slots"])) {
             // A slot's Item: its offset in the slot struct, from the first element.
-            let offset = view(inspector, slots, 1)?
+            let offset = inspector
+                .view(slots, 1)?
                 .array
                 .and_then(|a| match a.elements.first() {
                     Some(Value::Struct { fields, .. }) => {
@@ -125,7 +113,7 @@ pub fn stealing_queue_items(
     inspector: &mut Inspector<'_>,
     queue: u64,
 ) -> Result<Vec<u64>, ContractError> {
-    let q = view(inspector, queue, 0)?;
+    let q = inspector.view(queue, 0)?;
     let Some(array) = reference(path(&q.fields, &["m_array"])) else {
         return Ok(Vec::new());
     };
