@@ -21,25 +21,40 @@ namespace Cdac.Testbed.Pool
 
         private static readonly ManualResetEventSlim s_never = new();
         private static int s_blockedWorkers;
+        private static int s_parkedWorkers;
+        private static int s_callbacksRan;
         private static int s_workers;
 
-        public static void QueuedCallback(object? state) => Console.WriteLine($"queued callback {state} ran");
+        public static void QueuedCallback(object? state) => Ran($"queued callback {state}");
 
-        public static void QueuedTask() => Console.WriteLine("queued task ran");
+        public static void QueuedTask() => Ran("queued task");
 
-        public static void LocalCallback(object? state) => Console.WriteLine($"local callback {state} ran");
+        public static void LocalCallback(object? state) => Ran($"local callback {state}");
 
-        /// <summary>Runs on every worker: the first one to start also queues work to its own
-        /// local queue; then each waits forever.</summary>
+        private static void Ran(string what)
+        {
+            Interlocked.Increment(ref s_callbacksRan);
+            Console.WriteLine($"{what} ran");
+        }
+
+        /// <summary>Runs on every worker: the first one to start waits until every other
+        /// worker is parked, so that none is left to steal, then queues work to its own local
+        /// queue; then each waits forever.</summary>
         public static void Blocker(object? state)
         {
             if (Interlocked.Increment(ref s_blockedWorkers) == 1)
             {
+                DateTime deadline = DateTime.UtcNow + TimeSpan.FromSeconds(20);
+                while (Volatile.Read(ref s_parkedWorkers) < s_workers - 1 && DateTime.UtcNow < deadline)
+                {
+                    Thread.Sleep(10);
+                }
                 for (int i = 0; i < LocalCallbacks; i++)
                 {
                     ThreadPool.UnsafeQueueUserWorkItem(LocalCallback, (object?)i, preferLocal: true);
                 }
             }
+            Interlocked.Increment(ref s_parkedWorkers);
             s_never.Wait();
         }
 
@@ -57,13 +72,13 @@ namespace Cdac.Testbed.Pool
                 ThreadPool.QueueUserWorkItem(Blocker, i);
             }
             DateTime deadline = DateTime.UtcNow + TimeSpan.FromSeconds(20);
-            while (Volatile.Read(ref s_blockedWorkers) < minWorkers && DateTime.UtcNow < deadline)
+            while (Volatile.Read(ref s_parkedWorkers) < minWorkers && DateTime.UtcNow < deadline)
             {
                 Thread.Sleep(10);
             }
-            if (Volatile.Read(ref s_blockedWorkers) < minWorkers)
+            if (Volatile.Read(ref s_parkedWorkers) < minWorkers)
             {
-                throw new InvalidOperationException($"only {s_blockedWorkers} of {minWorkers} workers blocked");
+                throw new InvalidOperationException($"only {s_parkedWorkers} of {minWorkers} workers blocked");
             }
             for (int i = 0; i < GlobalCallbacks; i++)
             {
@@ -75,6 +90,11 @@ namespace Cdac.Testbed.Pool
             }
             // The workers' states settle (a worker that found no work parks).
             Thread.Sleep(200);
+            // A queued item that ran would make the manifest wrong: say so instead.
+            if (Volatile.Read(ref s_callbacksRan) != 0)
+            {
+                throw new InvalidOperationException($"{s_callbacksRan} queued work items ran: the pool is not starved");
+            }
         }
 
         private static string Name(string method) => $"{typeof(ThreadPoolFacts).FullName}.{method}";
