@@ -102,8 +102,8 @@ pub fn kind_of_awaited(type_name: &str, has_completion_source: bool) -> &'static
     }
 }
 
-/// A state machine type's `MoveNext` (module file, MethodDef token) and its awaits.
-type MoveNextAwaits = ((PathBuf, u32), Vec<AwaitPoint>);
+/// A method's module file and MethodDef token.
+type MethodDef = (PathBuf, u32);
 
 /// Reads state machine frames, caching each state machine type's await points.
 pub struct FrameReader<'n, 'l> {
@@ -112,8 +112,10 @@ pub struct FrameReader<'n, 'l> {
     lines: &'l SourceLines,
     segments: Vec<GcSegment>,
     heaps: Vec<GcHeapData>,
-    /// Per state machine MethodTable: MoveNext and its awaits.
-    awaits: HashMap<u64, Option<MoveNextAwaits>>,
+    /// Per state machine MethodTable: its MoveNext.
+    move_nexts: HashMap<u64, Option<MethodDef>>,
+    /// Per MoveNext: its awaits, from the PDB.
+    awaits: HashMap<MethodDef, Option<Vec<AwaitPoint>>>,
     type_names: FxHashMap<u64, String>,
 }
 
@@ -133,6 +135,7 @@ impl<'n, 'l> FrameReader<'n, 'l> {
             lines,
             segments,
             heaps,
+            move_nexts: HashMap::new(),
             awaits: HashMap::new(),
             type_names: FxHashMap::default(),
         }
@@ -187,10 +190,7 @@ impl<'n, 'l> FrameReader<'n, 'l> {
             Some(s) if s >= 0 => self.await_location(method_table, s as usize),
             _ => None,
         };
-        let move_next = self
-            .awaits
-            .get(&method_table)
-            .and_then(|a| a.as_ref().map(|(m, _)| m.clone()));
+        let move_next = self.move_next(method_table);
         Ok(StateMachineFrame {
             method: async_method_name(&type_name),
             type_name,
@@ -251,20 +251,31 @@ impl<'n, 'l> FrameReader<'n, 'l> {
     }
 
     /// Where await `state` of the state machine type `method_table` is in the source.
-    fn await_location(&mut self, method_table: u64, state: usize) -> Option<SourceLocation> {
-        if !self.awaits.contains_key(&method_table) {
-            let found = self
-                .namer
-                .declared_method(method_table, "MoveNext")
-                .and_then(|(path, token)| {
-                    let pdb = self.lines.finder().pdb_for(&path).ok()?;
-                    let points = pdb.pdb.async_await_points(token & 0x00FF_FFFF).ok()?;
-                    Some(((path, token), points))
-                });
-            self.awaits.insert(method_table, found);
+    /// The `MoveNext` of a state machine type.
+    fn move_next(&mut self, method_table: u64) -> Option<MethodDef> {
+        if let Some(m) = self.move_nexts.get(&method_table) {
+            return m.clone();
         }
-        let ((path, token), points) = self.awaits.get(&method_table)?.as_ref()?;
+        let found = self.namer.declared_method(method_table, "MoveNext");
+        self.move_nexts.insert(method_table, found.clone());
+        found
+    }
+
+    fn await_location(&mut self, method_table: u64, state: usize) -> Option<SourceLocation> {
+        let move_next = self.move_next(method_table)?;
+        if !self.awaits.contains_key(&move_next) {
+            let (path, token) = &move_next;
+            let found = self
+                .lines
+                .finder()
+                .pdb_for(path)
+                .ok()
+                .and_then(|pdb| pdb.pdb.async_await_points(token & 0x00FF_FFFF).ok());
+            self.awaits.insert(move_next.clone(), found);
+        }
+        let points = self.awaits.get(&move_next)?.as_ref()?;
         let point = points.get(state)?;
+        let (path, token) = &move_next;
         let pdb = self.lines.finder().pdb_for(path).ok()?;
         pdb.pdb
             .line_at(token & 0x00FF_FFFF, point.yield_offset)

@@ -6,12 +6,14 @@
 //! - [`scan`]: one heap walk for the Tasks (and the TaskCompletionSources that own some).
 //! - [`continuations`]: what a Task's `m_continuationObject` leads to.
 //! - [`frames`]: a state machine's method, await state, await line and awaited object.
+//! - [`on_threads`]: the boxes that threads are running, and the async methods awaiting them.
 //!
 //! A chain starts at an incomplete Task that is nobody's continuation (the thing waited
 //! for, innermost) and follows continuations outwards; it is reported outermost first.
 
 pub mod continuations;
 pub mod frames;
+pub mod on_threads;
 pub mod scan;
 
 use std::collections::{BTreeMap, HashSet};
@@ -25,6 +27,7 @@ use crate::runtime::Runtime;
 use crate::source_lines::SourceLines;
 
 pub use frames::{Awaited, StateMachineFrame};
+pub use on_threads::{running_on_threads, AsyncThread, BoxMatch, RunningAsyncFrame};
 
 /// `Task.m_stateFlags`: ran to completion.
 pub const TASK_RAN_TO_COMPLETION: u32 = 0x0100_0000;

@@ -219,6 +219,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             tasks_found: 0,
             objects_scanned: 0,
             problems: vec![format!("heap walk: {e}")],
+            threads: None,
         },
     });
     let thread_pool = Some(match read_thread_pool(&rt) {

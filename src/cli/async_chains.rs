@@ -8,9 +8,16 @@ use clap::Args;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::model::Addr;
+use super::model::{self, Addr};
+use super::stacks::{name_frames, thread_model, thread_text_with, Named};
 use super::{hex, CliResult, DescriptorArgs, TargetArgs};
-use cdac::async_chains::{read_async, AsyncOptions, AsyncReport};
+use cdac::async_chains::{
+    read_async, running_on_threads, AsyncObject, AsyncOptions, AsyncReport, AsyncThread, BoxMatch,
+    RunningAsyncFrame,
+};
+use cdac::names::MethodNamer;
+use cdac::stacks::{thread_stacks_with, LiveRegisters, StacksOptions};
+use cdac::symbols::ElfSymbols;
 
 /// Arguments of `cdac async`.
 #[derive(Debug, Args)]
@@ -35,6 +42,11 @@ pub struct AsyncArgs {
     /// Most chains listed.
     #[arg(long, default_value_t = 10_000)]
     max_chains: usize,
+    /// Also the threads running async methods: each thread's stack with, under every
+    /// `MoveNext` frame, the box it runs and the async methods awaiting it (a live
+    /// process's threads are stopped one at a time, as `cdac stacks` does).
+    #[arg(long, conflicts_with = "collapsed")]
+    stacks: bool,
 }
 
 /// `cdac async --json`.
@@ -48,6 +60,35 @@ pub struct AsyncJson {
     pub objects_scanned: u64,
     /// What could not be read.
     pub problems: Vec<String>,
+    /// With `--stacks`: the threads running async methods.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<Vec<AsyncThreadJson>>,
+}
+
+/// A thread running async methods (`--stacks`).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AsyncThreadJson {
+    /// The thread and its stack, as `cdac stacks --json` prints it.
+    pub thread: model::Thread,
+    /// Its `MoveNext` frames, innermost first.
+    pub async_frames: Vec<RunningFrameJson>,
+}
+
+/// A `MoveNext` frame tied to the box it runs.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RunningFrameJson {
+    /// The frame's index in the thread's stack.
+    pub frame: usize,
+    /// The box it runs (`null`: not found, see `note`).
+    pub state_machine_box: Option<Addr>,
+    /// `stack_slot` (a live GC slot points into the box) or `only_running_box`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matched_by: Option<String>,
+    /// The async methods (and Tasks) awaiting the box, nearest first.
+    pub awaited_by: Vec<FrameJson>,
+    /// Why no box was found, or what else is to know.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// One logical async stack.
@@ -61,6 +102,9 @@ pub struct ChainJson {
     /// Where the chain was cut (a cycle, or too long).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cut_at: Option<Addr>,
+    /// With `--stacks`: the OS thread running one of its methods now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running_on: Option<i64>,
 }
 
 /// One Task of a chain: an async method's state machine box, or a plain Task.
@@ -131,6 +175,39 @@ pub struct WaitsForJson {
     pub completion_source: Option<Addr>,
 }
 
+/// One Task of a chain, as printed.
+fn frame_json(report: &AsyncReport, o: &AsyncObject) -> FrameJson {
+    let sm = o.state_machine.as_ref();
+    FrameJson {
+        object: Addr(o.address),
+        method_table: Addr(o.method_table),
+        type_name: report.type_name(o.method_table).to_string(),
+        kind: if sm.is_some() {
+            "state_machine"
+        } else {
+            "task"
+        }
+        .into(),
+        state_flags: o.state_flags,
+        method: sm.map(|s| s.method.clone()),
+        state_machine_type: sm.map(|s| s.type_name.clone()),
+        state: sm.and_then(|s| s.state),
+        await_location: sm
+            .and_then(|s| s.await_location.as_ref())
+            .map(|l| LocationJson {
+                file: l.file.clone(),
+                line: l.line,
+                column: l.column,
+            }),
+        awaiting: sm.and_then(|s| s.awaiting.as_ref()).map(|a| AwaitingJson {
+            field: a.field.clone(),
+            awaiter_type: a.awaiter_type.clone(),
+            object: Addr(a.object),
+            object_type: a.object_type.clone(),
+        }),
+    }
+}
+
 /// The report, as printed.
 pub(super) fn build(report: &AsyncReport) -> AsyncJson {
     let chains = report
@@ -141,37 +218,7 @@ pub(super) fn build(report: &AsyncReport) -> AsyncJson {
                 .objects
                 .iter()
                 .filter_map(|a| report.objects.get(a))
-                .map(|o| {
-                    let sm = o.state_machine.as_ref();
-                    FrameJson {
-                        object: Addr(o.address),
-                        method_table: Addr(o.method_table),
-                        type_name: report.type_name(o.method_table).to_string(),
-                        kind: if sm.is_some() {
-                            "state_machine"
-                        } else {
-                            "task"
-                        }
-                        .into(),
-                        state_flags: o.state_flags,
-                        method: sm.map(|s| s.method.clone()),
-                        state_machine_type: sm.map(|s| s.type_name.clone()),
-                        state: sm.and_then(|s| s.state),
-                        await_location: sm.and_then(|s| s.await_location.as_ref()).map(|l| {
-                            LocationJson {
-                                file: l.file.clone(),
-                                line: l.line,
-                                column: l.column,
-                            }
-                        }),
-                        awaiting: sm.and_then(|s| s.awaiting.as_ref()).map(|a| AwaitingJson {
-                            field: a.field.clone(),
-                            awaiter_type: a.awaiter_type.clone(),
-                            object: Addr(a.object),
-                            object_type: a.object_type.clone(),
-                        }),
-                    }
-                })
+                .map(|o| frame_json(report, o))
                 .collect(),
             waits_for: c.waits_for.as_ref().map(|w| WaitsForJson {
                 object: Addr(w.object),
@@ -180,6 +227,7 @@ pub(super) fn build(report: &AsyncReport) -> AsyncJson {
                 completion_source: w.completion_source.map(Addr),
             }),
             cut_at: c.cut_at.map(Addr),
+            running_on: None,
         })
         .collect();
     AsyncJson {
@@ -187,7 +235,54 @@ pub(super) fn build(report: &AsyncReport) -> AsyncJson {
         tasks_found: report.objects.len(),
         objects_scanned: report.objects_scanned,
         problems: report.problems.clone(),
+        threads: None,
     }
+}
+
+/// The `--stacks` part: threads running async methods, and which chain each runs.
+fn add_threads(
+    r: &mut AsyncJson,
+    report: &AsyncReport,
+    found: &[AsyncThread],
+    threads: &[cdac::stacks::ThreadStack],
+    named: &[Vec<Named<'_>>],
+) {
+    let mut out = Vec::new();
+    for a in found {
+        let (Some(t), Some(n)) = (threads.get(a.thread), named.get(a.thread)) else {
+            continue;
+        };
+        for f in &a.frames {
+            let Some(b) = f.state_machine_box else {
+                continue;
+            };
+            for c in &mut r.chains {
+                if c.frames.iter().any(|x| x.object.0 == b) {
+                    c.running_on = Some(i64::from(a.os_id));
+                }
+            }
+        }
+        out.push(AsyncThreadJson {
+            thread: thread_model(t, n),
+            async_frames: a
+                .frames
+                .iter()
+                .map(|f| RunningFrameJson {
+                    frame: f.frame,
+                    state_machine_box: f.state_machine_box.map(Addr),
+                    matched_by: f.matched_by.map(|m| m.as_str().to_string()),
+                    awaited_by: f
+                        .callers
+                        .iter()
+                        .filter_map(|c| report.objects.get(c))
+                        .map(|o| frame_json(report, o))
+                        .collect(),
+                    note: f.note.clone(),
+                })
+                .collect(),
+        });
+    }
+    r.threads = Some(out);
 }
 
 /// Runs `cdac async`.
@@ -201,7 +296,36 @@ pub fn run_async(args: &AsyncArgs) -> CliResult {
             max_chains: args.max_chains,
         },
     )?;
-    let r = build(&report);
+    let mut r = build(&report);
+    let mut thread_texts = Vec::new();
+    if args.stacks {
+        let stacks = thread_stacks_with(
+            &rt,
+            LiveRegisters::Stop,
+            None,
+            StacksOptions { gc_roots: true },
+        )?;
+        r.problems.extend(stacks.warnings.iter().cloned());
+        let mut namer = MethodNamer::for_runtime(&rt);
+        let found = running_on_threads(&report, &stacks, &mut namer);
+        let symbols = ElfSymbols::new(rt.target());
+        let named = name_frames(&stacks.threads, &mut namer, &symbols);
+        add_threads(&mut r, &report, &found, &stacks.threads, &named);
+        if !args.json {
+            for a in &found {
+                let (Some(t), Some(n)) = (stacks.threads.get(a.thread), named.get(a.thread)) else {
+                    continue;
+                };
+                let after = |i: usize| {
+                    a.frames
+                        .iter()
+                        .find(|f| f.frame == i)
+                        .map(|f| running_text(&report, f))
+                };
+                thread_texts.push(thread_text_with(t, n, false, &after));
+            }
+        }
+    }
     let outcome = super::outcome_of(&r.problems, "some async work could not be read");
     if args.json {
         super::emit_json(&r)?;
@@ -214,13 +338,66 @@ pub fn run_async(args: &AsyncArgs) -> CliResult {
     } else {
         print(&mut out, &r)?;
     }
+    if args.stacks {
+        writeln!(out)?;
+        if thread_texts.is_empty() {
+            writeln!(out, "no thread is running an async method")?;
+        } else {
+            writeln!(out, "Threads running async methods:")?;
+        }
+        for t in &thread_texts {
+            writeln!(out)?;
+            write!(out, "{t}")?;
+        }
+    }
     out.flush()?;
     Ok(outcome)
+}
+
+/// The lines under a `MoveNext` frame: the box it runs and the methods awaiting it.
+fn running_text(report: &AsyncReport, f: &RunningAsyncFrame) -> String {
+    let mut s = String::new();
+    if let (Some(b), Some(how)) = (f.state_machine_box, f.matched_by) {
+        let how = match how {
+            BoxMatch::StackSlot => "a stack slot points into it",
+            BoxMatch::OnlyRunningBox => "the only running box of its type",
+        };
+        s += &format!("         runs box {} ({how})\n", hex(b));
+    }
+    for c in f.callers.iter().filter_map(|c| report.objects.get(c)) {
+        let fj = frame_json(report, c);
+        s += &format!(
+            "         awaited by {}{}\n",
+            hex(c.address),
+            frame_tail(&fj)
+        );
+    }
+    if let Some(n) = &f.note {
+        s += &format!("         ({n})\n");
+    }
+    s
 }
 
 /// A frame's name in a chain: its async method, or its Task type.
 fn frame_name(f: &FrameJson) -> String {
     f.method.clone().unwrap_or_else(|| f.type_name.clone())
+}
+
+/// A chain frame after its address: name, state and await line.
+fn frame_tail(f: &FrameJson) -> String {
+    let at = match f.state {
+        Some(s) if s >= 0 => format!("  at await {s}"),
+        Some(-1) => "  running".into(),
+        Some(s) => format!("  state {s}"),
+        None if f.kind == "task" => format!("  (Task, flags {:#x})", f.state_flags),
+        None => String::new(),
+    };
+    let line = f
+        .await_location
+        .as_ref()
+        .map(|l| format!("  {}:{}", l.file, l.line))
+        .unwrap_or_default();
+    format!(" {}{at}{line}", frame_name(f))
 }
 
 fn waits_text(w: &WaitsForJson) -> String {
@@ -255,20 +432,11 @@ fn print(out: &mut impl Write, r: &AsyncJson) -> std::io::Result<()> {
             Some(w) => writeln!(out, "Async chain {}: waits for {}", i + 1, waits_text(w))?,
             None => writeln!(out, "Async chain {}", i + 1)?,
         }
+        if let Some(os) = c.running_on {
+            writeln!(out, "  (running on thread {os}: see below)")?;
+        }
         for f in &c.frames {
-            let at = match f.state {
-                Some(s) if s >= 0 => format!("  at await {s}"),
-                Some(-1) => "  running".into(),
-                Some(s) => format!("  state {s}"),
-                None if f.kind == "task" => format!("  (Task, flags {:#x})", f.state_flags),
-                None => String::new(),
-            };
-            let line = f
-                .await_location
-                .as_ref()
-                .map(|l| format!("  {}:{}", l.file, l.line))
-                .unwrap_or_default();
-            writeln!(out, "  {} {}{at}{line}", hex(f.object.0), frame_name(f))?;
+            writeln!(out, "  {}{}", hex(f.object.0), frame_tail(f))?;
         }
         if let Some(at) = &c.cut_at {
             writeln!(out, "  … cut at {} (a cycle or too long)", hex(at.0))?;

@@ -276,7 +276,7 @@ pub(super) fn render_frame(i: usize, n: &Named<'_>) -> String {
 
 /// The human text of one thread.
 fn thread_text(t: &ThreadStack, named: &[Named<'_>], native: bool) -> String {
-    thread_text_with(t, named, native, None)
+    thread_text_with(t, named, native, &|_| None)
 }
 
 /// The `--gc` models of every thread's managed frames, by frame index.
@@ -363,11 +363,13 @@ fn gc_text(gc: &model::FrameGc) -> String {
 }
 
 /// The human text of one thread, with each managed frame's live slots when `gc` has them.
-fn thread_text_with(
+/// The human text of one thread, with `after(i)`'s lines under frame `i` (its GC slots,
+/// the async methods awaiting it).
+pub(super) fn thread_text_with(
     t: &ThreadStack,
     named: &[Named<'_>],
     native: bool,
-    gc: Option<&std::collections::HashMap<usize, model::FrameGc>>,
+    after: &dyn Fn(usize) -> Option<String>,
 ) -> String {
     let mut s = thread_header(t);
     s.push('\n');
@@ -396,8 +398,8 @@ fn thread_text_with(
         let line = render_frame(i, n);
         s.push_str(&line);
         s.push('\n');
-        if let Some(g) = gc.and_then(|g| g.get(&i)) {
-            s.push_str(&gc_text(g));
+        if let Some(more) = after(i) {
+            s.push_str(&more);
         }
     }
     if hidden > 0 {
@@ -595,7 +597,8 @@ pub fn run_stacks(args: &StacksArgs) -> CliResult {
     for (ti, (t, n)) in stacks.threads.iter().zip(&named).enumerate() {
         if args.gc {
             let gc = gc_models.get(ti);
-            text.push_str(&thread_text_with(t, n, args.native, gc));
+            let after = |i: usize| gc.and_then(|g| g.get(&i)).map(gc_text);
+            text.push_str(&thread_text_with(t, n, args.native, &after));
             text.push('\n');
         } else if args.collapsed {
             if let Some(line) = collapsed_line(t, n, args.native) {

@@ -2,7 +2,8 @@
 //! against the testbed's own account of its parked async chains (`async` in its manifest:
 //! on a TaskCompletionSource, on Task.Delay at the inner method's second await, on a pipe
 //! read), with the await lines found by searching the testbed's source, and against SOS
-//! `dumpasync`.
+//! `dumpasync`. `async --stacks` is checked against the testbed's running chain: a thread
+//! blocked inside RunningInner's resumed `MoveNext`, awaited by RunningOuter.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -153,6 +154,117 @@ fn facts_hold(variant: Variant, kind: Option<&str>) {
     );
 }
 
+/// `cdac async --stacks --json`: the manifest's running chain is tied to its thread. The
+/// resumer thread's stack holds BlockForGood under RunningInner's `MoveNext`; that frame runs
+/// a box of RunningInner's state machine in state -1, found through a stack slot, and the
+/// box is awaited by RunningOuter at its await's source line; the chain that holds the box
+/// says it runs on that thread.
+fn running_chain_on_its_thread(variant: Variant, kind: Option<&str>) {
+    let tb = testbed_of(variant);
+    let t = target(tb, kind);
+    let _tracing = kind.is_none().then(common::tracing_lock);
+    let mut args = vec!["async", "--stacks", "--json"];
+    args.extend(t.iter().map(String::as_str));
+    let out = Command::new(common::cdac_exe())
+        .args(&args)
+        .output()
+        .expect("run cdac");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("async JSON");
+    json_schema::assert_matches_schema("async", &v);
+    let what = format!("{variant:?} {kind:?}");
+    let want = &tb.manifest["async"]["running"];
+    let os_tid = want["os_tid"].as_i64().expect("running os_tid");
+    let threads = v["threads"].as_array().expect("threads");
+    let thread = threads
+        .iter()
+        .find(|x| x["thread"]["os_id"] == os_tid)
+        .unwrap_or_else(|| panic!("{what}: thread {os_tid} is not among {threads:#?}"));
+    assert_eq!(thread["thread"]["name"], want["thread_name"], "{what}");
+    assert_eq!(
+        thread["thread"]["managed"]["managed_id"], want["managed_id"],
+        "{what}"
+    );
+    let frames = thread["thread"]["frames"].as_array().expect("frames");
+    let blocked_md = want["blocked_in"]["method_desc"].as_str().expect("md");
+    let blocked_at = frames
+        .iter()
+        .position(|f| f["method_desc"].as_str() == Some(blocked_md))
+        .unwrap_or_else(|| panic!("{what}: no BlockForGood frame in {thread:#}"));
+    let inner = &want["frames"][1];
+    let outer = &want["frames"][0];
+    let async_frames = thread["async_frames"].as_array().expect("async_frames");
+    let running = async_frames
+        .iter()
+        .find(|f| f["frame"].as_u64().is_some_and(|i| i as usize > blocked_at))
+        .unwrap_or_else(|| panic!("{what}: no MoveNext frame above BlockForGood: {thread:#}"));
+    let index = running["frame"].as_u64().unwrap() as usize;
+    let name = frames[index]["name"].as_str().unwrap_or_default();
+    assert!(
+        name.contains(&format!(
+            " {}::MoveNext(",
+            inner["state_machine_type"].as_str().unwrap()
+        )),
+        "{what}: frame {index} runs {name}"
+    );
+    // A dump is read whole and the frame's slots are exact; a live read is too, as the
+    // thread is stopped while its stack is read.
+    assert_eq!(running["matched_by"], "stack_slot", "{what}: {running:#}");
+    let boxed = running["state_machine_box"].as_str().expect("box");
+    let chain = v["chains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| {
+            c["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["object"] == boxed)
+        })
+        .unwrap_or_else(|| panic!("{what}: box {boxed} is in no chain"));
+    assert_eq!(chain["running_on"], os_tid, "{what}: {chain:#}");
+    let inner_frame = chain["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["object"] == boxed)
+        .unwrap();
+    assert_eq!(inner_frame["state"], -1, "{what}: {inner_frame}");
+    assert_eq!(
+        inner_frame["state_machine_type"], inner["state_machine_type"],
+        "{what}"
+    );
+    let caller = &running["awaited_by"][0];
+    assert_eq!(
+        caller["method"].as_str(),
+        Some(
+            format!(
+                "{}.{}",
+                outer["type"].as_str().unwrap(),
+                outer["name"].as_str().unwrap()
+            )
+            .as_str()
+        ),
+        "{what}: {running:#}"
+    );
+    assert_eq!(caller["state"], outer["state"], "{what}: {caller}");
+    let line = source_line("AsyncParked.cs", outer["await"].as_str().unwrap());
+    assert_eq!(caller["await_location"]["line"], line, "{what}: {caller}");
+    // The human form says the same under the frame.
+    let mut args = vec!["async", "--stacks"];
+    args.extend(t.iter().map(String::as_str));
+    let out = Command::new(common::cdac_exe())
+        .args(&args)
+        .output()
+        .expect("run cdac");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let awaited = format!("awaited by {}", caller["object"].as_str().unwrap());
+    assert!(
+        text.contains(&format!("runs box {boxed}")) && text.contains(&awaited),
+        "{what}: {text}"
+    );
+}
+
 /// SOS `dumpasync`'s stacks as paths from each top-level object to each object with no
 /// further continuation (innermost first), each object with its state (`0`, `1`… for a
 /// state machine, `-` for a Task).
@@ -298,4 +410,29 @@ fn chains_equal_sos_dumpasync_net9() {
 #[test]
 fn chains_equal_sos_dumpasync_net8() {
     chains_equal_sos(Variant::Net8);
+}
+
+#[test]
+fn running_chain_on_its_thread_net10_live() {
+    running_chain_on_its_thread(Variant::Net10, None);
+}
+
+#[test]
+fn running_chain_on_its_thread_net10_full() {
+    running_chain_on_its_thread(Variant::Net10, Some("full"));
+}
+
+#[test]
+fn running_chain_on_its_thread_net10_gcore() {
+    running_chain_on_its_thread(Variant::Net10, Some("gcore"));
+}
+
+#[test]
+fn running_chain_on_its_thread_net9_full() {
+    running_chain_on_its_thread(Variant::Net9, Some("full"));
+}
+
+#[test]
+fn running_chain_on_its_thread_net8_full() {
+    running_chain_on_its_thread(Variant::Net8, Some("full"));
 }

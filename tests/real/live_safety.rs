@@ -21,8 +21,9 @@ use common::{hex, scratch, start_testbed_piped, Testbed, Variant};
 
 /// The twins' runtime: .NET 10, the one people run, read through its embedded descriptor.
 const VARIANT: Variant = Variant::Net10;
-/// Rounds of the deterministic workload: about 25 s on a 2-core machine under hammering.
-const ROUNDS: usize = 70;
+/// Rounds of the deterministic workload: about 15 s on a 2-core machine under hammering
+/// (hundreds of cdac runs and thousands of thread-state samples).
+const ROUNDS: usize = 40;
 
 /// A private testbed started in deterministic mode (`--rounds`), waiting for its go line.
 struct Workload {

@@ -17,6 +17,7 @@
 //! A fragment covers `RangeBegin <= addr < RangeEndOpen` and names its `RangeSection`; a
 //! section whose `NextForDelete` is set is being deleted and counts as not found.
 
+use rustc_hash::FxHashSet;
 use std::collections::BTreeSet;
 
 use crate::contracts::ContractError;
@@ -295,7 +296,9 @@ impl<'d> RangeSectionMap<'d> {
     /// Every range section reachable from the map, once each, in the order of the first chunk
     /// that names it (ascending addresses), leaving out sections being deleted. Reads at most
     /// [`MAX_LEVEL_ARRAYS`] level arrays and as many fragments in all as the target's
-    /// list-length limit allows.
+    /// list-length limit allows. The runtime gives every slot its own level array and its
+    /// own fragments, so an array or a fragment reached twice is [`ContractError::Corrupt`]
+    /// (this also ends, early, a walk through memory that repeats itself).
     pub fn sections(&self, target: &Target) -> Result<Vec<RangeSection>, ContractError> {
         let mut walk = SectionWalk {
             map: self,
@@ -303,6 +306,8 @@ impl<'d> RangeSectionMap<'d> {
             arrays: 0,
             fragments: 0,
             seen: BTreeSet::new(),
+            seen_arrays: FxHashSet::default(),
+            seen_fragments: FxHashSet::default(),
             out: Vec::new(),
         };
         walk.level(self.top_level, self.geometry.levels)?;
@@ -388,6 +393,8 @@ struct SectionWalk<'a, 'd> {
     arrays: u64,
     fragments: u64,
     seen: BTreeSet<u64>,
+    seen_arrays: FxHashSet<u64>,
+    seen_fragments: FxHashSet<u64>,
     out: Vec<RangeSection>,
 }
 
@@ -403,6 +410,13 @@ impl SectionWalk<'_, '_> {
             });
         }
         self.arrays += 1;
+        if !self.seen_arrays.insert(array) {
+            return Err(ContractError::Corrupt {
+                what: "range section map",
+                addr: array,
+                detail: "a level array is reached from two slots".to_string(),
+            });
+        }
         let entries = self.target.read_pointers(array, ENTRIES_PER_LEVEL)?;
         for entry in entries {
             let next = entry & !1;
@@ -436,6 +450,13 @@ impl SectionWalk<'_, '_> {
             });
         }
         for (fragment, section) in sections {
+            if !self.seen_fragments.insert(fragment) {
+                return Err(ContractError::Corrupt {
+                    what: "range section fragment",
+                    addr: fragment,
+                    detail: "is in the lists of two slots".to_string(),
+                });
+            }
             if section == 0 {
                 return Err(ContractError::Corrupt {
                     what: "range section fragment",
