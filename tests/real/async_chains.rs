@@ -388,6 +388,16 @@ fn facts_hold_net9_live() {
 }
 
 #[test]
+fn facts_hold_net9_gcore() {
+    facts_hold(Variant::Net9, Some("gcore"));
+}
+
+#[test]
+fn facts_hold_net8_live() {
+    facts_hold(Variant::Net8, None);
+}
+
+#[test]
 fn facts_hold_net8_full() {
     facts_hold(Variant::Net8, Some("full"));
 }

@@ -1,4 +1,4 @@
-//! `cdac threadpool` on .NET 10, 9 and 8, live and on a `createdump --full` dump of a
+//! `cdac threadpool` on .NET 10, 9 and 8, live and on `createdump --full` and gcore dumps of a
 //! testbed started with `--starve-threadpool` (every worker blocked at the pool's limit,
 //! known work queued in the global queue and in one worker's own queue), against the
 //! testbed's manifest and SOS `threadpool` / `threadpoolqueue`.
@@ -214,6 +214,9 @@ fn starved(variant: Variant) {
     let v = threadpool(&["--dump", &d]);
     facts_hold(&v, facts, &format!("{variant:?} full"));
     equals_sos(&v, &dump, &format!("{variant:?} full"));
+    let gcore = tb.dump("gcore");
+    let v = threadpool(&["--dump", &gcore.display().to_string()]);
+    facts_hold(&v, facts, &format!("{variant:?} gcore"));
 }
 
 #[test]
