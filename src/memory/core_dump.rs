@@ -16,6 +16,7 @@ use object::read::elf::{FileHeader, ProgramHeader};
 use object::Endianness;
 
 use super::sys;
+use super::{core_images, elf_image};
 use super::{
     CrashSignal, DataLayout, Endian, MappedFile, MemorySource, OpenError, ReadError, TargetKind,
     ThreadInfo,
@@ -447,6 +448,8 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, St
     // Every thread's pr_cursig and si_code, in note order, and the first NT_SIGINFO.
     let mut thread_signals: Vec<ThreadSignal> = Vec::new();
     let mut siginfo = None;
+    let mut saw_nt_file = false;
+    let mut auxv: Option<&[u8]> = None;
     for ph in headers {
         let p_type = ph.p_type(endian);
         if p_type == elf::PT_LOAD {
@@ -487,7 +490,10 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, St
                     continue;
                 }
                 let n_type = note.n_type(endian);
-                if n_type == elf::NT_FILE {
+                if n_type == elf::NT_AUXV && auxv.is_none() {
+                    auxv = Some(note.desc());
+                } else if n_type == elf::NT_FILE {
+                    saw_nt_file = true;
                     match parse_nt_file(note.desc(), layout) {
                         Ok(mut f) => files.append(&mut f),
                         Err(e) => warnings.push(format!("NT_FILE note damaged: {e}")),
@@ -515,6 +521,16 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, St
         }
     }
     segments.sort_by_key(|s| s.vaddr);
+    if !saw_nt_file {
+        files = images_without_nt_file(data, &segments, layout, machine, auxv);
+        if !files.is_empty() {
+            warnings.push(format!(
+                "the core has no NT_FILE note (qemu-user writes none): its {} ELF image(s) \
+                 were found by their headers in its memory",
+                elf_image::modules(&files).len()
+            ));
+        }
+    }
     files.sort_by_key(|f| f.start);
     let crash = crash_signal(&thread_signals, siginfo);
     let file_len = data.len() as u64;
@@ -565,6 +581,31 @@ fn check_program_header_table<Elf: FileHeader<Endian = Endianness>>(
         ));
     }
     Ok(())
+}
+
+/// The mappings of the ELF images in the core's memory, for a core without `NT_FILE`.
+fn images_without_nt_file(
+    data: &[u8],
+    segments: &[Segment],
+    layout: DataLayout,
+    machine: u16,
+    auxv: Option<&[u8]>,
+) -> Vec<MappedFile> {
+    let read = |addr: u64, len: usize| -> Option<&[u8]> {
+        let i = segments
+            .partition_point(|s| s.vaddr <= addr)
+            .checked_sub(1)?;
+        let s = &segments[i];
+        let within = addr - s.vaddr;
+        let end = within.checked_add(len as u64)?;
+        if end > s.filesz {
+            return None;
+        }
+        let from = usize::try_from(s.offset.checked_add(within)?).ok()?;
+        data.get(from..from.checked_add(len)?)
+    };
+    let starts: Vec<(u64, u64)> = segments.iter().map(|s| (s.vaddr, s.filesz)).collect();
+    core_images::images_in_memory(&starts, &read, layout, machine, auxv)
 }
 
 /// Parses `NT_FILE`: count and page size, `count` triples (start, end, page offset), then

@@ -181,6 +181,10 @@ pub enum Variant {
     Net9Latest,
     /// The newest .NET 8 patch served here (8.0.34).
     Net8Latest,
+    /// linux-arm64 .NET 10.0.15, run under qemu-user.
+    Net10Arm64,
+    /// linux-arm64 .NET 9.0.23, run under qemu-user.
+    Net9Arm64,
 }
 
 impl Variant {
@@ -198,7 +202,14 @@ impl Variant {
             Variant::Net10Latest => "net10-latest",
             Variant::Net9Latest => "net9-latest",
             Variant::Net8Latest => "net8-latest",
+            Variant::Net10Arm64 => "net10-arm64",
+            Variant::Net9Arm64 => "net9-arm64",
         }
+    }
+
+    /// A linux-arm64 build, run under qemu-user.
+    pub fn is_arm64(self) -> bool {
+        matches!(self, Variant::Net10Arm64 | Variant::Net9Arm64)
     }
 
     /// The runtime version the variant runs (`Environment.Version`).
@@ -211,6 +222,8 @@ impl Variant {
             Variant::Net10Latest => "10.0.15",
             Variant::Net9Latest => "9.0.23",
             Variant::Net8Latest => "8.0.34",
+            Variant::Net10Arm64 => "10.0.15",
+            Variant::Net9Arm64 => "9.0.23",
         }
     }
 
@@ -224,6 +237,8 @@ impl Variant {
             Variant::Net10Latest => 5,
             Variant::Net9Latest => 6,
             Variant::Net8Latest => 7,
+            Variant::Net10Arm64 => 8,
+            Variant::Net9Arm64 => 9,
         }
     }
 }
@@ -296,6 +311,39 @@ impl Testbed {
         }
     }
 
+    /// An arm64 testbed's core, as qemu-user writes it when the guest dies of SIGQUIT: the
+    /// process ends. The perf map as it was just before is kept beside it (`qemu.perfmap`).
+    pub fn qemu_core(&self) -> PathBuf {
+        assert!(
+            self.variant.is_arm64(),
+            "only qemu testbeds write qemu cores"
+        );
+        if let Some(map) = self.manifest["perf_map"].as_str() {
+            let _ = std::fs::copy(map, self.dir.join("qemu.perfmap"));
+        }
+        let status = Command::new("kill")
+            .args(["-QUIT", &self.pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -QUIT {}", self.pid);
+        let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while child.try_wait().ok().flatten().is_none() {
+            assert!(Instant::now() < deadline, "qemu did not end after SIGQUIT");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let core = std::fs::read_dir(&self.dir)
+            .expect("testbed dir")
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("qemu_") && n.ends_with(".core"))
+            });
+        core.unwrap_or_else(|| panic!("no qemu core in {}", self.dir.display()))
+    }
+
     /// The emitted methods of the manifest.
     pub fn emitted(&self) -> Vec<serde_json::Value> {
         self.manifest["emitted_methods"]
@@ -344,7 +392,7 @@ pub fn testbed() -> &'static Testbed {
 /// The shared testbed of a variant: built if needed, started once per test binary, and
 /// stopped when the test process exits (the testbed polls its parent).
 pub fn testbed_of(variant: Variant) -> &'static Testbed {
-    static TESTBEDS: [OnceLock<Testbed>; 8] = [const { OnceLock::new() }; 8];
+    static TESTBEDS: [OnceLock<Testbed>; 10] = [const { OnceLock::new() }; 10];
     TESTBEDS[variant.index()].get_or_init(|| start_testbed(variant, &[]))
 }
 
@@ -395,7 +443,24 @@ fn spawn_testbed_env(
     };
     let manifest_path = dir.join("manifest.json");
     let stdio = || if piped { Stdio::piped() } else { Stdio::null() };
-    let mut child = Command::new(&exe)
+    let mut command = if variant.is_arm64() {
+        // Under qemu-user, which writes the guest's core itself (into `dir`) when the guest
+        // dies of SIGQUIT; the kernel's core of qemu is kept empty. No arm64 libicu is
+        // installed, and W^X's second mapping of code hides code patches from qemu.
+        let mut c = Command::new("sh");
+        c.arg("-c")
+            .arg("ulimit -c unlimited; echo 0 > /proc/self/coredump_filter; exec \"$@\"")
+            .arg("sh")
+            .args(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])
+            .arg(&exe)
+            .current_dir(&dir)
+            .env("DOTNET_SYSTEM_GLOBALIZATION_INVARIANT", "1")
+            .env("DOTNET_EnableWriteXorExecute", "0");
+        c
+    } else {
+        Command::new(&exe)
+    };
+    let mut child = command
         .arg("--manifest")
         .arg(&manifest_path)
         .args(["--exit-with-parent", "--max-seconds", "1800"])
@@ -409,7 +474,8 @@ fn spawn_testbed_env(
         .spawn()
         .unwrap_or_else(|e| panic!("start {}: {e}", exe.display()));
     let stdio = child.stdin.take().zip(child.stdout.take());
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let wait = if variant.is_arm64() { 300 } else { 120 };
+    let deadline = Instant::now() + Duration::from_secs(wait);
     while !manifest_path.exists() {
         assert!(
             Instant::now() < deadline,

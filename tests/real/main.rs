@@ -4,6 +4,7 @@
 //! the crate is linked once; the testbeds each variant shares are started once for all.
 
 mod analyze;
+mod arm64;
 mod async_chains;
 mod callback_target;
 #[path = "../common/mod.rs"]

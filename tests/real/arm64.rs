@@ -1,0 +1,195 @@
+//! linux-arm64: the testbed built for linux-arm64 (.NET 10.0.15) runs under qemu-user; the
+//! host reads its memory live, then qemu writes its core (SIGQUIT). Oracles: the runtime's
+//! own perf map (every method it lists, with its size and name) and the testbed's manifest
+//! (the MethodDescs of its methods), live and from the core; the core's ELF images, found
+//! in its memory (qemu writes no NT_FILE note), equal the live process's mappings.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::common::{self, start_testbed, Variant};
+use cdac::formats::perf_map::strip_tier;
+
+/// `cdac methods --json` as start → (size, name, MethodDesc).
+fn methods(target: &[&str]) -> BTreeMap<u64, (u64, String, u64)> {
+    let v = common::cdac_json(&[&["methods", "--json"], target].concat());
+    v.as_array()
+        .expect("methods")
+        .iter()
+        .map(|m| {
+            (
+                common::hex(&m["start"]),
+                (
+                    m["size"].as_u64().expect("size"),
+                    m["name"].as_str().expect("name").to_string(),
+                    common::hex(&m["method_desc"]),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Every method of the perf map (not the stubs) is listed, with its size and name. An entry
+/// whose code a later entry took over (overlapping it) is stale and left out; a dynamic
+/// method (LCG) is collectible, so one the map lists may since have been freed.
+fn perf_map_methods_listed(
+    map: &std::path::Path,
+    ours: &BTreeMap<u64, (u64, String, u64)>,
+    what: &str,
+) -> usize {
+    let mut current: BTreeMap<u64, (u64, String)> = BTreeMap::new();
+    for (start, size, name) in common::perf_map(map) {
+        if name.starts_with("stub ") {
+            continue;
+        }
+        let end = start + size.max(1);
+        let overlapped: Vec<u64> = current
+            .range(..end)
+            .filter(|(s, (z, _))| **s + (*z).max(1) > start)
+            .map(|(s, _)| *s)
+            .collect();
+        for s in overlapped {
+            current.remove(&s);
+        }
+        current.insert(start, (size, name));
+    }
+    let (mut wrong, mut freed_dynamic) = (Vec::new(), 0);
+    for (start, (size, name)) in &current {
+        let listed = ours
+            .get(start)
+            .is_some_and(|(s, n, _)| s == size && n == strip_tier(name));
+        if listed {
+            continue;
+        }
+        if name.contains("dynamicClass::") {
+            freed_dynamic += 1;
+        } else {
+            wrong.push(format!(
+                "{start:#x} {size:#x} {name}: ours {:?}",
+                ours.get(start)
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{what}: {} of {} perf map methods not listed as the runtime lists them: {:#?}",
+        wrong.len(),
+        current.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+    assert!(
+        current.len() > 1000,
+        "{what}: {} perf map methods",
+        current.len()
+    );
+    assert!(
+        freed_dynamic <= 10,
+        "{what}: {freed_dynamic} dynamic methods not listed"
+    );
+    current.len()
+}
+
+/// The MethodDescs of the manifest's called methods that have code of their own (generic
+/// instantiations over reference types run their canonical method's code: left out).
+fn manifest_method_descs(tb: &common::Testbed) -> BTreeSet<u64> {
+    ["emitted_methods", "async_methods", "lcg_methods"]
+        .iter()
+        .flat_map(|k| tb.manifest[*k].as_array().cloned().unwrap_or_default())
+        .map(|m| common::hex(&m["method_desc"]))
+        .collect()
+}
+
+/// (base, path) of the native modules the live process maps (guest addresses are host ones).
+fn live_native_modules(pid: i32) -> BTreeSet<(u64, String)> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    maps.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (range, offset, path) = (f.first()?, f.get(2)?, f.get(5)?);
+            // Guest images only: the arm64 runtime's folder.
+            (*offset == "00000000" && path.contains("net10-arm64/") && path.ends_with(".so"))
+                .then(|| {
+                    let base = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+                    Some((base, path.to_string()))
+                })
+                .flatten()
+        })
+        .collect()
+}
+
+#[test]
+fn net10_arm64_live_and_qemu_core() {
+    let tb = start_testbed(Variant::Net10Arm64, &[]);
+    let pid = tb.pid.to_string();
+    let live = ["--pid", pid.as_str()];
+
+    let info = common::cdac_json(&[&["info", "--json"], &live[..]].concat());
+    assert_eq!(info["architecture"], "arm64", "{info:#}");
+
+    // Live: the perf map as it was before the read, every method of it listed.
+    let before = tb.dir.join("live.perfmap");
+    std::fs::copy(tb.perf_map_for(None), &before).expect("copy the perf map");
+    let ours_live = methods(&live);
+    let n_live = perf_map_methods_listed(&before, &ours_live, "live");
+    let mds: BTreeSet<u64> = ours_live.values().map(|(_, _, md)| *md).collect();
+    let wanted = manifest_method_descs(&tb);
+    let missing: Vec<String> = wanted
+        .iter()
+        .filter(|md| !mds.contains(md))
+        .map(|md| format!("{md:#x}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "manifest MethodDescs with no code listed: {missing:?}"
+    );
+    let modules_live = live_native_modules(tb.pid);
+    assert!(
+        modules_live
+            .iter()
+            .any(|(_, p)| p.ends_with("/libcoreclr.so")),
+        "{modules_live:?}"
+    );
+
+    // The core.
+    let core = tb.qemu_core();
+    let c = core.display().to_string();
+    let dump = ["--dump", c.as_str()];
+    let info = common::cdac_json(&[&["info", "--json"], &dump[..]].concat());
+    assert_eq!(info["architecture"], "arm64", "{info:#}");
+    assert_eq!(info["runtime_version"], "10.0.15", "{info:#}");
+    assert_eq!(
+        info["runtime_module"]["path"].as_str(),
+        tb.manifest["libcoreclr"].as_str(),
+        "the runtime module is named by its path from the loader's list"
+    );
+    // The core's images, found by their headers and named from the loader's list, are the
+    // runtime's libraries the live process mapped (the system libraries' headers are not
+    // in qemu's core).
+    let opened = cdac::memory::core_dump::CoreDump::open(&core).expect("open the core");
+    let in_core: BTreeSet<(u64, String)> =
+        cdac::memory::elf_image::modules(cdac::memory::MemorySource::mapped_files(&opened))
+            .into_iter()
+            .filter(|m| m.path.to_string_lossy().ends_with(".so"))
+            .map(|m| (m.base, m.path.display().to_string()))
+            .collect();
+    assert_eq!(in_core, modules_live, "native modules: core vs live maps");
+    let ours_core = methods(&dump);
+    let n_core = perf_map_methods_listed(&tb.dir.join("qemu.perfmap"), &ours_core, "core");
+    // What the live read listed is still there (code is not freed: nothing is unloaded).
+    let lost: Vec<&u64> = ours_live
+        .iter()
+        .filter(|(start, m)| ours_core.get(start) != Some(m))
+        .map(|(s, _)| s)
+        .take(10)
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "listed live, not the same in the core: {lost:x?}"
+    );
+    eprintln!(
+        "net10-arm64: {n_live} perf map methods live, {n_core} in the core; {} and {} listed; \
+         {} manifest MethodDescs",
+        ours_live.len(),
+        ours_core.len(),
+        wanted.len()
+    );
+}
