@@ -171,8 +171,14 @@ pub fn thread_stacks_with(
     filter: Option<&dyn Fn(i32, Option<u32>) -> bool>,
     options: StacksOptions,
 ) -> Result<Stacks, StacksError> {
-    let walker = StackWalker::new(rt)?.with_registers(options.gc_roots);
-    let mut scanner = if options.gc_roots {
+    // An architecture the unwinder does not know: the threads are listed, with what the
+    // runtime knows of them, and each says why it has no stack.
+    let (walker, unwalkable) = match StackWalker::new(rt) {
+        Ok(w) => (Some(w.with_registers(options.gc_roots)), None),
+        Err(e @ ContractError::UnsupportedArchitecture { .. }) => (None, Some(e.to_string())),
+        Err(e) => return Err(e.into()),
+    };
+    let mut scanner = if options.gc_roots && walker.is_some() {
         Some(StackRootScanner::new(rt)?)
     } else {
         None
@@ -247,6 +253,28 @@ pub fn thread_stacks_with(
     let target = rt.target();
     let mut threads = Vec::new();
     let mut snapshot_time = None;
+    let (Some(walker), None) = (walker, unwalkable.as_ref()) else {
+        let os_threads = target.source().threads().map_err(ContractError::from)?;
+        for t in os_threads.into_iter().filter(|t| wanted(t.tid)) {
+            threads.push(ThreadStack {
+                os_id: t.tid,
+                name: None,
+                managed: managed_of(t.tid, &mut namer),
+                registers: None,
+                stopped_for: None,
+                held_for: None,
+                stack: None,
+                note: unwalkable.clone(),
+                roots: None,
+            });
+        }
+        threads.sort_by_key(|t| t.os_id);
+        return Ok(Stacks {
+            threads,
+            snapshot_time,
+            warnings,
+        });
+    };
     match target.source().kind() {
         TargetKind::Live { pid } if live == LiveRegisters::Stop => {
             let options = SnapshotOptions::default();

@@ -157,6 +157,16 @@ impl StackWalker {
     /// A walker over `rt`'s code.
     /// It keeps a handle to the runtime (a cheap clone) and uses its cached contracts.
     pub fn new(rt: &Runtime) -> Result<StackWalker, ContractError> {
+        // The managed unwinder decodes x64 unwind codes and the native one x86-64 CFI
+        // registers: on another architecture it would guess, so it says so instead.
+        let architecture = rt.module().architecture;
+        if architecture != "x64" {
+            return Err(ContractError::UnsupportedArchitecture {
+                contract: "StackWalk (stack unwinding)",
+                architecture: architecture.to_string(),
+                supported: "x64",
+            });
+        }
         let em = rt.contracts().shared_execution_manager()?;
         let debug_format = rt.contracts().debug_info()?;
         Ok(StackWalker {

@@ -185,6 +185,59 @@ fn net10_arm64_live_and_qemu_core() {
         lost.is_empty(),
         "listed live, not the same in the core: {lost:x?}"
     );
+    // Stacks: not yet on arm64, and every thread says so by name instead of guessing.
+    let out = std::process::Command::new(common::cdac_exe())
+        .args(["stacks", "--json", "--dump", c.as_str()])
+        .output()
+        .expect("run cdac stacks");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "no stack is an answer in part: {out:?}"
+    );
+    let stacks: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stacks JSON");
+    let threads = stacks["threads"].as_array().expect("threads");
+    assert!(threads.len() > 10, "{stacks:#}");
+    for t in threads {
+        assert!(t["frames"].is_null(), "{t:#}");
+        assert!(
+            t["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("architecture arm64")),
+            "{t:#}"
+        );
+    }
+    // analyze names the exceptions of the parked filter and catch threads, on their threads.
+    let out = std::process::Command::new(common::cdac_exe())
+        .args(["analyze", "--json", "--dump", c.as_str()])
+        .output()
+        .expect("run cdac analyze");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("analyze JSON");
+    for kind in ["filter", "catch"] {
+        let parked = tb.manifest["threads"]
+            .as_array()
+            .expect("threads")
+            .iter()
+            .find(|t| t["kind"] == kind)
+            .expect("parked thread");
+        let e = report["exceptions"]
+            .as_array()
+            .expect("exceptions")
+            .iter()
+            .find(|e| e["thread"] == parked["os_tid"])
+            .unwrap_or_else(|| panic!("no exception on the {kind} thread: {report:#}"));
+        assert_eq!(e["managed_id"], parked["managed_id"], "{e:#}");
+        assert_eq!(
+            e["exception"]["type"], "System.InvalidOperationException",
+            "{e:#}"
+        );
+        assert!(
+            e["exception"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(&format!("cdac-{kind}:"))),
+            "{e:#}"
+        );
+    }
     eprintln!(
         "net10-arm64: {n_live} perf map methods live, {n_core} in the core; {} and {} listed; \
          {} manifest MethodDescs",
