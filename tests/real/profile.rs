@@ -287,8 +287,9 @@ fn top_ranks_the_hot_methods() {
     assert!(views.len() >= 3, "{text}");
     // Each refresh covers its own interval: in every one after the first, HeavyPart has
     // more samples than LightPart (the same thread, 3:1); over all of them, the workload's
-    // three methods lead by self samples, SoloWork (1/2) over HeavyPart (3/8) over
-    // LightPart (1/8).
+    // three methods lead by self samples, HeavyPart over LightPart at least 2:1. SoloWork
+    // (its own thread) against HeavyPart depends on how the machine shares its 2 cores
+    // between the two threads (on a loaded one HeavyPart has come first): not compared.
     let mut sums: HashMap<String, u64> = HashMap::new();
     for v in &views[1..] {
         let rows = v["rows"].as_array().expect("rows");
@@ -310,14 +311,20 @@ fn top_ranks_the_hot_methods() {
     }
     let mut ranked: Vec<(String, u64)> = sums.into_iter().collect();
     ranked.sort_by_key(|r| std::cmp::Reverse(r.1));
-    let top: Vec<&str> = ranked.iter().take(3).map(|(n, _)| n.as_str()).collect();
+    let mut top: Vec<&str> = ranked.iter().take(3).map(|(n, _)| n.as_str()).collect();
+    top.sort_unstable();
     assert_eq!(
         top,
         [
-            "Cdac.Testbed.CpuWork::SoloWork",
             "Cdac.Testbed.CpuWork::HeavyPart",
-            "Cdac.Testbed.CpuWork::LightPart"
+            "Cdac.Testbed.CpuWork::LightPart",
+            "Cdac.Testbed.CpuWork::SoloWork"
         ],
+        "{ranked:?}"
+    );
+    let count = |m: &str| ranked.iter().find(|(n, _)| n == m).map_or(0, |r| r.1);
+    assert!(
+        count("Cdac.Testbed.CpuWork::HeavyPart") >= 2 * count("Cdac.Testbed.CpuWork::LightPart"),
         "{ranked:?}"
     );
 }
