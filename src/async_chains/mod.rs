@@ -127,6 +127,17 @@ pub struct AsyncReport {
 }
 
 impl AsyncReport {
+    /// The continuations of `address` that are Tasks of the report, in order.
+    pub fn known_continuations(&self, address: u64) -> Vec<u64> {
+        self.objects.get(&address).map_or_else(Vec::new, |o| {
+            o.continuations
+                .iter()
+                .copied()
+                .filter(|c| self.objects.contains_key(c))
+                .collect()
+        })
+    }
+
     /// The type name of a MethodTable the report has seen.
     pub fn type_name(&self, mt: u64) -> &str {
         self.type_names.get(&mt).map_or("?", String::as_str)
@@ -249,17 +260,7 @@ fn chain(report: &mut AsyncReport, options: AsyncOptions) {
         let mut pending: Vec<Vec<u64>> = vec![vec![root]];
         while let Some(path) = pending.pop() {
             let last = *path.last().unwrap_or(&root);
-            let next: Vec<u64> = report
-                .objects
-                .get(&last)
-                .map(|o| {
-                    o.continuations
-                        .iter()
-                        .copied()
-                        .filter(|c| report.objects.contains_key(c))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let next = report.known_continuations(last);
             let cut = if path.len() >= MAX_CHAIN_DEPTH {
                 Some(last)
             } else {

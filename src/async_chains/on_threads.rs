@@ -242,17 +242,7 @@ fn callers_of(report: &AsyncReport, start: u64) -> (Vec<u64>, Option<String>) {
     let mut note = None;
     let mut at = start;
     while callers.len() < MAX_CHAIN_DEPTH {
-        let next: Vec<u64> = report
-            .objects
-            .get(&at)
-            .map(|o| {
-                o.continuations
-                    .iter()
-                    .copied()
-                    .filter(|c| report.objects.contains_key(c))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let next = report.known_continuations(at);
         let Some(&first) = next.first() else { break };
         if next.len() > 1 && note.is_none() {
             note = Some(format!(
