@@ -35,6 +35,15 @@ impl RuntimeFunctionLayout {
         unwind_data: 8,
     };
 
+    /// The Windows ARM64 entry: begin RVA and unwind data (an RVA, or packed data), 8
+    /// bytes; the length is in the unwind data.
+    pub const ARM64: RuntimeFunctionLayout = RuntimeFunctionLayout {
+        size: 8,
+        begin: 0,
+        end: None,
+        unwind_data: 4,
+    };
+
     /// The layout the runtime's descriptor gives (`RuntimeFunction`).
     pub fn from_descriptor(descriptor: &DataDescriptor) -> Result<Self, ContractError> {
         let ty = descriptor.ty("RuntimeFunction")?;

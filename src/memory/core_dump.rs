@@ -21,7 +21,7 @@ use super::{
     CrashSignal, DataLayout, Endian, MappedFile, MemorySource, OpenError, ReadError, TargetKind,
     ThreadInfo,
 };
-use crate::regs::X64Context;
+use crate::regs::{Arm64Context, Registers, X64Context};
 
 /// Most `NT_FILE` entries accepted; a damaged count cannot make us allocate without bound.
 const MAX_FILE_ENTRIES: u64 = 1 << 20;
@@ -678,10 +678,11 @@ fn parse_prstatus(desc: &[u8], layout: DataLayout, machine: u16) -> Option<Threa
         m if m == elf::EM_386.0 => (reg(12), reg(15)),
         _ => (None, None),
     };
-    let context = if machine == elf::EM_X86_64.0 && layout.pointer_size == 8 {
-        x64_context(&reg)
-    } else {
-        None
+    let context = match machine {
+        _ if layout.pointer_size != 8 => None,
+        m if m == elf::EM_X86_64.0 => x64_context(&reg).map(Registers::X64),
+        m if m == elf::EM_AARCH64.0 => Arm64Context::from_user_pt_regs(&reg).map(Registers::Arm64),
+        _ => None,
     };
     Some(ThreadInfo {
         tid,
@@ -964,7 +965,9 @@ mod tests {
         d[112..120].copy_from_slice(&15u64.to_le_bytes());
         d[112 + 10 * 8..112 + 11 * 8].copy_from_slice(&1u64.to_le_bytes());
         let t = parse_prstatus(&d, DataLayout::LE64, elf::EM_X86_64.0).unwrap();
-        let context = t.context.expect("x64 registers");
+        let Some(Registers::X64(context)) = t.context else {
+            panic!("x64 registers: {:?}", t.context)
+        };
         assert_eq!(context.rip, t.ip.unwrap());
         assert_eq!(Some(context.rsp()), t.sp);
         assert_eq!(context.rbp(), Some(0x7ffe0040));
@@ -979,8 +982,20 @@ mod tests {
         d[32..36].copy_from_slice(&7u32.to_le_bytes());
         d[112 + 31 * 8..112 + 32 * 8].copy_from_slice(&0xfff0u64.to_le_bytes());
         d[112 + 32 * 8..112 + 33 * 8].copy_from_slice(&0x4000u64.to_le_bytes());
+        // x29 = 0x1234, x30 = 0x5678, pstate (33) present.
+        d[112 + 29 * 8..112 + 30 * 8].copy_from_slice(&0x1234u64.to_le_bytes());
+        d[112 + 30 * 8..112 + 31 * 8].copy_from_slice(&0x5678u64.to_le_bytes());
         let t = parse_prstatus(&d, DataLayout::LE64, elf::EM_AARCH64.0).unwrap();
         assert_eq!((t.tid, t.ip, t.sp), (7, Some(0x4000), Some(0xfff0)));
+        let Some(Registers::Arm64(context)) = t.context else {
+            panic!("arm64 registers: {:?}", t.context)
+        };
+        assert_eq!((context.pc, context.sp()), (0x4000, 0xfff0));
+        assert_eq!((context.fp(), context.lr()), (Some(0x1234), Some(0x5678)));
+        assert_eq!(context.regs[0], Some(0));
+        // A register set cut short: the thread is listed, its registers are not.
+        let t = parse_prstatus(&d[..112 + 20 * 8], DataLayout::LE64, elf::EM_AARCH64.0).unwrap();
+        assert_eq!((t.tid, t.context), (7, None));
         // i386, big-endian words to check byte order: pid at 24, eip = 12, esp = 15 at 72.
         let mut d = vec![0u8; 144];
         d[24..28].copy_from_slice(&99u32.to_be_bytes());

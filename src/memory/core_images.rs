@@ -6,8 +6,16 @@
 //!
 //! The result stands in for the `NT_FILE` mappings: one range per `PT_LOAD` of each image,
 //! with its file offset, so that modules are grouped and their headers read as usual.
+//!
+//! An object of the loader's list whose header the core did not capture (qemu leaves out
+//! the text of the system libraries) is taken from a file on this machine: its path as the
+//! loader opened it, under each sysroot (`CDAC_SYSROOT`, colon-separated, then the
+//! distribution's cross sysroot of the core's machine, `/usr/aarch64-linux-gnu`, where
+//! qemu-user's `-L` points), then as is. The file must be of the core's machine and put its
+//! dynamic section where the list says the object's is (`l_ld`): any other file is not
+//! the one that was loaded.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{DataLayout, Endian, MappedFile};
 
@@ -33,6 +41,7 @@ const AT_PHDR: u64 = 3;
 const AT_EXECFN: u64 = 31;
 const ET_EXEC: u16 = 2;
 const ET_DYN: u16 = 3;
+const EM_AARCH64: u16 = 183;
 
 /// Reads `len` bytes of the core's memory at an address (`None`: not all captured).
 pub type ReadMemory<'a> = dyn Fn(u64, usize) -> Option<&'a [u8]> + 'a;
@@ -122,30 +131,84 @@ pub fn images_in_memory(
         .map(|d| link_map_names(&w, read, d))
         .unwrap_or_default();
     let mut out = Vec::new();
+    for (bias, name, dynamic) in &loaded {
+        let in_memory = images.iter().any(|i| i.bias == *bias);
+        if in_memory || name.is_empty() {
+            continue;
+        }
+        if let Some((path, image)) = image_on_disk(&w, name, *bias, *dynamic, machine) {
+            push_loads(&mut out, &image, *bias, &path);
+        }
+    }
     for image in &images {
         let is_exe = exe.is_some_and(|e| e.base == image.base);
         let name = loaded
             .iter()
-            .find(|(bias, name)| *bias == image.bias && !name.is_empty())
-            .map(|(_, n)| n.clone())
+            .find(|(bias, name, _)| *bias == image.bias && !name.is_empty())
+            .map(|(_, n, _)| n.clone())
             .or_else(|| is_exe.then(|| exe_path.clone()).flatten())
             .or_else(|| image.dynamic.and_then(|d| soname(&w, read, d, image.bias)))
             .unwrap_or_else(|| format!("[elf image at {:#x}]", image.base));
-        for l in &image.loads {
-            let page = 0xfff;
-            let start = image.bias.wrapping_add(l.vaddr) & !page;
-            let end = image.bias.wrapping_add(l.vaddr).wrapping_add(l.memsz);
-            let end = end.checked_add(page).map_or(end, |e| e & !page);
-            out.push(MappedFile {
-                start,
-                end,
-                file_offset: l.offset & !page,
-                path: PathBuf::from(&name),
-            });
-        }
+        push_loads(&mut out, image, image.bias, &PathBuf::from(&name));
     }
     out.sort_by_key(|f| f.start);
     out
+}
+
+/// One mapping per `PT_LOAD` of `image`, loaded at `bias`, backed by `path`.
+fn push_loads(out: &mut Vec<MappedFile>, image: &Image, bias: u64, path: &Path) {
+    for l in &image.loads {
+        let page = 0xfff;
+        let start = bias.wrapping_add(l.vaddr) & !page;
+        let end = bias.wrapping_add(l.vaddr).wrapping_add(l.memsz);
+        let end = end.checked_add(page).map_or(end, |e| e & !page);
+        out.push(MappedFile {
+            start,
+            end,
+            file_offset: l.offset & !page,
+            path: path.to_path_buf(),
+        });
+    }
+}
+
+/// Directories a core's paths may be found under on this machine, for `machine`.
+fn sysroots(machine: u16) -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = std::env::var_os("CDAC_SYSROOT")
+        .map(|v| std::env::split_paths(&v).collect())
+        .unwrap_or_default();
+    if machine == EM_AARCH64 && std::env::consts::ARCH != "aarch64" {
+        roots.push(PathBuf::from("/usr/aarch64-linux-gnu"));
+    }
+    roots
+}
+
+/// The file on this machine that is the object the loader lists as `name` at `bias`,
+/// with its dynamic section at `dynamic`: (path, its image as the file lays it out).
+fn image_on_disk(
+    w: &Words,
+    name: &str,
+    bias: u64,
+    dynamic: u64,
+    machine: u16,
+) -> Option<(PathBuf, Image)> {
+    let relative = name.trim_start_matches('/');
+    let mut candidates: Vec<PathBuf> = sysroots(machine)
+        .into_iter()
+        .map(|root| root.join(relative))
+        .collect();
+    candidates.push(PathBuf::from(name));
+    candidates.into_iter().find_map(|path| {
+        let map = super::map_regular_file(&path).ok()?;
+        let bytes: &[u8] = &map;
+        let read = |addr: u64, len: usize| -> Option<&[u8]> {
+            let from = usize::try_from(addr).ok()?;
+            bytes.get(from..from.checked_add(len)?)
+        };
+        // Read as if loaded at 0: the file's own addresses.
+        let image = image_at(w, &read, 0, machine)?;
+        let file_dynamic = image.dynamic?.wrapping_sub(image.bias);
+        (bias.wrapping_add(file_dynamic) == dynamic).then_some((path, image))
+    })
 }
 
 /// The image whose ELF header is at `base`, if one of `machine` is.
@@ -260,8 +323,9 @@ fn soname(w: &Words, read: &ReadMemory<'_>, dynamic: u64, bias: u64) -> Option<S
         .find_map(|s| c_string(read, s.checked_add(name)?))
 }
 
-/// (load bias, path) of every object in the loader's list (`DT_DEBUG` → `r_debug`).
-fn link_map_names(w: &Words, read: &ReadMemory<'_>, exe_dynamic: u64) -> Vec<(u64, String)> {
+/// (load bias, path, dynamic section) of every object in the loader's list (`DT_DEBUG` →
+/// `r_debug`).
+fn link_map_names(w: &Words, read: &ReadMemory<'_>, exe_dynamic: u64) -> Vec<(u64, String, u64)> {
     let p = w.ptr_size();
     let Some(r_debug) = dynamic_entries(w, read, exe_dynamic)
         .into_iter()
@@ -281,12 +345,15 @@ fn link_map_names(w: &Words, read: &ReadMemory<'_>, exe_dynamic: u64) -> Vec<(u6
         let Some(entry) = read(node, 4 * p) else {
             break;
         };
-        let (Some(bias), Some(name), Some(next)) =
-            (w.word(entry, 0), w.word(entry, p), w.word(entry, 3 * p))
-        else {
+        let (Some(bias), Some(name), Some(ld), Some(next)) = (
+            w.word(entry, 0),
+            w.word(entry, p),
+            w.word(entry, 2 * p),
+            w.word(entry, 3 * p),
+        ) else {
             break;
         };
-        out.push((bias, c_string(read, name).unwrap_or_default()));
+        out.push((bias, c_string(read, name).unwrap_or_default(), ld));
         node = next;
     }
     out

@@ -95,8 +95,9 @@ pub struct ThreadInfo {
     pub ip: Option<u64>,
     /// Stack pointer, when known.
     pub sp: Option<u64>,
-    /// All registers of an x64 thread, when known (a core's `NT_PRSTATUS`).
-    pub context: Option<crate::regs::X64Context>,
+    /// All registers of the thread, when known (a core's `NT_PRSTATUS`, a ptrace
+    /// snapshot).
+    pub context: Option<crate::regs::Registers>,
 }
 
 /// What kind of target a source reads.

@@ -179,7 +179,7 @@ impl From<&ThreadSnapshot> for crate::memory::ThreadInfo {
             tid: t.tid,
             ip: Some(t.context.rip),
             sp: Some(t.context.rsp()),
-            context: Some(t.context),
+            context: Some(t.context.into()),
         }
     }
 }

@@ -22,7 +22,7 @@ use crate::process::thread_snapshot::{
     peek_threads, snapshot_thread, snapshot_threads, SnapshotError, SnapshotOptions,
 };
 use crate::runtime::Runtime;
-use crate::unwind::X64Context;
+use crate::unwind::{Arm64Context, X64Context};
 
 /// How a live process's registers are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +163,22 @@ pub fn thread_stacks(
     thread_stacks_with(rt, live, filter, StacksOptions::default())
 }
 
+/// This machine's architecture as the runtime spells it.
+fn host_architecture() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "x64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// Whether the target is a live process of another architecture than this machine's (one
+/// run by qemu-user), whose registers the kernel does not show.
+fn emulated_live_process(rt: &Runtime) -> bool {
+    matches!(rt.target().source().kind(), TargetKind::Live { .. })
+        && rt.module().architecture != host_architecture()
+}
+
 /// [`thread_stacks`], with the stack roots of each managed frame when `options` asks.
 /// On a live process in non-blocking mode the roots are best effort, as the stacks are.
 pub fn thread_stacks_with(
@@ -174,6 +190,16 @@ pub fn thread_stacks_with(
     // An architecture the unwinder does not know: the threads are listed, with what the
     // runtime knows of them, and each says why it has no stack.
     let (walker, unwalkable) = match StackWalker::new(rt) {
+        Ok(_) if emulated_live_process(rt) => (
+            None,
+            Some(format!(
+                "a live {} process on this {} host runs under an emulator (qemu-user): the \
+                 kernel shows the emulator's registers, not the guest's, so the stack cannot \
+                 be walked live; read a core of it instead (qemu writes one on SIGQUIT)",
+                rt.module().architecture,
+                host_architecture()
+            )),
+        ),
         Ok(w) => (Some(w.with_registers(options.gc_roots)), None),
         Err(e @ ContractError::UnsupportedArchitecture { .. }) => (None, Some(e.to_string())),
         Err(e) => return Err(e.into()),
@@ -348,9 +374,13 @@ pub fn thread_stacks_with(
         _ => {
             let os_threads = target.source().threads().map_err(ContractError::from)?;
             for t in os_threads.into_iter().filter(|t| wanted(t.tid)) {
-                let start = t
-                    .context
-                    .or_else(|| Some(X64Context::new(t.ip?, t.sp?, None)));
+                let start = t.context.or_else(|| {
+                    let (ip, sp) = (t.ip?, t.sp?);
+                    Some(match rt.module().architecture {
+                        "arm64" => Arm64Context::new(ip, sp, None).into(),
+                        _ => X64Context::new(ip, sp, None).into(),
+                    })
+                });
                 let stack = start.map(|ctx| walker.walk(ctx, target, frames_of(t.tid)));
                 let note = stack
                     .is_none()

@@ -231,7 +231,7 @@ impl StackRootScanner {
         let frame_register = info
             .header
             .stack_base_register
-            .and_then(|r| ctx.regs.get(r as usize).copied().flatten());
+            .and_then(|r| ctx.register(r as usize));
         let regs = FrameRegisters {
             sp: f.sp,
             // Without a caller (the outermost frame), caller-SP slots cannot be placed.
@@ -244,7 +244,7 @@ impl StackRootScanner {
         for (live, at) in slots.into_iter().take(MAX_SLOTS_PER_FRAME) {
             let name = slot_name(&info, &live.slot.location);
             let (address, value) = match at {
-                SlotAddress::Register(r) => match ctx.regs.get(r as usize).copied().flatten() {
+                SlotAddress::Register(r) => match ctx.register(r as usize) {
                     Some(v) => (None, v),
                     None => {
                         fr.errors

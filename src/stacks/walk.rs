@@ -9,9 +9,10 @@ use crate::contracts::execution_manager::{CodeBlock, ExecutionManager};
 use crate::contracts::thread::ExplicitFrame;
 use crate::contracts::ContractError;
 use crate::runtime::Runtime;
-use crate::unwind::managed_x64::step_managed;
 use crate::unwind::native_x64::{NativeFrame, NativeUnwinder};
-use crate::unwind::{StackMemory, UnwindError, X64Context};
+use crate::unwind::{
+    aarch64, managed_x64, Arm64Context, CfiContext, Registers, StackMemory, UnwindError, X64Context,
+};
 
 /// Most frames one walk returns: deeper stacks are cut there (and say so).
 pub const DEFAULT_MAX_FRAMES: usize = 1024;
@@ -92,7 +93,7 @@ pub struct StackFrame {
     /// callee-saved ones), kept only by a walker built
     /// [`with_registers(true)`](StackWalker::with_registers).
     #[serde(skip)]
-    pub context: Option<X64Context>,
+    pub context: Option<Registers>,
     /// The caller's stack pointer: the SP the unwinder found for the next frame when it
     /// stepped from this one (not set when the step failed or went through an explicit
     /// Frame).
@@ -157,14 +158,14 @@ impl StackWalker {
     /// A walker over `rt`'s code.
     /// It keeps a handle to the runtime (a cheap clone) and uses its cached contracts.
     pub fn new(rt: &Runtime) -> Result<StackWalker, ContractError> {
-        // The managed unwinder decodes x64 unwind codes and the native one x86-64 CFI
-        // registers: on another architecture it would guess, so it says so instead.
+        // Each architecture has its own managed unwind data and registers: on another one
+        // the walker would guess, so it says so instead.
         let architecture = rt.module().architecture;
-        if architecture != "x64" {
+        if !matches!(architecture, "x64" | "arm64") {
             return Err(ContractError::UnsupportedArchitecture {
                 contract: "StackWalk (stack unwinding)",
                 architecture: architecture.to_string(),
-                supported: "x64",
+                supported: "x64, arm64",
             });
         }
         let em = rt.contracts().shared_execution_manager()?;
@@ -210,7 +211,19 @@ impl StackWalker {
     /// Frames, used to go on where unwinding from a frame fails.
     pub fn walk(
         &self,
-        start: X64Context,
+        start: impl Into<Registers>,
+        mem: &dyn StackMemory,
+        transitions: &[ExplicitFrame],
+    ) -> Stack {
+        match start.into() {
+            Registers::X64(ctx) => self.walk_from(ctx, mem, transitions),
+            Registers::Arm64(ctx) => self.walk_from(ctx, mem, transitions),
+        }
+    }
+
+    fn walk_from<C: WalkArch>(
+        &self,
+        start: C,
         mem: &dyn StackMemory,
         transitions: &[ExplicitFrame],
     ) -> Stack {
@@ -227,22 +240,21 @@ impl StackWalker {
             let block = self.em.code_block(lookup).ok().flatten();
             frames.push(self.describe(&frame, block.as_ref(), found_by));
             let stepped = match &block {
-                Some(b) => step_managed(self.rt.target(), self.em.as_ref(), b, &frame.ctx, mem)
-                    .map(|ctx| {
-                        Some((
-                            NativeFrame {
-                                ctx,
-                                ip_is_exact: false,
-                            },
-                            FoundBy::UnwindInfo,
-                        ))
-                    }),
-                None => self.step_native(&frame, mem),
+                Some(b) => C::step_managed(self, b, &frame, mem).map(|ctx| {
+                    Some((
+                        NativeFrame {
+                            ctx,
+                            ip_is_exact: false,
+                        },
+                        FoundBy::UnwindInfo,
+                    ))
+                }),
+                None => C::step_native(self, &frame, mem),
             };
             match stepped {
-                Ok(Some((next, how))) if next.ctx.rip != 0 => {
+                Ok(Some((next, how))) if next.ctx.pc() != 0 => {
                     if let Some(last) = frames.last_mut() {
-                        last.caller_sp = Some(next.ctx.rsp());
+                        last.caller_sp = Some(next.ctx.sp());
                     }
                     frame = next;
                     found_by = how;
@@ -268,8 +280,8 @@ impl StackWalker {
         Stack { frames, end }
     }
 
-    /// One native step: the module's CFI, else the frame-pointer chain.
-    fn step_native(
+    /// One native x64 step: the module's CFI, else the frame-pointer chain.
+    fn step_native_x64(
         &self,
         frame: &NativeFrame,
         mem: &dyn StackMemory,
@@ -303,15 +315,49 @@ impl StackWalker {
         })
     }
 
-    fn describe(
+    /// One native arm64 step: the module's CFI, else the frame record chain.
+    fn step_native_arm64(
         &self,
-        frame: &NativeFrame,
+        frame: &NativeFrame<Arm64Context>,
+        mem: &dyn StackMemory,
+    ) -> Result<Option<(NativeFrame<Arm64Context>, FoundBy)>, UnwindError> {
+        if self.native.is_in_module(frame.ctx.pc) {
+            match self.native.step_frame_arm64(frame, mem) {
+                Ok(Some(next)) => {
+                    let how = if next.ip_is_exact {
+                        FoundBy::SignalContext
+                    } else {
+                        FoundBy::Cfi
+                    };
+                    return Ok(Some((next, how)));
+                }
+                Ok(None) => return Ok(None),
+                Err(UnwindError::NoUnwindInfo { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        aarch64::step_frame_record(&frame.ctx, mem).map(|next| {
+            next.map(|ctx| {
+                (
+                    NativeFrame {
+                        ctx,
+                        ip_is_exact: false,
+                    },
+                    FoundBy::FramePointer,
+                )
+            })
+        })
+    }
+
+    fn describe<C: WalkArch>(
+        &self,
+        frame: &NativeFrame<C>,
         block: Option<&CodeBlock>,
         found_by: FoundBy,
     ) -> StackFrame {
-        let ip = frame.ctx.rip;
-        let sp = frame.ctx.rsp();
-        let context = self.registers.then_some(frame.ctx);
+        let ip = frame.ctx.pc();
+        let sp = frame.ctx.sp();
+        let context = self.registers.then(|| frame.ctx.into());
         let Some(b) = block else {
             return StackFrame {
                 ip,
@@ -363,26 +409,101 @@ impl StackWalker {
 /// Where to go on after a failed step from `ctx`: the innermost explicit Frame above it
 /// that records a managed return address and the stack pointer there (an active
 /// InlinedCallFrame, a transition frame, a saved context), not already walked past.
-fn resume_at_transition(
+fn resume_at_transition<C: WalkArch>(
     transitions: &[ExplicitFrame],
-    ctx: &X64Context,
+    ctx: &C,
     frames: &[StackFrame],
-) -> Option<X64Context> {
-    let sp = ctx.rsp();
+) -> Option<C> {
+    let sp = ctx.sp();
     transitions
         .iter()
         .filter_map(|f| {
             let ip = f.context_ip.or(f.return_address).filter(|&a| a != 0)?;
             let caller_sp = f.caller_sp.filter(|&s| s > sp)?;
-            Some((caller_sp, X64Context::new(ip, caller_sp, f.saved_fp)))
+            Some((caller_sp, C::at_transition(ip, caller_sp, f.saved_fp)))
         })
         .filter(|(caller_sp, c)| {
             !frames
                 .iter()
-                .any(|fr| fr.ip == c.rip && fr.sp == *caller_sp)
+                .any(|fr| fr.ip == c.pc() && fr.sp == *caller_sp)
         })
         .min_by_key(|(caller_sp, _)| *caller_sp)
         .map(|(_, c)| c)
+}
+
+/// What the walk needs of an architecture: its register context, how to step a managed
+/// frame and a native one, and the context an explicit Frame gives.
+trait WalkArch: CfiContext + Into<Registers> {
+    /// The context at a transition: pc, sp and the saved frame pointer.
+    fn at_transition(ip: u64, sp: u64, fp: Option<u64>) -> Self;
+
+    /// One step through managed code by the runtime's unwind data.
+    fn step_managed(
+        w: &StackWalker,
+        block: &CodeBlock,
+        frame: &NativeFrame<Self>,
+        mem: &dyn StackMemory,
+    ) -> Result<Self, UnwindError>;
+
+    /// One step through native code.
+    fn step_native(
+        w: &StackWalker,
+        frame: &NativeFrame<Self>,
+        mem: &dyn StackMemory,
+    ) -> Result<Option<(NativeFrame<Self>, FoundBy)>, UnwindError>;
+}
+
+impl WalkArch for X64Context {
+    fn at_transition(ip: u64, sp: u64, fp: Option<u64>) -> Self {
+        X64Context::new(ip, sp, fp)
+    }
+
+    fn step_managed(
+        w: &StackWalker,
+        block: &CodeBlock,
+        frame: &NativeFrame<Self>,
+        mem: &dyn StackMemory,
+    ) -> Result<Self, UnwindError> {
+        managed_x64::step_managed(w.rt.target(), w.em.as_ref(), block, &frame.ctx, mem)
+    }
+
+    fn step_native(
+        w: &StackWalker,
+        frame: &NativeFrame<Self>,
+        mem: &dyn StackMemory,
+    ) -> Result<Option<(NativeFrame<Self>, FoundBy)>, UnwindError> {
+        w.step_native_x64(frame, mem)
+    }
+}
+
+impl WalkArch for Arm64Context {
+    fn at_transition(ip: u64, sp: u64, fp: Option<u64>) -> Self {
+        Arm64Context::new(ip, sp, fp)
+    }
+
+    fn step_managed(
+        w: &StackWalker,
+        block: &CodeBlock,
+        frame: &NativeFrame<Self>,
+        mem: &dyn StackMemory,
+    ) -> Result<Self, UnwindError> {
+        aarch64::managed::step_managed(
+            w.rt.target(),
+            w.em.as_ref(),
+            block,
+            &frame.ctx,
+            mem,
+            frame.ip_is_exact,
+        )
+    }
+
+    fn step_native(
+        w: &StackWalker,
+        frame: &NativeFrame<Self>,
+        mem: &dyn StackMemory,
+    ) -> Result<Option<(NativeFrame<Self>, FoundBy)>, UnwindError> {
+        w.step_native_arm64(frame, mem)
+    }
 }
 
 /// Ties each funclet frame to the frame of its method further up the stack: the next

@@ -105,13 +105,14 @@ pub struct Segment {
     pub memsz: u64,
 }
 
-/// The program headers of a 64-bit little-endian ELF image in `data` (which must hold
-/// the header and the program header table).
+/// The program headers of a 64-bit little-endian x86-64 or AArch64 ELF image in `data`
+/// (which must hold the header and the program header table).
 pub fn program_headers(data: &[u8]) -> Result<Vec<Segment>, String> {
     let header = elf::FileHeader64::<Endianness>::parse(data).map_err(|e| e.to_string())?;
     let endian = header.endian().map_err(|e| e.to_string())?;
-    if endian != Endianness::Little || header.e_machine(endian) != elf::EM_X86_64 {
-        return Err("not an x86-64 little-endian ELF".into());
+    let machine = header.e_machine(endian);
+    if endian != Endianness::Little || !matches!(machine, elf::EM_X86_64 | elf::EM_AARCH64) {
+        return Err("not an x86-64 or AArch64 little-endian ELF".into());
     }
     let phdrs = header
         .program_headers(endian, data)

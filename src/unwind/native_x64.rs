@@ -39,7 +39,7 @@ use gimli::{
 use object::{Object, ObjectSection};
 
 use super::elf_modules::{self, ModuleMap, Segment};
-use super::{x64_reg, StackMemory, UnwindError, X64Context};
+use super::{Arm64Context, CfiContext, StackMemory, UnwindError, X64Context};
 use crate::memory::Target;
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
@@ -50,10 +50,6 @@ const MAX_CFI_SECTION: u64 = 64 << 20;
 const MAX_FDES: usize = 2_000_000;
 /// Most operations one DWARF expression may execute.
 const MAX_EXPRESSION_STEPS: u32 = 1_000;
-/// DWARF register number of the return address on x64.
-const DWARF_RA: u16 = 16;
-/// DWARF register number of rsp.
-const DWARF_RSP: u16 = 7;
 /// `mov rax, 15 (rt_sigreturn); syscall`: the body of glibc's `__restore_rt`.
 const RESTORE_RT: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
 /// Offset of `uc_mcontext.gregs` in `ucontext_t` (after `uc_flags`, `uc_link`, `uc_stack`).
@@ -61,35 +57,33 @@ const UCONTEXT_GREGS: u64 = 40;
 /// Unwind-code register numbers of `gregs[0..17]` (r8–r15, rdi, rsi, rbp, rbx, rdx, rax,
 /// rcx, rsp; `gregs[16]` is rip).
 const GREGS_ORDER: [usize; 16] = [8, 9, 10, 11, 12, 13, 14, 15, 7, 6, 5, 3, 2, 0, 1, 4];
-/// Unwind-code numbers of the callee-saved registers (rbx, rbp, r12–r15).
-const CALLEE_SAVED: [usize; 6] = [3, 5, 12, 13, 14, 15];
 
 /// A frame as a walk sees it: its registers, and whether its instruction pointer is exact
 /// (the innermost frame, or one interrupted by a signal) or a return address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NativeFrame {
+pub struct NativeFrame<C = X64Context> {
     /// The frame's registers.
-    pub ctx: X64Context,
+    pub ctx: C,
     /// `true` when `ctx.rip` is the instruction the frame is at (look it up as is);
     /// `false` when it is a return address (look up `rip - 1`).
     pub ip_is_exact: bool,
 }
 
-impl NativeFrame {
-    /// The innermost frame of a thread, at `ctx.rip`.
-    pub fn innermost(ctx: X64Context) -> NativeFrame {
+impl<C: CfiContext> NativeFrame<C> {
+    /// The innermost frame of a thread, at its pc.
+    pub fn innermost(ctx: C) -> NativeFrame<C> {
         NativeFrame {
             ctx,
             ip_is_exact: true,
         }
     }
 
-    /// The address to look the frame's code up at (`rip - 1` for a return address).
+    /// The address to look the frame's code up at (`pc - 1` for a return address).
     pub fn lookup_ip(&self) -> u64 {
         if self.ip_is_exact {
-            self.ctx.rip
+            self.ctx.pc()
         } else {
-            self.ctx.rip.saturating_sub(1)
+            self.ctx.pc().saturating_sub(1)
         }
     }
 }
@@ -275,6 +269,37 @@ impl NativeUnwinder {
         Ok(Some(X64Context::new(ret, caller_sp, Some(caller_rbp))))
     }
 
+    /// One step from an arm64 `frame` to its caller by its module's CFI. `Ok(None)` at
+    /// the outermost frame; `NoUnwindInfo` where no CFI covers the code.
+    pub fn step_frame_arm64(
+        &self,
+        frame: &NativeFrame<Arm64Context>,
+        mem: &dyn StackMemory,
+    ) -> Result<Option<NativeFrame<Arm64Context>>, UnwindError> {
+        let ip = frame.ctx.pc;
+        let lookup = frame.lookup_ip();
+        let found = match self.module_cfi(lookup) {
+            Some(cfi) => step_by_cfi(&cfi, lookup, &frame.ctx, mem)?,
+            None => None,
+        };
+        match found {
+            None => Err(UnwindError::NoUnwindInfo { ip }),
+            Some(Stepped::Outermost) => Ok(None),
+            Some(Stepped::Caller(ctx, _)) if ctx.pc == 0 => Ok(None),
+            Some(Stepped::Caller(ctx, signal)) => {
+                // A leaf keeps its sp (the return address is in lr); then pc must move.
+                let same = ctx.sp() == frame.ctx.sp() && ctx.pc == frame.ctx.pc;
+                if !signal && (ctx.sp() < frame.ctx.sp() || same) {
+                    return Err(UnwindError::NotProgressing { ip, sp: ctx.sp() });
+                }
+                Ok(Some(NativeFrame {
+                    ctx: *ctx,
+                    ip_is_exact: signal,
+                }))
+            }
+        }
+    }
+
     /// The CFI of the module holding `ip`, read on first use (`None`: no module there, or
     /// its CFI could not be read).
     fn module_cfi(&self, ip: u64) -> Option<Arc<ModuleCfi>> {
@@ -294,11 +319,11 @@ impl NativeUnwinder {
 }
 
 /// What one CFI step found.
-enum Stepped {
+enum Stepped<C = X64Context> {
     /// The return address is undefined: no caller.
     Outermost,
     /// The caller, and whether this frame was a signal frame (the caller's ip is exact).
-    Caller(Box<X64Context>, bool),
+    Caller(Box<C>, bool),
 }
 
 /// Reads a module's CFI: from the file on disk when it is there and matches the target,
@@ -447,13 +472,13 @@ fn find_span(spans: &[FdeSpan], addr: u64) -> Option<FdeSpan> {
 
 /// One step by the CFI of `cfi`'s module; `Ok(None)` when the module has no FDE for
 /// `lookup`.
-fn step_by_cfi(
+fn step_by_cfi<C: CfiContext>(
     cfi: &ModuleCfi,
     lookup: u64,
-    ctx: &X64Context,
+    ctx: &C,
     mem: &dyn StackMemory,
-) -> Result<Option<Stepped>, UnwindError> {
-    let ip = ctx.rip;
+) -> Result<Option<Stepped<C>>, UnwindError> {
+    let ip = ctx.pc();
     let svma = lookup.wrapping_sub(cfi.bias);
     let bad = |detail: String| UnwindError::BadUnwindData { ip, detail };
     if let Some(eh) = &cfi.eh_frame {
@@ -509,15 +534,15 @@ fn step_by_cfi(
     Ok(None)
 }
 
-fn step_with_fde<'a, S: UnwindSection<Slice<'a>>>(
+fn step_with_fde<'a, S: UnwindSection<Slice<'a>>, C: CfiContext>(
     section: &S,
     bases: &BaseAddresses,
     fde: &FrameDescriptionEntry<Slice<'a>>,
     svma: u64,
-    ctx: &X64Context,
+    ctx: &C,
     mem: &dyn StackMemory,
-) -> Result<Stepped, UnwindError> {
-    let ip = ctx.rip;
+) -> Result<Stepped<C>, UnwindError> {
+    let ip = ctx.pc();
     let bad = |detail: String| UnwindError::BadUnwindData { ip, detail };
     let mut uctx = UnwindContext::new();
     let row = fde
@@ -534,14 +559,14 @@ fn step_with_fde<'a, S: UnwindSection<Slice<'a>>>(
 
 /// The caller's registers by the rules of `row`; `None` when the return address is
 /// undefined.
-fn apply_row<'a, S: UnwindSection<Slice<'a>>>(
+fn apply_row<'a, S: UnwindSection<Slice<'a>>, C: CfiContext>(
     section: &S,
     row: &UnwindTableRow<usize>,
     ra: Register,
-    ctx: &X64Context,
+    ctx: &C,
     mem: &dyn StackMemory,
-) -> Result<Option<X64Context>, UnwindError> {
-    let ip = ctx.rip;
+) -> Result<Option<C>, UnwindError> {
+    let ip = ctx.pc();
     let bad = |detail: String| UnwindError::BadUnwindData { ip, detail };
     let cfa = match row.cfa() {
         CfaRule::RegisterAndOffset { register, offset } => register_value(ctx, *register)
@@ -574,51 +599,41 @@ fn apply_row<'a, S: UnwindSection<Slice<'a>>>(
         Some(RegisterRule::Undefined) => return Ok(None),
         Some(RegisterRule::SameValue) => register_value(ctx, ra),
         Some(rule) => rule_value(rule)?,
-        None => None,
+        None => ctx.return_address_without_rule(ra.0),
     }
     .ok_or_else(|| bad(format!("no rule gives the return address (r{})", ra.0)))?;
-    let mut next = X64Context {
-        rip,
-        regs: [None; 16],
-    };
-    for reg in CALLEE_SAVED {
-        next.regs[reg] = ctx.regs[reg];
-    }
+    let mut next = ctx.caller_at(rip);
     for (dwarf, rule) in row.registers() {
         if dwarf.0 == ra.0 {
             continue;
         }
-        let Some(reg) = X64Context::from_dwarf(dwarf.0) else {
-            continue;
-        };
-        next.regs[reg] = match rule {
-            RegisterRule::SameValue => ctx.regs[reg],
+        let value = match rule {
+            RegisterRule::SameValue => ctx.dwarf(dwarf.0),
             rule => rule_value(rule.clone())?,
         };
+        next.set_dwarf(dwarf.0, value);
     }
-    if row.register(Register(DWARF_RSP)).is_none() || next.regs[x64_reg::RSP].is_none() {
-        next.regs[x64_reg::RSP] = Some(cfa);
+    if row.register(Register(C::DWARF_SP)).is_none() || next.dwarf(C::DWARF_SP).is_none() {
+        next.set_dwarf(C::DWARF_SP, Some(cfa));
     }
     Ok(Some(next))
 }
 
-/// The value of DWARF register `reg` in `ctx` (16, the return address column, is rip).
-fn register_value(ctx: &X64Context, reg: Register) -> Option<u64> {
-    if reg.0 == DWARF_RA {
-        return Some(ctx.rip);
-    }
-    ctx.regs[X64Context::from_dwarf(reg.0)?]
+/// The value of DWARF register `reg` in `ctx` (on x64, 16, the return address column, is
+/// rip).
+fn register_value<C: CfiContext>(ctx: &C, reg: Register) -> Option<u64> {
+    ctx.dwarf(reg.0)
 }
 
 /// Evaluates a CFI expression (with `initial` pushed first, for register rules) to the
 /// address or value it computes.
-fn evaluate(
+fn evaluate<C: CfiContext>(
     expr: gimli::Expression<Slice<'_>>,
     initial: Option<u64>,
-    ctx: &X64Context,
+    ctx: &C,
     mem: &dyn StackMemory,
 ) -> Result<u64, UnwindError> {
-    let ip = ctx.rip;
+    let ip = ctx.pc();
     let bad = |detail: String| UnwindError::BadUnwindData { ip, detail };
     let encoding = gimli::Encoding {
         format: gimli::Format::Dwarf32,
@@ -698,6 +713,7 @@ mod tests {
     use super::*;
     use crate::memory::builder::MemoryBuilder;
     use crate::memory::DataLayout;
+    use crate::regs::x64_reg;
     use gimli::write::{
         self, Address, CallFrameInstruction as I, CommonInformationEntry, EndianVec, Expression,
         FrameDescriptionEntry, FrameTable,

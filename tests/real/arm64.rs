@@ -141,6 +141,30 @@ fn net10_arm64_live_and_qemu_core() {
         missing.is_empty(),
         "manifest MethodDescs with no code listed: {missing:?}"
     );
+    // Live: the chains of tasks read from memory; stacks say why they cannot be walked.
+    let live_target = vec!["--pid".to_string(), pid.clone()];
+    crate::async_chains::facts_hold_on(&tb, &live_target, "net10-arm64 live");
+    let out = std::process::Command::new(common::cdac_exe())
+        .args(["stacks", "--json", "--pid", pid.as_str()])
+        .output()
+        .expect("run cdac stacks");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "no stack is an answer in part: {out:?}"
+    );
+    let stacks: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stacks JSON");
+    let threads = stacks["threads"].as_array().expect("threads");
+    assert!(threads.len() > 10, "{stacks:#}");
+    for t in threads {
+        assert!(t["frames"].is_null(), "{t:#}");
+        assert!(
+            t["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("emulator (qemu-user)")),
+            "{t:#}"
+        );
+    }
     let modules_live = live_native_modules(tb.pid);
     assert!(
         modules_live
@@ -185,28 +209,26 @@ fn net10_arm64_live_and_qemu_core() {
         lost.is_empty(),
         "listed live, not the same in the core: {lost:x?}"
     );
-    // Stacks: not yet on arm64, and every thread says so by name instead of guessing.
-    let out = std::process::Command::new(common::cdac_exe())
-        .args(["stacks", "--json", "--dump", c.as_str()])
-        .output()
-        .expect("run cdac stacks");
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "no stack is an answer in part: {out:?}"
-    );
-    let stacks: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stacks JSON");
+    // Stacks from qemu's registers: every parked thread's frames of ours, in order, funclets
+    // tied to their methods, the native frames of read(2) below the P/Invoke (libc from
+    // the cross sysroot: qemu's core has none of its text).
+    let stacks = crate::stacks::cdac_stacks(&["--dump", c.as_str()]);
+    crate::stacks::check_parked_threads(&tb, &stacks, "net10-arm64 qemu core");
     let threads = stacks["threads"].as_array().expect("threads");
-    assert!(threads.len() > 10, "{stacks:#}");
-    for t in threads {
-        assert!(t["frames"].is_null(), "{t:#}");
-        assert!(
-            t["note"]
-                .as_str()
-                .is_some_and(|n| n.contains("architecture arm64")),
-            "{t:#}"
-        );
-    }
+    let complete = threads
+        .iter()
+        .filter(|t| t["stack_end"]["reason"] == "complete")
+        .count();
+    assert_eq!(
+        complete,
+        threads.len(),
+        "every stack ends at its outermost frame"
+    );
+    // The chains and locks that need stacks, from the core.
+    let core_target = vec!["--dump".to_string(), c.clone()];
+    crate::async_chains::facts_hold_on(&tb, &core_target, "net10-arm64 qemu core");
+    crate::locks::facts_hold_on(&tb, &core_target, "net10-arm64 qemu core");
+    crate::async_chains::running_chain_on_its_thread_on(&tb, &core_target, "net10-arm64 qemu core");
     // analyze names the exceptions of the parked filter and catch threads, on their threads.
     let out = std::process::Command::new(common::cdac_exe())
         .args(["analyze", "--json", "--dump", c.as_str()])

@@ -86,7 +86,13 @@ fn file_of(type_name: &str) -> &'static str {
 /// the chain waits for the manifest's type, a TaskCompletionSource's Task naming its source.
 fn facts_hold(variant: Variant, kind: Option<&str>) {
     let tb = testbed_of(variant);
-    let v = async_json(&target(tb, kind));
+    facts_hold_on(tb, &target(tb, kind), &format!("{variant:?} {kind:?}"));
+}
+
+/// The manifest's async chains are among cdac's on target `t` of testbed `tb`, each frame
+/// in its state at its await's source line, each chain waiting for what it waits for.
+pub(crate) fn facts_hold_on(tb: &Testbed, t: &[String], what: &str) {
+    let v = async_json(t);
     let chains = v["chains"].as_array().expect("chains");
     let expected = tb.manifest["async"]["chains"]
         .as_array()
@@ -115,7 +121,7 @@ fn facts_hold(variant: Variant, kind: Option<&str>) {
                     .collect();
                 ours.len() >= methods.len() && ours.iter().zip(&methods).all(|(a, b)| a == b)
             })
-            .unwrap_or_else(|| panic!("{variant:?} {kind:?}: no chain {methods:?} in {v:#}"));
+            .unwrap_or_else(|| panic!("{what}: no chain {methods:?} in {v:#}"));
         let frames: Vec<&Value> = chain["frames"]
             .as_array()
             .unwrap()
@@ -123,32 +129,29 @@ fn facts_hold(variant: Variant, kind: Option<&str>) {
             .filter(|f| f["kind"] == "state_machine")
             .collect();
         for (f, w) in frames.iter().zip(want["frames"].as_array().unwrap()) {
-            assert_eq!(f["state"], w["state"], "{variant:?} {kind:?}: {f}");
+            assert_eq!(f["state"], w["state"], "{what}: {f}");
             assert_eq!(
                 f["state_machine_type"], w["state_machine_type"],
-                "{variant:?} {kind:?}: {f}"
+                "{what}: {f}"
             );
             let file = file_of(w["type"].as_str().unwrap());
             let line = source_line(file, w["await"].as_str().unwrap());
             let loc = &f["await_location"];
             assert!(
                 loc["file"].as_str().is_some_and(|p| p.ends_with(file)) && loc["line"] == line,
-                "{variant:?} {kind:?}: {} should wait at {file}:{line}, cdac says {loc}",
+                "{what}: {} should wait at {file}:{line}, cdac says {loc}",
                 f["method"]
             );
         }
         let waits = &chain["waits_for"];
-        assert_eq!(
-            waits["type_name"], want["waits_for"],
-            "{variant:?} {kind:?}: {chain}"
-        );
+        assert_eq!(waits["type_name"], want["waits_for"], "{what}: {chain}");
         if want["name"] == "task_completion_source" {
             assert_eq!(waits["kind"], "task_completion_source", "{chain}");
             assert!(waits["completion_source"].is_string(), "{chain}");
         }
     }
     eprintln!(
-        "{variant:?} {kind:?}: {} manifest chains among cdac's {}",
+        "{what}: {} manifest chains among cdac's {}",
         expected.len(),
         chains.len()
     );
@@ -163,6 +166,11 @@ fn running_chain_on_its_thread(variant: Variant, kind: Option<&str>) {
     let tb = testbed_of(variant);
     let t = target(tb, kind);
     let _tracing = kind.is_none().then(common::tracing_lock);
+    running_chain_on_its_thread_on(tb, &t, &format!("{variant:?} {kind:?}"));
+}
+
+/// [`running_chain_on_its_thread`] on target `t` of testbed `tb`.
+pub(crate) fn running_chain_on_its_thread_on(tb: &Testbed, t: &[String], what: &str) {
     let mut args = vec!["async", "--stacks", "--json"];
     args.extend(t.iter().map(String::as_str));
     let out = Command::new(common::cdac_exe())
@@ -171,7 +179,6 @@ fn running_chain_on_its_thread(variant: Variant, kind: Option<&str>) {
         .expect("run cdac");
     let v: Value = serde_json::from_slice(&out.stdout).expect("async JSON");
     json_schema::assert_matches_schema("async", &v);
-    let what = format!("{variant:?} {kind:?}");
     let want = &tb.manifest["async"]["running"];
     let os_tid = want["os_tid"].as_i64().expect("running os_tid");
     let threads = v["threads"].as_array().expect("threads");

@@ -128,90 +128,95 @@ fn deadlock_found(v: &Value, t: &[String], facts: &Value, what: &str) {
 
 fn facts_hold(variant: Variant) {
     let tb = testbed_of(variant);
-    let facts = &tb.manifest["locks"];
     for kind in [None, Some("full"), Some("gcore")] {
         let what = format!("{} {}", variant.name(), kind.unwrap_or("live"));
-        let t = target(tb, kind);
-        let v = locks(&t);
-        assert_eq!(v["stacks_read"], true, "{what}");
+        facts_hold_on(tb, &target(tb, kind), &what);
+    }
+}
 
-        deadlock_found(&v, &t, &facts["monitor_deadlock"], &what);
-        if !facts["lock_deadlock"].is_null() {
-            deadlock_found(&v, &t, &facts["lock_deadlock"], &what);
-        }
-        let deadlocks = v["deadlocks"].as_array().expect("deadlocks").len();
-        let expected = 1 + usize::from(!facts["lock_deadlock"].is_null());
-        assert_eq!(deadlocks, expected, "{what}: {}", v["deadlocks"]);
+/// The manifest's lock facts on target `t` of testbed `tb`: both deadlocks, the waiter of
+/// a pulse, the contended monitor with its owner and waiters, the thin lock.
+pub(crate) fn facts_hold_on(tb: &Testbed, t: &[String], what: &str) {
+    let facts = &tb.manifest["locks"];
+    let t = t.to_vec();
+    let v = locks(&t);
+    assert_eq!(v["stacks_read"], true, "{what}");
 
-        // The thread parked in Monitor.Wait(Monitors.Cond) while it holds Monitors.Held:
-        // it waits for a pulse of a free monitor, and owns the one the enter-blocked thread
-        // waits for.
-        let waiter = tb.manifest["threads"]
-            .as_array()
-            .expect("threads")
-            .iter()
-            .find(|t| t["kind"] == "monitor_wait")
-            .expect("a monitor_wait thread");
-        let pulsed: Vec<&Value> = v["locks"]
+    deadlock_found(&v, &t, &facts["monitor_deadlock"], what);
+    if !facts["lock_deadlock"].is_null() {
+        deadlock_found(&v, &t, &facts["lock_deadlock"], what);
+    }
+    let deadlocks = v["deadlocks"].as_array().expect("deadlocks").len();
+    let expected = 1 + usize::from(!facts["lock_deadlock"].is_null());
+    assert_eq!(deadlocks, expected, "{what}: {}", v["deadlocks"]);
+
+    // The thread parked in Monitor.Wait(Monitors.Cond) while it holds Monitors.Held:
+    // it waits for a pulse of a free monitor, and owns the one the enter-blocked thread
+    // waits for.
+    let waiter = tb.manifest["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .find(|t| t["kind"] == "monitor_wait")
+        .expect("a monitor_wait thread");
+    let pulsed: Vec<&Value> = v["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| {
+            l["waiting_for_pulse"]
+                .as_array()
+                .is_some_and(|w| w.iter().any(|t| t["os_id"] == waiter["os_tid"]))
+        })
+        .collect();
+    assert_eq!(pulsed.len(), 1, "{what}: {}", v["locks"]);
+    assert!(pulsed[0]["owner"].is_null(), "{what}: {}", pulsed[0]);
+    assert_eq!(pulsed[0]["kind"], "sync_block", "{what}: {}", pulsed[0]);
+    assert!(
+        v["locks"]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|l| {
-                l["waiting_for_pulse"]
-                    .as_array()
-                    .is_some_and(|w| w.iter().any(|t| t["os_id"] == waiter["os_tid"]))
-            })
-            .collect();
-        assert_eq!(pulsed.len(), 1, "{what}: {}", v["locks"]);
-        assert!(pulsed[0]["owner"].is_null(), "{what}: {}", pulsed[0]);
-        assert_eq!(pulsed[0]["kind"], "sync_block", "{what}: {}", pulsed[0]);
-        assert!(
-            v["locks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|l| l["owner"]["os_id"] == waiter["os_tid"]
-                    && l["object"] != pulsed[0]["object"]),
-            "{what}: the waiting thread holds no other lock: {}",
-            v["locks"]
-        );
+            .any(|l| l["owner"]["os_id"] == waiter["os_tid"] && l["object"] != pulsed[0]["object"]),
+        "{what}: the waiting thread holds no other lock: {}",
+        v["locks"]
+    );
 
-        // The contended monitor: its owner, entered three times, and its three waiters.
-        let c = &facts["contended"];
-        let l = lock_of(&v, &t, c["type"].as_str().expect("type"));
-        assert_eq!(l["kind"], "sync_block", "{what}: {l}");
-        assert_eq!(
-            l["owner"]["managed_id"], c["owner"]["managed_id"],
-            "{what}: {l}"
-        );
-        assert_eq!(l["owner"]["os_id"], c["owner"]["os_tid"], "{what}: {l}");
-        assert_eq!(l["times_entered"], c["lock_count"], "{what}: {l}");
-        assert_eq!(l["waiters_counted"], 3, "{what}: {l}");
-        assert_eq!(
-            managed_ids(&l["waiting"]),
-            managed_ids(&c["waiters"]),
-            "{what}: {l}"
-        );
+    // The contended monitor: its owner, entered three times, and its three waiters.
+    let c = &facts["contended"];
+    let l = lock_of(&v, &t, c["type"].as_str().expect("type"));
+    assert_eq!(l["kind"], "sync_block", "{what}: {l}");
+    assert_eq!(
+        l["owner"]["managed_id"], c["owner"]["managed_id"],
+        "{what}: {l}"
+    );
+    assert_eq!(l["owner"]["os_id"], c["owner"]["os_tid"], "{what}: {l}");
+    assert_eq!(l["times_entered"], c["lock_count"], "{what}: {l}");
+    assert_eq!(l["waiters_counted"], 3, "{what}: {l}");
+    assert_eq!(
+        managed_ids(&l["waiting"]),
+        managed_ids(&c["waiters"]),
+        "{what}: {l}"
+    );
 
-        // The thin lock of the heap facts, three times by its thread, nobody waiting.
-        let thin = &tb.manifest["heap"]["thin_lock"];
-        let l = lock_of(&v, &t, thin["type"].as_str().expect("type"));
-        assert_eq!(l["kind"], "thin_lock", "{what}: {l}");
-        assert_eq!(
-            l["owner"]["managed_id"], thin["owner_managed_id"],
-            "{what}: {l}"
-        );
-        assert_eq!(l["times_entered"], thin["lock_count"], "{what}: {l}");
-        assert!(
-            l["waiting"].as_array().expect("waiting").is_empty(),
-            "{what}: {l}"
-        );
-        eprintln!(
-            "{what}: {} locks, {deadlocks} deadlock(s), {} objects scanned",
-            v["locks"].as_array().map_or(0, Vec::len),
-            v["objects_scanned"]
-        );
-    }
+    // The thin lock of the heap facts, three times by its thread, nobody waiting.
+    let thin = &tb.manifest["heap"]["thin_lock"];
+    let l = lock_of(&v, &t, thin["type"].as_str().expect("type"));
+    assert_eq!(l["kind"], "thin_lock", "{what}: {l}");
+    assert_eq!(
+        l["owner"]["managed_id"], thin["owner_managed_id"],
+        "{what}: {l}"
+    );
+    assert_eq!(l["times_entered"], thin["lock_count"], "{what}: {l}");
+    assert!(
+        l["waiting"].as_array().expect("waiting").is_empty(),
+        "{what}: {l}"
+    );
+    eprintln!(
+        "{what}: {} locks, {deadlocks} deadlock(s), {} objects scanned",
+        v["locks"].as_array().map_or(0, Vec::len),
+        v["objects_scanned"]
+    );
 }
 
 #[test]

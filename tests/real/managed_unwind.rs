@@ -214,7 +214,9 @@ fn spinner_chain_in(kind: &str) {
     let mut managed_threads = 0;
     let mut spinner = None;
     for t in &threads {
-        let Some(ctx) = t.context else { continue };
+        let Some(ctx) = t.context.and_then(|c| c.as_x64().copied()) else {
+            continue;
+        };
         if em.code_block(ctx.rip).ok().flatten().is_none() {
             continue;
         }
@@ -363,7 +365,7 @@ fn parked_threads_through_native_frames(variant: Variant) {
         let ctx = threads
             .iter()
             .find(|t| t.tid == tid)
-            .and_then(|t| t.context)
+            .and_then(|t| t.context.and_then(|c| c.as_x64().copied()))
             .unwrap_or_else(|| panic!("{kind}: thread {tid} has no registers"));
         let frames = walk_parked(&rt, ctx).unwrap_or_else(|e| panic!("{kind}: {e}"));
         // Ours, consecutive repeats (a funclet, then its method; OSR) counted once.

@@ -269,7 +269,11 @@ fn compare_with_gdb(exe: &Path, core: &Path, kind: &str) -> Compared {
     let t0 = Instant::now();
     let mut walks = BTreeMap::new();
     for t in &threads {
-        let ctx = t.context.expect("NT_PRSTATUS registers");
+        let ctx = *t
+            .context
+            .as_ref()
+            .and_then(|c| c.as_x64())
+            .expect("NT_PRSTATUS registers");
         walks.insert(
             t.tid,
             walk(&target, &unw, &syms, NativeFrame::innermost(ctx)),
@@ -279,7 +283,12 @@ fn compare_with_gdb(exe: &Path, core: &Path, kind: &str) -> Compared {
     // Steps alone, with every module's CFI loaded.
     let t1 = Instant::now();
     for t in &threads {
-        let mut frame = NativeFrame::innermost(t.context.expect("registers"));
+        let mut frame = NativeFrame::innermost(
+            *t.context
+                .as_ref()
+                .and_then(|c| c.as_x64())
+                .expect("registers"),
+        );
         while unw.is_in_module(frame.ctx.rip) {
             match unw.step_frame(&frame, &target) {
                 Ok(Some(next)) => frame = next,
@@ -532,7 +541,11 @@ fn modules_not_on_disk_are_read_from_memory() {
     let (unw_mem, syms_mem) = (NativeUnwinder::new(&in_memory), ElfSymbols::new(&in_memory));
     let (mut frames, mut named_from_memory) = (0, 0);
     for t in on_disk.source().threads().expect("threads") {
-        let ctx = t.context.expect("registers");
+        let ctx = *t
+            .context
+            .as_ref()
+            .and_then(|c| c.as_x64())
+            .expect("registers");
         let a = walk(&on_disk, &unw_disk, &syms_disk, NativeFrame::innermost(ctx));
         let b = walk(&in_memory, &unw_mem, &syms_mem, NativeFrame::innermost(ctx));
         let ips = |w: &Walk| w.frames.iter().map(|f| f.0).collect::<Vec<_>>();

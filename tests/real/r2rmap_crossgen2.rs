@@ -1,6 +1,7 @@
 //! `cdac r2rmap` against crossgen2's own ReadyToRun PerfMaps (`PublishReadyToRunEmitSymbols`),
 //! which `scripts/testbed-setup` keeps next to the testbed's images: the plain
-//! `Cdac.Testbed.R2R.dll` of .NET 10, 9 and 8 and the .NET 10 composite image
+//! `Cdac.Testbed.R2R.dll` of .NET 10, 9 and 8 (x64, and 10 and 9 linux-arm64) and the .NET
+//! 10 composite image
 //! `Cdac.Testbed.r2r.dll` (the ReadyToRun library, System.Collections, System.Linq and
 //! System.Text.RegularExpressions compiled together).
 //!
@@ -177,6 +178,17 @@ fn plain_net9_equals_crossgen2() {
 #[test]
 fn plain_net8_equals_crossgen2() {
     plain(Variant::Net8);
+}
+
+/// linux-arm64 images, read on this x64 host: lengths come from the arm64 unwind data.
+#[test]
+fn plain_net10_arm64_equals_crossgen2() {
+    plain(Variant::Net10Arm64);
+}
+
+#[test]
+fn plain_net9_arm64_equals_crossgen2() {
+    plain(Variant::Net9Arm64);
 }
 
 #[test]

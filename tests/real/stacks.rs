@@ -14,7 +14,7 @@ use std::process::Command;
 use common::{clrmd, hex, testbed_of, Testbed, Variant};
 use serde_json::Value;
 
-fn cdac_stacks(args: &[&str]) -> Value {
+pub(crate) fn cdac_stacks(args: &[&str]) -> Value {
     let out = Command::new(crate::common::cdac_exe())
         .arg("stacks")
         .args(args)
@@ -83,7 +83,7 @@ fn dedup_adjacent(v: Vec<String>) -> Vec<String> {
 }
 
 /// Checks every parked thread of the manifest against the walked stacks.
-fn check_parked_threads(tb: &Testbed, stacks: &Value, what: &str) {
+pub(crate) fn check_parked_threads(tb: &Testbed, stacks: &Value, what: &str) {
     let threads = stacks["threads"].as_array().expect("threads");
     let parked = tb.manifest["threads"].as_array().expect("manifest threads");
     assert!(parked.len() >= 8, "{what}: {} parked threads", parked.len());
@@ -358,7 +358,7 @@ fn damaged_stacks_end_with_the_frames_before_the_damage_and_a_reason() {
         let Some(ctx) = t.context else { continue };
         let intact = walker.walk(ctx, rt.target(), &[]);
         // Damage the stack above the third frame (or above the innermost one).
-        let from = intact.frames.get(2).map_or(ctx.rsp() + 64, |f| f.sp + 8);
+        let from = intact.frames.get(2).map_or(ctx.sp() + 64, |f| f.sp + 8);
         for selfref in [false, true] {
             let mem = Damaged {
                 target: rt.target(),

@@ -1,0 +1,333 @@
+//! The Windows ARM64 unwind data (`.xdata`) that the JIT and crossgen2 emit for arm64
+//! code on every operating system: a header word (function length, epilog count, code
+//! words, the E and X bits), an optional extension word, the epilog scopes and the
+//! unwind-code bytes. A `RUNTIME_FUNCTION` whose unwind-data word has a low bit set holds
+//! packed unwind data instead, which is told apart here and refused by name.
+//!
+//! Decoding only: [`super::managed`] runs the codes.
+
+use crate::memory::Target;
+
+/// Most epilog scopes read (the extension word allows 65,535; real methods have a handful).
+const MAX_EPILOG_SCOPES: u32 = 4096;
+
+/// Why unwind data could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UnwindDataError {
+    /// The bytes could not be read.
+    #[error("unwind data at {addr:#x} cannot be read: {detail}")]
+    Unreadable {
+        /// Where the data is.
+        addr: u64,
+        /// The read error.
+        detail: String,
+    },
+    /// The header says a version this decoder does not know.
+    #[error("unwind data at {addr:#x} has version {version} (only 0 is defined)")]
+    Version {
+        /// Where the data is.
+        addr: u64,
+        /// The version bits.
+        version: u32,
+    },
+    /// Too many epilog scopes to be real.
+    #[error("unwind data at {addr:#x} claims {count} epilog scopes")]
+    TooManyEpilogs {
+        /// Where the data is.
+        addr: u64,
+        /// The count it claims.
+        count: u32,
+    },
+    /// The `RUNTIME_FUNCTION` holds packed unwind data, which is not decoded yet.
+    #[error("packed unwind data {word:#010x} (flag {flag}) is not decoded yet")]
+    Packed {
+        /// The packed word.
+        word: u32,
+        /// Its flag bits (1: packed, 2: packed fragment without prolog).
+        flag: u32,
+    },
+}
+
+/// One epilog scope: where the epilog starts and which unwind code describes its first
+/// instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpilogScope {
+    /// Offset of the epilog's first instruction from the function's start, in bytes.
+    pub start: u64,
+    /// Index in the unwind-code bytes of the code for that instruction.
+    pub code_index: usize,
+}
+
+/// Decoded `.xdata` of one function (or funclet, or fragment).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arm64UnwindData {
+    /// Length of the function in bytes.
+    pub function_length: u64,
+    /// Whether exception-handler data follows the codes (the X bit).
+    pub has_handler_data: bool,
+    /// Epilog scopes; for the E form, the single epilog at the end of the function.
+    pub epilogs: Vec<EpilogScope>,
+    /// The unwind-code bytes (whole words, so there may be padding after the last `end`).
+    pub codes: Vec<u8>,
+    /// Total size of header, scopes and codes (where the handler data starts).
+    pub size: u64,
+}
+
+impl Arm64UnwindData {
+    /// Reads the `.xdata` at `addr`.
+    pub fn read(target: &Target, addr: u64) -> Result<Arm64UnwindData, UnwindDataError> {
+        let unreadable = |at: u64| {
+            move |e: crate::memory::ReadError| UnwindDataError::Unreadable {
+                addr: at,
+                detail: e.to_string(),
+            }
+        };
+        let header = target.read_u32(addr).map_err(unreadable(addr))?;
+        let function_length = u64::from(header & 0x3_ffff) * 4;
+        let version = (header >> 18) & 3;
+        if version != 0 {
+            return Err(UnwindDataError::Version { addr, version });
+        }
+        let has_handler_data = header & (1 << 20) != 0;
+        let single_epilog = header & (1 << 21) != 0;
+        let mut epilog_field = (header >> 22) & 0x1f;
+        let mut code_words = (header >> 27) & 0x1f;
+        let mut at = addr + 4;
+        if epilog_field == 0 && code_words == 0 {
+            let ext = target.read_u32(at).map_err(unreadable(at))?;
+            epilog_field = ext & 0xffff;
+            code_words = (ext >> 16) & 0xff;
+            at += 4;
+        }
+        let scope_count = if single_epilog { 0 } else { epilog_field };
+        if scope_count > MAX_EPILOG_SCOPES {
+            return Err(UnwindDataError::TooManyEpilogs {
+                addr,
+                count: scope_count,
+            });
+        }
+        let mut epilogs = Vec::with_capacity(scope_count as usize);
+        if scope_count > 0 {
+            let bytes = target
+                .read_bytes(at, scope_count as usize * 4)
+                .map_err(unreadable(at))?;
+            for w in bytes.chunks_exact(4) {
+                let word = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                epilogs.push(EpilogScope {
+                    start: u64::from(word & 0x3_ffff) * 4,
+                    code_index: (word >> 22) as usize,
+                });
+            }
+            at += u64::from(scope_count) * 4;
+        }
+        let codes = target
+            .read_bytes(at, code_words as usize * 4)
+            .map_err(unreadable(at))?;
+        at += u64::from(code_words) * 4;
+        if single_epilog {
+            // E form: the epilog-count field is the index of the epilog's first code, and
+            // that epilog (one instruction per code up to `end`, the `ret`) ends the
+            // function.
+            let index = epilog_field as usize;
+            let instructions = codes_until_end(&codes, index) as u64 + 1;
+            epilogs.push(EpilogScope {
+                start: function_length.saturating_sub(instructions * 4),
+                code_index: index,
+            });
+        }
+        Ok(Arm64UnwindData {
+            function_length,
+            has_handler_data,
+            epilogs,
+            codes,
+            size: at - addr,
+        })
+    }
+
+    /// Number of instructions the prolog has: its codes, up to the first `end`.
+    pub fn prolog_instructions(&self) -> usize {
+        codes_until_end(&self.codes, 0)
+    }
+
+    /// Number of instructions of the epilog whose codes start at `index`, its `ret`
+    /// (the `end` code) included.
+    pub fn epilog_instructions(&self, index: usize) -> usize {
+        codes_until_end(&self.codes, index) + 1
+    }
+}
+
+/// The packed-data flag of a `RUNTIME_FUNCTION`'s unwind word: 0 when the word is the RVA
+/// of `.xdata`.
+pub fn packed_flag(unwind_word: u32) -> u32 {
+    unwind_word & 3
+}
+
+/// Length in bytes of the function a packed unwind word describes.
+pub fn packed_function_length(unwind_word: u32) -> u64 {
+    u64::from((unwind_word >> 2) & 0x7ff) * 4
+}
+
+/// Size in bytes of the unwind code starting with `first`.
+pub fn code_size(first: u8) -> usize {
+    match first {
+        0x00..=0xbf => 1,
+        0xc0..=0xdf => 2, // alloc_m, save_regp … save_freg_x, alloc_z
+        0xe0 => 4,        // alloc_l
+        0xe2 => 2,        // add_fp
+        0xe7 => 3,        // save_any_reg
+        _ => 1,
+    }
+}
+
+/// How many codes come before the first `end` (or `end_c`) from `index` on: each is one
+/// instruction.
+fn codes_until_end(codes: &[u8], mut index: usize) -> usize {
+    let mut n = 0;
+    while let Some(&b) = codes.get(index) {
+        if b == op::END || b == op::END_C {
+            break;
+        }
+        n += 1;
+        index += code_size(b);
+    }
+    n
+}
+
+/// Unwind-code bytes with fixed values.
+pub mod op {
+    /// `alloc_l`: a 24-bit allocation in 16-byte units.
+    pub const ALLOC_L: u8 = 0xe0;
+    /// `set_fp`: `mov fp, sp`.
+    pub const SET_FP: u8 = 0xe1;
+    /// `add_fp`: `add fp, sp, #x*8`.
+    pub const ADD_FP: u8 = 0xe2;
+    /// `nop`: an instruction that changes nothing unwinding cares about.
+    pub const NOP: u8 = 0xe3;
+    /// `end`: the end of a prolog or epilog (the `ret` of an epilog).
+    pub const END: u8 = 0xe4;
+    /// `end_c`: the end of a chained scope.
+    pub const END_C: u8 = 0xe5;
+    /// `save_next`: the next register pair after the previous save.
+    pub const SAVE_NEXT: u8 = 0xe6;
+    /// `save_any_reg`.
+    pub const SAVE_ANY_REG: u8 = 0xe7;
+    /// `pac_sign_lr`: the return address was signed.
+    pub const PAC_SIGN_LR: u8 = 0xfc;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::builder::MemoryBuilder;
+    use crate::memory::DataLayout;
+
+    const AT: u64 = 0x1000;
+
+    fn target(words: &[u32]) -> Target {
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        let r = b.region(AT, 0x100);
+        for (i, w) in words.iter().enumerate() {
+            r.u32(i * 4, *w);
+        }
+        b.into_target()
+    }
+
+    fn header(len_words: u32, x: bool, e: bool, epilogs: u32, code_words: u32) -> u32 {
+        len_words
+            | (u32::from(x) << 20)
+            | (u32::from(e) << 21)
+            | (epilogs << 22)
+            | (code_words << 27)
+    }
+
+    #[test]
+    fn header_scopes_and_codes() {
+        // 0x40 instructions, one epilog at instruction 0x3a whose codes start at index 3;
+        // codes: save_fplr_x 16 bytes (0x81), set_fp, end | set_fp... as bytes.
+        let codes = u32::from_le_bytes([0xe1, 0x81, 0xe4, 0x81]);
+        let codes2 = u32::from_le_bytes([0xe4, 0xe3, 0xe3, 0xe3]);
+        let scope = 0x3a | (3 << 22);
+        let t = target(&[header(0x40, true, false, 1, 2), scope, codes, codes2]);
+        let d = Arm64UnwindData::read(&t, AT).expect("decodes");
+        assert_eq!(d.function_length, 0x100);
+        assert!(d.has_handler_data);
+        assert_eq!(
+            d.epilogs,
+            vec![EpilogScope {
+                start: 0xe8,
+                code_index: 3
+            }]
+        );
+        assert_eq!(
+            d.codes,
+            vec![0xe1, 0x81, 0xe4, 0x81, 0xe4, 0xe3, 0xe3, 0xe3]
+        );
+        assert_eq!(d.size, 16);
+        assert_eq!(d.prolog_instructions(), 2);
+        assert_eq!(d.epilog_instructions(3), 2);
+    }
+
+    #[test]
+    fn the_e_form_puts_its_epilog_at_the_end() {
+        // E bit, epilog codes at index 0 (the prolog's own, mirrored): 2 codes then end.
+        let codes = u32::from_le_bytes([0xe1, 0x81, 0xe4, 0xe3]);
+        let t = target(&[header(0x10, false, true, 0, 1), codes]);
+        let d = Arm64UnwindData::read(&t, AT).expect("decodes");
+        // Three instructions at the end: mov sp, fp; ldp fp, lr, [sp], #16; ret.
+        assert_eq!(
+            d.epilogs,
+            vec![EpilogScope {
+                start: 0x40 - 12,
+                code_index: 0
+            }]
+        );
+        assert_eq!(d.size, 8);
+    }
+
+    #[test]
+    fn the_extension_word_holds_large_counts() {
+        let ext = 2 | (1 << 16);
+        let t = target(&[
+            header(0x20, false, false, 0, 0),
+            ext,
+            0x10,
+            0x14 | (1 << 22),
+            0xe4e4_e4e4,
+        ]);
+        let d = Arm64UnwindData::read(&t, AT).expect("decodes");
+        assert_eq!(d.epilogs.len(), 2);
+        assert_eq!(d.epilogs[1].start, 0x50);
+        assert_eq!(d.codes.len(), 4);
+        assert_eq!(d.size, 20);
+    }
+
+    #[test]
+    fn bad_versions_huge_counts_and_short_memory_are_typed_errors() {
+        let t = target(&[1 << 18]);
+        assert!(matches!(
+            Arm64UnwindData::read(&t, AT),
+            Err(UnwindDataError::Version { version: 1, .. })
+        ));
+        let t = target(&[0, 0xffff]);
+        assert!(matches!(
+            Arm64UnwindData::read(&t, AT),
+            Err(UnwindDataError::TooManyEpilogs { count: 0xffff, .. })
+        ));
+        // 31 code words (124 bytes) run past the mapped region's 0x100 bytes.
+        let mut words = vec![0u32; 0x3c];
+        words.push(header(4, false, false, 0, 31));
+        let t = target(&words);
+        assert!(matches!(
+            Arm64UnwindData::read(&t, AT + 0xf0),
+            Err(UnwindDataError::Unreadable { .. })
+        ));
+    }
+
+    #[test]
+    fn packed_words_are_told_apart() {
+        assert_eq!(packed_flag(0x1234_5678 & !3), 0);
+        assert_eq!(packed_flag(0x0040_0021), 1);
+        assert_eq!(packed_function_length(0x0040_0021), 8 * 4);
+    }
+}
