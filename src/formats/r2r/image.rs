@@ -419,14 +419,26 @@ impl<'a> R2rImage<'a> {
         }
     }
 
-    /// The bytes of a hot or cold part: RVA `begin` up to the next runtime function's
-    /// `end` where the architecture stores none.
+    /// The end of a hot or cold part: its `end` RVA; on arm64, which stores none, its
+    /// start plus the length in its unwind data; on ARM32, the next runtime function's
+    /// start.
     pub fn function_end(&self, index: usize) -> Option<u32> {
+        use crate::unwind::aarch64::unwind_data::{
+            packed_flag, packed_function_length, xdata_function_length,
+        };
         let rf = self.runtime_functions.get(index)?;
         if rf.end != 0 {
             return Some(rf.end);
         }
-        // ARM: no end address; the next function's start bounds this one.
+        if self.arch == TargetArch::Arm64 {
+            let length = if packed_flag(rf.unwind) != 0 {
+                packed_function_length(rf.unwind)
+            } else {
+                let header = self.at(rf.unwind, 4, "arm64 unwind data").ok()?;
+                xdata_function_length(u32::from_le_bytes(header.try_into().ok()?))
+            };
+            return rf.begin.checked_add(u32::try_from(length).ok()?);
+        }
         self.runtime_functions.get(index + 1).map(|n| n.begin)
     }
 

@@ -84,7 +84,7 @@ impl Arm64UnwindData {
             }
         };
         let header = target.read_u32(addr).map_err(unreadable(addr))?;
-        let function_length = u64::from(header & 0x3_ffff) * 4;
+        let function_length = xdata_function_length(header);
         let version = (header >> 18) & 3;
         if version != 0 {
             return Err(UnwindDataError::Version { addr, version });
@@ -161,6 +161,11 @@ impl Arm64UnwindData {
 /// of `.xdata`.
 pub fn packed_flag(unwind_word: u32) -> u32 {
     unwind_word & 3
+}
+
+/// Length in bytes of the function whose `.xdata` header word is `header`.
+pub fn xdata_function_length(header: u32) -> u64 {
+    u64::from(header & 0x3_ffff) * 4
 }
 
 /// Length in bytes of the function a packed unwind word describes.
