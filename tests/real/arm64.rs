@@ -1,4 +1,4 @@
-//! linux-arm64: the testbed built for linux-arm64 (.NET 10.0.15) runs under qemu-user; the
+//! linux-arm64: the testbed built for linux-arm64 (.NET 10.0.15 and 9.0.23) runs under qemu-user; the
 //! host reads its memory live, then qemu writes its core (SIGQUIT). Oracles: the runtime's
 //! own perf map (every method it lists, with its size and name) and the testbed's manifest
 //! (the MethodDescs of its methods), live and from the core; the core's ELF images, found
@@ -38,7 +38,7 @@ fn perf_map_methods_listed(
 ) -> usize {
     let mut current: BTreeMap<u64, (u64, String)> = BTreeMap::new();
     for (start, size, name) in common::perf_map(map) {
-        if name.starts_with("stub ") {
+        if name.starts_with("stub ") || name.starts_with("stub<") {
             continue;
         }
         let end = start + size.max(1);
@@ -99,14 +99,14 @@ fn manifest_method_descs(tb: &common::Testbed) -> BTreeSet<u64> {
 }
 
 /// (base, path) of the native modules the live process maps (guest addresses are host ones).
-fn live_native_modules(pid: i32) -> BTreeSet<(u64, String)> {
+fn live_native_modules(pid: i32, folder: &str) -> BTreeSet<(u64, String)> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
     maps.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             let (range, offset, path) = (f.first()?, f.get(2)?, f.get(5)?);
             // Guest images only: the arm64 runtime's folder.
-            (*offset == "00000000" && path.contains("net10-arm64/") && path.ends_with(".so"))
+            (*offset == "00000000" && path.contains(folder) && path.ends_with(".so"))
                 .then(|| {
                     let base = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
                     Some((base, path.to_string()))
@@ -118,7 +118,19 @@ fn live_native_modules(pid: i32) -> BTreeSet<(u64, String)> {
 
 #[test]
 fn net10_arm64_live_and_qemu_core() {
-    let tb = start_testbed(Variant::Net10Arm64, &[]);
+    live_and_qemu_core(Variant::Net10Arm64);
+}
+
+#[test]
+fn net9_arm64_live_and_qemu_core() {
+    live_and_qemu_core(Variant::Net9Arm64);
+}
+
+fn live_and_qemu_core(variant: Variant) {
+    let tb = start_testbed(variant, &[]);
+    let name = variant.name();
+    let live_what = format!("{name} live");
+    let core_what = format!("{name} qemu core");
     let pid = tb.pid.to_string();
     let live = ["--pid", pid.as_str()];
 
@@ -143,7 +155,7 @@ fn net10_arm64_live_and_qemu_core() {
     );
     // Live: the chains of tasks read from memory; stacks say why they cannot be walked.
     let live_target = vec!["--pid".to_string(), pid.clone()];
-    crate::async_chains::facts_hold_on(&tb, &live_target, "net10-arm64 live");
+    crate::async_chains::facts_hold_on(&tb, &live_target, &live_what);
     let out = std::process::Command::new(common::cdac_exe())
         .args(["stacks", "--json", "--pid", pid.as_str()])
         .output()
@@ -165,7 +177,7 @@ fn net10_arm64_live_and_qemu_core() {
             "{t:#}"
         );
     }
-    let modules_live = live_native_modules(tb.pid);
+    let modules_live = live_native_modules(tb.pid, &format!("{name}/"));
     assert!(
         modules_live
             .iter()
@@ -179,7 +191,10 @@ fn net10_arm64_live_and_qemu_core() {
     let dump = ["--dump", c.as_str()];
     let info = common::cdac_json(&[&["info", "--json"], &dump[..]].concat());
     assert_eq!(info["architecture"], "arm64", "{info:#}");
-    assert_eq!(info["runtime_version"], "10.0.15", "{info:#}");
+    assert_eq!(
+        info["runtime_version"], tb.manifest["runtime_version"],
+        "{info:#}"
+    );
     assert_eq!(
         info["runtime_module"]["path"].as_str(),
         tb.manifest["libcoreclr"].as_str(),
@@ -213,7 +228,7 @@ fn net10_arm64_live_and_qemu_core() {
     // tied to their methods, the native frames of read(2) below the P/Invoke (libc from
     // the cross sysroot: qemu's core has none of its text).
     let stacks = crate::stacks::cdac_stacks(&["--dump", c.as_str()]);
-    crate::stacks::check_parked_threads(&tb, &stacks, "net10-arm64 qemu core");
+    crate::stacks::check_parked_threads(&tb, &stacks, &core_what);
     let threads = stacks["threads"].as_array().expect("threads");
     let complete = threads
         .iter()
@@ -226,9 +241,9 @@ fn net10_arm64_live_and_qemu_core() {
     );
     // The chains and locks that need stacks, from the core.
     let core_target = vec!["--dump".to_string(), c.clone()];
-    crate::async_chains::facts_hold_on(&tb, &core_target, "net10-arm64 qemu core");
-    crate::locks::facts_hold_on(&tb, &core_target, "net10-arm64 qemu core");
-    crate::async_chains::running_chain_on_its_thread_on(&tb, &core_target, "net10-arm64 qemu core");
+    crate::async_chains::facts_hold_on(&tb, &core_target, &core_what);
+    crate::locks::facts_hold_on(&tb, &core_target, &core_what);
+    crate::async_chains::running_chain_on_its_thread_on(&tb, &core_target, &core_what);
     // analyze names the exceptions of the parked filter and catch threads, on their threads.
     let out = std::process::Command::new(common::cdac_exe())
         .args(["analyze", "--json", "--dump", c.as_str()])
@@ -261,7 +276,7 @@ fn net10_arm64_live_and_qemu_core() {
         );
     }
     eprintln!(
-        "net10-arm64: {n_live} perf map methods live, {n_core} in the core; {} and {} listed; \
+        "{name}: {n_live} perf map methods live, {n_core} in the core; {} and {} listed; \
          {} manifest MethodDescs",
         ours_live.len(),
         ours_core.len(),
