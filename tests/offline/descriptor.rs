@@ -2453,9 +2453,14 @@ fn overlays_are_chosen_by_version_line_and_build() {
         names("8.0.33", None),
         vec![("formats".to_string(), Fit::EveryRuntime)]
     );
-    // Not for another architecture (the formats' still is).
+    // Each architecture its own (the formats' for every one).
+    let arm64: Vec<String> = shipped::overlays_for(&all, None, Some("9.0.22"), "arm64")
+        .into_iter()
+        .map(|(d, _)| d.meta.name.clone())
+        .collect();
+    assert_eq!(arm64, vec!["net9.0-linux-arm64", "formats"]);
     assert_eq!(
-        shipped::overlays_for(&all, None, Some("9.0.22"), "arm64").len(),
+        shipped::overlays_for(&all, None, Some("9.0.22"), "riscv64").len(),
         1
     );
     // A complete descriptor is never picked as an overlay, nor an overlay as complete.
