@@ -34,7 +34,7 @@ use cdac_core::roots::{Marker, RootKind, RootSet, Via};
 use cdac_core::runtime::{OpenOptions, Runtime, RuntimeError};
 use cdac_core::source_lines::SourceLines;
 use cdac_core::stacks::walk::{FrameCode, StackWalker};
-use cdac_core::unwind::managed_x64::step_managed;
+use cdac_core::unwind::x86_64::managed::step_managed;
 use cdac_core::unwind::{x64_reg, UnwindError, X64Context};
 
 /// Success.

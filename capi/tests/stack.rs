@@ -12,7 +12,7 @@ use cdac::*;
 use cdac_core::contracts::debug_info::IlOffset;
 use cdac_core::runtime::{OpenOptions, Runtime};
 use cdac_core::stacks::walk::{FrameCode, StackWalker};
-use cdac_core::unwind::native_x64::{NativeFrame, NativeUnwinder};
+use cdac_core::unwind::native::{NativeFrame, NativeUnwinder};
 use cdac_core::unwind::{x64_reg, X64Context};
 use common::{testbed_of, Variant};
 
@@ -80,7 +80,9 @@ fn stack_and_unwind_step_match_the_rust_walker() {
         let threads = rt.target().source().threads().expect("threads");
         let (mut managed_frames, mut steps) = (0, 0);
         for t in threads {
-            let Some(ctx) = t.context else { continue };
+            let Some(ctx) = t.context.and_then(|c| c.as_x64().copied()) else {
+                continue;
+            };
             let want = walker.walk(ctx, rt.target(), &[]);
             // Count first, then fill.
             let mut count = 0usize;
@@ -305,7 +307,9 @@ fn source_lines_of_managed_frames() {
         );
         let mut found = Vec::new();
         for t in threads {
-            let Some(ctx) = t.context else { continue };
+            let Some(ctx) = t.context.and_then(|c| c.as_x64().copied()) else {
+                continue;
+            };
             for (k, f) in walker.walk(ctx, rt.target(), &[]).frames.iter().enumerate() {
                 let FrameCode::Managed { method_desc, .. } = f.code else {
                     continue;

@@ -1,11 +1,11 @@
-//! Managed x64 unwinding (`unwind::managed_x64::virtual_unwind`): a RUNTIME_FUNCTION, its
+//! Managed x64 unwinding (`unwind::x86_64::managed::virtual_unwind`): a RUNTIME_FUNCTION, its
 //! unwind info and the code from the input, over a stack that is the input repeated; and
 //! the native frame-pointer step over the same memory.
 #![no_main]
 
 use cdac::memory::DataLayout;
-use cdac::unwind::managed_x64::virtual_unwind;
-use cdac::unwind::native_x64::NativeUnwinder;
+use cdac::unwind::x86_64::managed::virtual_unwind;
+use cdac::unwind::native::NativeUnwinder;
 use cdac::unwind::X64Context;
 use cdac_fuzz::{memory, Input, BASE, WRAP_WINDOW};
 use libfuzzer_sys::fuzz_target;

@@ -9,9 +9,9 @@ use crate::contracts::execution_manager::{CodeBlock, ExecutionManager};
 use crate::contracts::thread::ExplicitFrame;
 use crate::contracts::ContractError;
 use crate::runtime::Runtime;
-use crate::unwind::native_x64::{NativeFrame, NativeUnwinder};
+use crate::unwind::native::{NativeFrame, NativeUnwinder};
 use crate::unwind::{
-    aarch64, managed_x64, Arm64Context, CfiContext, Registers, StackMemory, UnwindError, X64Context,
+    aarch64, x86_64, Arm64Context, CfiContext, Registers, StackMemory, UnwindError, X64Context,
 };
 
 /// Most frames one walk returns: deeper stacks are cut there (and say so).
@@ -464,7 +464,7 @@ impl WalkArch for X64Context {
         frame: &NativeFrame<Self>,
         mem: &dyn StackMemory,
     ) -> Result<Self, UnwindError> {
-        managed_x64::step_managed(w.rt.target(), w.em.as_ref(), block, &frame.ctx, mem)
+        x86_64::managed::step_managed(w.rt.target(), w.em.as_ref(), block, &frame.ctx, mem)
     }
 
     fn step_native(

@@ -1,15 +1,16 @@
 //! Unwinding thread stacks: one frame at a time, from a register context to its caller's.
 //!
 //! Managed code is unwound with the runtime's own unwind data (the Windows x64
-//! `UNWIND_INFO` the JIT and crossgen2 emit, found through the ExecutionManager); native
-//! code with the CFI of the ELF module that holds it (`.eh_frame`), falling back to the
-//! frame-pointer chain. Each unwinder is one step: given the context of a frame, the
-//! context of its caller, or `None` at the outermost frame.
+//! `UNWIND_INFO` or ARM64 `.xdata` the JIT and crossgen2 emit, found through the
+//! ExecutionManager): one folder per architecture, [`x86_64`] and [`aarch64`]. Native code
+//! is unwound with the CFI of the ELF module that holds it ([`native`], shared by both),
+//! falling back to each architecture's frame chain. Each unwinder is one step: given the
+//! context of a frame, the context of its caller, or `None` at the outermost frame.
 
 pub mod aarch64;
 pub mod elf_modules;
-pub mod managed_x64;
-pub mod native_x64;
+pub mod native;
+pub mod x86_64;
 
 use crate::contracts::ContractError;
 use crate::memory::ReadError;

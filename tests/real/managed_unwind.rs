@@ -1,4 +1,4 @@
-//! Managed x64 unwinding (`unwind::managed_x64`) and IL offsets (`contracts::debug_info`)
+//! Managed x64 unwinding (`unwind::x86_64::managed`) and IL offsets (`contracts::debug_info`)
 //! on the real C# testbed.
 
 use crate::common;
@@ -10,7 +10,7 @@ use cdac::contracts::execution_manager::enumerate::all_code;
 use cdac::contracts::execution_manager::{execution_manager, ExecutionManager, JitType};
 use cdac::runtime::{OpenOptions, Runtime};
 use cdac::stacks::StackWalker;
-use cdac::unwind::managed_x64::step_managed;
+use cdac::unwind::x86_64::managed::step_managed;
 use cdac::unwind::{UnwindError, X64Context};
 use common::{hex, testbed_of, Variant};
 
@@ -414,7 +414,7 @@ impl cdac::unwind::StackMemory for FakeStack {
 /// the prolog the step moves up the stack.
 #[test]
 fn unwind_info_of_every_method() {
-    use cdac::unwind::managed_x64::{virtual_unwind, RuntimeFunction};
+    use cdac::unwind::x86_64::managed::{virtual_unwind, RuntimeFunction};
     use cdac::unwind::StackMemory;
     let tb = testbed_of(Variant::Net10);
     let rt = Runtime::attach(tb.pid, &OpenOptions::default()).expect("attach");
@@ -480,7 +480,7 @@ fn unwind_info_of_every_method() {
 /// instructions restores the pushed registers from where the pops read them.
 #[test]
 fn real_epilogs_are_emulated() {
-    use cdac::unwind::managed_x64::{virtual_unwind, RuntimeFunction};
+    use cdac::unwind::x86_64::managed::{virtual_unwind, RuntimeFunction};
     use cdac::unwind::StackMemory;
     let tb = testbed_of(Variant::Net10);
     let rt = Runtime::attach(tb.pid, &OpenOptions::default()).expect("attach");

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use cdac::memory::core_dump::CoreDump;
 use cdac::memory::{DataLayout, Target};
 use cdac::symbols::ElfSymbols;
-use cdac::unwind::native_x64::{NativeFrame, NativeUnwinder};
+use cdac::unwind::native::{NativeFrame, NativeUnwinder};
 use cdac::unwind::UnwindError;
 use common::{testbed_of, Variant};
 

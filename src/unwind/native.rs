@@ -1,6 +1,8 @@
-//! Native x64 unwinding: one step from a frame to its caller by the DWARF call-frame
-//! information (CFI) of the ELF module that holds the code, with the frame-pointer chain
-//! as a fallback for code without CFI.
+//! Native unwinding: one step from a frame to its caller by the DWARF call-frame
+//! information (CFI) of the ELF module that holds the code, for x64 and arm64 contexts
+//! alike ([`CfiContext`] says how each numbers its registers), with each architecture's
+//! fallbacks for code without CFI (`x86_64`: the frame-pointer chain and `__restore_rt`;
+//! `aarch64`: the frame-record chain).
 //!
 //! CFI comes from `.eh_frame` (looked up through the binary-search table of
 //! `.eh_frame_hdr`, else through an index built once per module) and `.debug_frame` when
@@ -39,6 +41,7 @@ use gimli::{
 use object::{Object, ObjectSection};
 
 use super::elf_modules::{self, ModuleMap, Segment};
+use super::x86_64::signal::step_restore_rt;
 use super::{Arm64Context, CfiContext, StackMemory, UnwindError, X64Context};
 use crate::memory::Target;
 
@@ -50,13 +53,6 @@ const MAX_CFI_SECTION: u64 = 64 << 20;
 const MAX_FDES: usize = 2_000_000;
 /// Most operations one DWARF expression may execute.
 const MAX_EXPRESSION_STEPS: u32 = 1_000;
-/// `mov rax, 15 (rt_sigreturn); syscall`: the body of glibc's `__restore_rt`.
-const RESTORE_RT: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
-/// Offset of `uc_mcontext.gregs` in `ucontext_t` (after `uc_flags`, `uc_link`, `uc_stack`).
-const UCONTEXT_GREGS: u64 = 40;
-/// Unwind-code register numbers of `gregs[0..17]` (r8–r15, rdi, rsi, rbp, rbx, rdx, rax,
-/// rcx, rsp; `gregs[16]` is rip).
-const GREGS_ORDER: [usize; 16] = [8, 9, 10, 11, 12, 13, 14, 15, 7, 6, 5, 3, 2, 0, 1, 4];
 
 /// A frame as a walk sees it: its registers, and whether its instruction pointer is exact
 /// (the innermost frame, or one interrupted by a signal) or a return address.
@@ -682,38 +678,13 @@ fn evaluate<C: CfiContext>(
     }
 }
 
-/// A step through a signal trampoline recognised by its bytes (`__restore_rt` without
-/// CFI): the interrupted registers are the `ucontext_t` at rsp. `Ok(None)` when `rip` is
-/// not at the trampoline.
-fn step_restore_rt(
-    target: &Target,
-    ctx: &X64Context,
-    mem: &dyn StackMemory,
-) -> Result<Option<X64Context>, UnwindError> {
-    match target.read_bytes(ctx.rip, RESTORE_RT.len()) {
-        Ok(bytes) if bytes == RESTORE_RT => {}
-        _ => return Ok(None),
-    }
-    Ok(Some(read_sigcontext(ctx.rsp(), mem)?))
-}
-
-/// The registers saved in the `ucontext_t` at `uc` (the interrupted frame of a signal).
-pub fn read_sigcontext(uc: u64, mem: &dyn StackMemory) -> Result<X64Context, UnwindError> {
-    let gregs = uc.wrapping_add(UCONTEXT_GREGS);
-    let mut next = X64Context::default();
-    for (i, reg) in GREGS_ORDER.iter().enumerate() {
-        next.regs[*reg] = Some(mem.read_u64(gregs.wrapping_add(8 * i as u64))?);
-    }
-    next.rip = mem.read_u64(gregs.wrapping_add(8 * 16))?;
-    Ok(next)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::memory::builder::MemoryBuilder;
     use crate::memory::DataLayout;
     use crate::regs::x64_reg;
+    use crate::unwind::x86_64::signal::{GREGS_ORDER, RESTORE_RT};
     use gimli::write::{
         self, Address, CallFrameInstruction as I, CommonInformationEntry, EndianVec, Expression,
         FrameDescriptionEntry, FrameTable,

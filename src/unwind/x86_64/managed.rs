@@ -18,12 +18,12 @@
 //! Only rsp, rip and the callee-saved registers are meaningful in the caller's context;
 //! volatile registers are unknown unless the unwind data restored them.
 
-use super::{x64_reg, StackMemory, UnwindError, X64Context};
 use crate::contracts::execution_manager::{CodeBlock, ExecutionManager};
 use crate::contracts::runtime_function::{RuntimeFunction as Entry, RuntimeFunctionLayout};
 use crate::contracts::unwind_codes::{op, X64UnwindInfo, UNW_FLAG_CHAININFO};
 use crate::contracts::ContractError;
 use crate::memory::Target;
+use crate::unwind::{x64_reg, StackMemory, UnwindError, X64Context};
 
 /// Most chained entries followed (the runtime's unwinder stops at 32 too).
 const MAX_CHAIN: usize = 32;
