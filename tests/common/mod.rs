@@ -443,24 +443,7 @@ fn spawn_testbed_env(
     };
     let manifest_path = dir.join("manifest.json");
     let stdio = || if piped { Stdio::piped() } else { Stdio::null() };
-    let mut command = if variant.is_arm64() {
-        // Under qemu-user, which writes the guest's core itself (into `dir`) when the guest
-        // dies of SIGQUIT; the kernel's core of qemu is kept empty. No arm64 libicu is
-        // installed, and W^X's second mapping of code hides code patches from qemu.
-        let mut c = Command::new("sh");
-        c.arg("-c")
-            .arg("ulimit -c unlimited; echo 0 > /proc/self/coredump_filter; exec \"$@\"")
-            .arg("sh")
-            .args(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])
-            .arg(&exe)
-            .current_dir(&dir)
-            .env("DOTNET_SYSTEM_GLOBALIZATION_INVARIANT", "1")
-            .env("DOTNET_EnableWriteXorExecute", "0");
-        c
-    } else {
-        Command::new(&exe)
-    };
-    let mut child = command
+    let mut child = testbed_command(variant, &dir)
         .arg("--manifest")
         .arg(&manifest_path)
         .args(["--exit-with-parent", "--max-seconds", "1800"])
@@ -587,6 +570,27 @@ pub fn crash_dump_on_thread(variant: Variant) -> (serde_json::Value, PathBuf) {
     made_crash_dump(variant, "--crash-on-thread")
 }
 
+/// The command that runs a testbed variant, in `dir`: the executable itself, or for an arm64
+/// build qemu-user running it. qemu writes the guest's core itself (into `dir`) when the
+/// guest dies of a signal; the kernel's core of qemu is kept empty. No arm64 libicu is
+/// installed, and W^X's second mapping of code hides code patches from qemu.
+fn testbed_command(variant: Variant, dir: &Path) -> Command {
+    let exe = testbed_exe(variant);
+    if !variant.is_arm64() {
+        return Command::new(&exe);
+    }
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("ulimit -c unlimited; echo 0 > /proc/self/coredump_filter; exec \"$@\"")
+        .arg("sh")
+        .args(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])
+        .arg(&exe)
+        .current_dir(dir)
+        .env("DOTNET_SYSTEM_GLOBALIZATION_INVARIANT", "1")
+        .env("DOTNET_EnableWriteXorExecute", "0");
+    c
+}
+
 fn made_crash_dump(variant: Variant, mode: &'static str) -> (serde_json::Value, PathBuf) {
     type Made = Vec<(&'static str, &'static str, serde_json::Value, PathBuf)>;
     static MADE: Mutex<Made> = Mutex::new(Vec::new());
@@ -606,19 +610,37 @@ fn made_crash_dump(variant: Variant, mode: &'static str) -> (serde_json::Value, 
     let dump = dir.join("crash.core");
     let _ = std::fs::remove_file(&dump);
     let log = dir.join("testbed.log");
-    let status = Command::new(testbed_exe(variant))
+    let mut command = testbed_command(variant, &dir);
+    command
         .arg("--manifest")
         .arg(&manifest)
         .args([mode, "--max-seconds", "300"])
-        .env("DOTNET_DbgEnableMiniDump", "1")
-        .env("DOTNET_DbgMiniDumpType", "4")
-        .env("DOTNET_DbgMiniDumpName", &dump)
-        .env("DOTNET_EnableCrashReport", "1")
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).expect("log"))
-        .status()
-        .expect("run the testbed with --crash");
+        .stderr(std::fs::File::create(&log).expect("log"));
+    if !variant.is_arm64() {
+        // createdump, as the runtime starts it on a crash. Under qemu the guest's abort
+        // makes qemu write the core itself.
+        command
+            .env("DOTNET_DbgEnableMiniDump", "1")
+            .env("DOTNET_DbgMiniDumpType", "4")
+            .env("DOTNET_DbgMiniDumpName", &dump)
+            .env("DOTNET_EnableCrashReport", "1");
+    }
+    let status = command.status().expect("run the testbed with --crash");
     assert!(!status.success(), "the testbed was meant to crash");
+    if variant.is_arm64() {
+        let core = std::fs::read_dir(&dir)
+            .expect("crash dir")
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("qemu_") && n.ends_with(".core"))
+            })
+            .unwrap_or_else(|| panic!("qemu wrote no core; see {}", log.display()));
+        std::fs::rename(&core, &dump).expect("name the core");
+    }
     assert!(
         dump.exists(),
         "createdump wrote no dump; see {}",

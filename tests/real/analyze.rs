@@ -1,7 +1,8 @@
 //! `cdac analyze` on the dump the runtime writes (createdump, full) when the testbed dies of
 //! an unhandled exception (`--crash`: an InvalidOperationException thrown from a catch block
 //! with the caught ArgumentException as its inner exception, messages known), on .NET 10, 9
-//! and 8: the crashing thread and signal, the exception's type, message and inner
+//! and 8 (and on linux-arm64 10 and 9, from the core qemu-user writes when the guest
+//! aborts): the crashing thread and signal, the exception's type, message and inner
 //! exception, and the crashing thread's stack through the throwing method.
 
 use crate::common;
@@ -184,6 +185,17 @@ fn analyze_names_the_crash_on_net9() {
 #[test]
 fn analyze_names_the_crash_on_net8() {
     analyze_crash_of(Variant::Net8);
+}
+
+/// linux-arm64 under qemu-user: the guest's abort makes qemu write the core.
+#[test]
+fn analyze_names_the_crash_on_net10_arm64() {
+    analyze_crash_of(Variant::Net10Arm64);
+}
+
+#[test]
+fn analyze_names_the_crash_on_net9_arm64() {
+    analyze_crash_of(Variant::Net9Arm64);
 }
 
 /// The thread the runtime's own crash report (`DOTNET_EnableCrashReport=1`, beside the dump)
