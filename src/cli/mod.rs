@@ -189,8 +189,24 @@ pub struct DescriptorArgs {
     /// Use this data descriptor instead of the runtime's own or a shipped one.
     #[arg(long, value_name = "FILE")]
     pub descriptor: Option<PathBuf>,
+    /// A core from another machine: look for the libraries it left out under DIR first
+    /// (repeatable; default: the directories of CDAC_SYSROOT, colon-separated)
+    #[arg(long, value_name = "DIR")]
+    pub sysroot: Vec<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
+}
+
+impl DescriptorArgs {
+    /// `--sysroot` directories, else those of `CDAC_SYSROOT`.
+    pub fn sysroots(&self) -> Vec<PathBuf> {
+        if !self.sysroot.is_empty() {
+            return self.sysroot.clone();
+        }
+        std::env::var_os("CDAC_SYSROOT")
+            .map(|v| std::env::split_paths(&v).collect())
+            .unwrap_or_default()
+    }
 }
 
 /// Help heading of the `--max-*` options.
@@ -287,6 +303,7 @@ impl TargetArgs {
         let options = OpenOptions {
             descriptor: descriptor.descriptor.clone(),
             limits: descriptor.limits.limits(),
+            sysroots: descriptor.sysroots(),
         };
         let rt = match (&self.pid, &self.dump) {
             (Some(pid), _) => Runtime::attach(*pid, &options),

@@ -160,6 +160,7 @@ fn open_runtime(args: &SamplingArgs) -> Result<Runtime, Box<dyn std::error::Erro
     let options = OpenOptions {
         descriptor: args.descriptor.descriptor.clone(),
         limits: args.descriptor.limits.limits(),
+        sysroots: args.descriptor.sysroots(),
     };
     Ok(Runtime::attach(args.pid, &options)?)
 }

@@ -79,6 +79,16 @@ impl std::fmt::Debug for CoreDump {
 impl CoreDump {
     /// Opens and indexes a core dump.
     pub fn open(path: impl AsRef<Path>) -> Result<CoreDump, OpenError> {
+        Self::open_with_sysroots(path, &[])
+    }
+
+    /// Opens and indexes a core dump; a core without `NT_FILE` takes the files of the
+    /// libraries it lacks from under `sysroots` first
+    /// ([`core_images`](super::core_images)).
+    pub fn open_with_sysroots(
+        path: impl AsRef<Path>,
+        sysroots: &[PathBuf],
+    ) -> Result<CoreDump, OpenError> {
         let path = path.as_ref().to_path_buf();
         let map = sys::map_regular_file(&path).map_err(|source| OpenError::Io {
             path: path.clone(),
@@ -95,8 +105,8 @@ impl CoreDump {
             return Err(bad("no ELF magic".into()));
         }
         let parsed = match ident[4] {
-            c if c == elf::ELFCLASS64.0 => parse::<elf::FileHeader64<Endianness>>(&map),
-            c if c == elf::ELFCLASS32.0 => parse::<elf::FileHeader32<Endianness>>(&map),
+            c if c == elf::ELFCLASS64.0 => parse::<elf::FileHeader64<Endianness>>(&map, sysroots),
+            c if c == elf::ELFCLASS32.0 => parse::<elf::FileHeader32<Endianness>>(&map, sysroots),
             other => Err(format!("unknown ELF class {other}")),
         }
         .map_err(bad)?;
@@ -413,7 +423,10 @@ struct Parsed {
     warnings: Vec<String>,
 }
 
-fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, String> {
+fn parse<Elf: FileHeader<Endian = Endianness>>(
+    data: &[u8],
+    sysroots: &[PathBuf],
+) -> Result<Parsed, String> {
     let header_size = std::mem::size_of::<Elf>();
     if data.len() < header_size {
         return Err(format!(
@@ -522,7 +535,7 @@ fn parse<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<Parsed, St
     }
     segments.sort_by_key(|s| s.vaddr);
     if !saw_nt_file {
-        files = images_without_nt_file(data, &segments, layout, machine, auxv);
+        files = images_without_nt_file(data, &segments, layout, machine, auxv, sysroots);
         if !files.is_empty() {
             warnings.push(format!(
                 "the core has no NT_FILE note (qemu-user writes none): its {} ELF image(s) \
@@ -590,6 +603,7 @@ fn images_without_nt_file(
     layout: DataLayout,
     machine: u16,
     auxv: Option<&[u8]>,
+    sysroots: &[PathBuf],
 ) -> Vec<MappedFile> {
     let read = |addr: u64, len: usize| -> Option<&[u8]> {
         let i = segments
@@ -605,7 +619,7 @@ fn images_without_nt_file(
         data.get(from..from.checked_add(len)?)
     };
     let starts: Vec<(u64, u64)> = segments.iter().map(|s| (s.vaddr, s.filesz)).collect();
-    core_images::images_in_memory(&starts, &read, layout, machine, auxv)
+    core_images::images_in_memory(&starts, &read, layout, machine, auxv, sysroots)
 }
 
 /// Parses `NT_FILE`: count and page size, `count` triples (start, end, page offset), then
@@ -1115,19 +1129,19 @@ mod tests {
         core[52..54].copy_from_slice(&64u16.to_le_bytes()); // e_ehsize
         core[54..56].copy_from_slice(&56u16.to_le_bytes()); // e_phentsize
         core[56..58].copy_from_slice(&3u16.to_le_bytes()); // e_phnum
-        let whole = parse::<elf::FileHeader64<Endianness>>(&core);
+        let whole = parse::<elf::FileHeader64<Endianness>>(&core, &[]);
         assert!(whole.is_ok(), "{:?}", whole.err());
-        let cut = parse::<elf::FileHeader64<Endianness>>(&core[..64 + 56 + 10]).err();
+        let cut = parse::<elf::FileHeader64<Endianness>>(&core[..64 + 56 + 10], &[]).err();
         let cut = cut.expect("a table cut in its second entry is refused");
         assert!(
             cut.contains("program headers") && cut.contains("truncated"),
             "{cut}"
         );
-        let short = parse::<elf::FileHeader64<Endianness>>(&core[..40]).err();
+        let short = parse::<elf::FileHeader64<Endianness>>(&core[..40], &[]).err();
         assert!(short.expect("refused").contains("truncated"));
         // An offset that overflows is the same error, not an overflow.
         core[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
-        let huge = parse::<elf::FileHeader64<Endianness>>(&core).err();
+        let huge = parse::<elf::FileHeader64<Endianness>>(&core, &[]).err();
         assert!(huge
             .expect("refused")
             .contains("end past the end of the file"));

@@ -9,9 +9,9 @@
 //!
 //! An object of the loader's list whose header the core did not capture (qemu leaves out
 //! the text of the system libraries) is taken from a file on this machine: its path as the
-//! loader opened it, under each sysroot (`CDAC_SYSROOT`, colon-separated, then the
-//! distribution's cross sysroot of the core's machine, `/usr/aarch64-linux-gnu`, where
-//! qemu-user's `-L` points), then as is. The file must be of the core's machine and put its
+//! loader opened it, under each sysroot (those the caller gives, `cdac --sysroot` or
+//! `CDAC_SYSROOT`, then the distribution's cross sysroot of the core's machine,
+//! `/usr/aarch64-linux-gnu`, where qemu-user's `-L` points), then as is. The file must be of the core's machine and put its
 //! dynamic section where the list says the object's is (`l_ld`): any other file is not
 //! the one that was loaded.
 
@@ -109,6 +109,7 @@ pub fn images_in_memory(
     layout: DataLayout,
     machine: u16,
     auxv: Option<&[u8]>,
+    sysroots: &[PathBuf],
 ) -> Vec<MappedFile> {
     let w = Words { layout };
     let images: Vec<Image> = segments
@@ -136,7 +137,7 @@ pub fn images_in_memory(
         if in_memory || name.is_empty() {
             continue;
         }
-        if let Some((path, image)) = image_on_disk(&w, name, *bias, *dynamic, machine) {
+        if let Some((path, image)) = image_on_disk(&w, name, *bias, *dynamic, machine, sysroots) {
             push_loads(&mut out, &image, *bias, &path);
         }
     }
@@ -171,11 +172,10 @@ fn push_loads(out: &mut Vec<MappedFile>, image: &Image, bias: u64, path: &Path) 
     }
 }
 
-/// Directories a core's paths may be found under on this machine, for `machine`.
-fn sysroots(machine: u16) -> Vec<PathBuf> {
-    let mut roots: Vec<PathBuf> = std::env::var_os("CDAC_SYSROOT")
-        .map(|v| std::env::split_paths(&v).collect())
-        .unwrap_or_default();
+/// Directories a core's paths may be found under on this machine, for `machine`: the
+/// caller's, then the distribution's cross sysroot.
+fn sysroots(machine: u16, given: &[PathBuf]) -> Vec<PathBuf> {
+    let mut roots = given.to_vec();
     if machine == EM_AARCH64 && std::env::consts::ARCH != "aarch64" {
         roots.push(PathBuf::from("/usr/aarch64-linux-gnu"));
     }
@@ -190,9 +190,10 @@ fn image_on_disk(
     bias: u64,
     dynamic: u64,
     machine: u16,
+    given: &[PathBuf],
 ) -> Option<(PathBuf, Image)> {
     let relative = name.trim_start_matches('/');
-    let mut candidates: Vec<PathBuf> = sysroots(machine)
+    let mut candidates: Vec<PathBuf> = sysroots(machine, given)
         .into_iter()
         .map(|root| root.join(relative))
         .collect();
@@ -427,7 +428,7 @@ mod tests {
             Some(&bytes[at..at + len])
         };
         let starts: Vec<(u64, u64)> = regions.iter().map(|(s, b)| (*s, b.len() as u64)).collect();
-        let files = images_in_memory(&starts, &read, DataLayout::LE64, AARCH64, None);
+        let files = images_in_memory(&starts, &read, DataLayout::LE64, AARCH64, None, &[]);
         assert_eq!(
             files,
             vec![MappedFile {
@@ -437,5 +438,31 @@ mod tests {
                 path: PathBuf::from("libfoo.so"),
             }]
         );
+    }
+
+    #[test]
+    fn a_library_left_out_is_taken_from_a_sysroot_only_where_the_list_puts_it() {
+        let root = std::env::temp_dir().join(format!("cdac-sysroot-{}", std::process::id()));
+        let lib = root.join("lib");
+        std::fs::create_dir_all(&lib).expect("temp sysroot");
+        std::fs::write(lib.join("libbar.so.1"), image(0, AARCH64, "libbar.so.1")).expect("file");
+        std::fs::write(lib.join("libx64.so"), image(0, 62, "libx64.so")).expect("file");
+        let w = Words {
+            layout: DataLayout::LE64,
+        };
+        let roots = [root.clone()];
+        // Loaded at 0x40000: its dynamic section (file 0x1000) at 0x41000, as l_ld says.
+        let found = image_on_disk(&w, "/lib/libbar.so.1", 0x40000, 0x41000, AARCH64, &roots);
+        let (path, image) = found.expect("found under the sysroot");
+        assert_eq!(path, lib.join("libbar.so.1"));
+        let mut out = Vec::new();
+        push_loads(&mut out, &image, 0x40000, &path);
+        assert_eq!((out[0].start, out[0].end), (0x40000, 0x42000));
+        // The list puts the dynamic section elsewhere: another file, not this one.
+        assert!(image_on_disk(&w, "/lib/libbar.so.1", 0x40000, 0x51000, AARCH64, &roots).is_none());
+        // A file of another machine is not taken, nor one that is not there.
+        assert!(image_on_disk(&w, "/lib/libx64.so", 0x40000, 0x41000, AARCH64, &roots).is_none());
+        assert!(image_on_disk(&w, "/lib/nothere.so", 0x40000, 0x41000, AARCH64, &roots).is_none());
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -97,6 +97,9 @@ pub struct OpenOptions {
     /// Limits on what target data can make cdac do (descriptor size, list lengths, bytes
     /// read, ...).
     pub limits: Limits,
+    /// Directories a core's files are looked for under, first (a core of another machine:
+    /// its libraries as the target's loader named them, under each).
+    pub sysroots: Vec<PathBuf>,
 }
 
 /// The runtime module as found in the target.
@@ -206,7 +209,7 @@ impl Runtime {
         path: impl AsRef<Path>,
         options: &OpenOptions,
     ) -> Result<Runtime, RuntimeError> {
-        let core = CoreDump::open(path)?;
+        let core = CoreDump::open_with_sysroots(path, &options.sysroots)?;
         Self::open(Arc::new(core), options)
     }
 
