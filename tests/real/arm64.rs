@@ -116,6 +116,48 @@ fn live_native_modules(pid: i32, folder: &str) -> BTreeSet<(u64, String)> {
         .collect()
 }
 
+/// Live: the entry points the testbed took of its methods resolve to their MethodDescs,
+/// through arm64 precodes (fixup precodes of the emitted static methods, stub precodes of
+/// the framework's P/Invokes) or their code.
+fn precodes_name_their_methods(tb: &common::Testbed, what: &str) {
+    use cdac::contracts::precode_stubs::{resolve_entry_point, KnownPrecodeType};
+    let rt = cdac::runtime::Runtime::attach(tb.pid, &Default::default()).expect("attach");
+    let (t, d) = (rt.target(), rt.descriptor());
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    let emitted = tb.manifest["emitted_methods"].as_array().expect("emitted");
+    let framework = tb.manifest["framework_methods"]
+        .as_array()
+        .expect("framework");
+    for (m, kind) in emitted
+        .iter()
+        .map(|m| (m, Some(KnownPrecodeType::Fixup)))
+        .chain(framework.iter().map(|m| {
+            let pinvoke = m["pinvoke"].as_bool().unwrap_or(false);
+            (m, pinvoke.then_some(KnownPrecodeType::Stub))
+        }))
+    {
+        let entry = common::hex(&m["function_pointer"]);
+        let resolved = resolve_entry_point(t, d, entry)
+            .unwrap_or_else(|e| panic!("{what}: {m}: {e}"))
+            .unwrap_or_else(|| panic!("{what}: {entry:#x} resolves to nothing"));
+        assert_eq!(
+            resolved.method_desc,
+            common::hex(&m["method_desc"]),
+            "{what}: {m}"
+        );
+        let got = resolved.precode.map(|p| p.kind);
+        if kind.is_some() {
+            assert_eq!(got, kind, "{what}: {m}");
+        }
+        *kinds.entry(format!("{got:?}")).or_default() += 1;
+    }
+    assert!(
+        kinds.get("Some(Fixup)").copied().unwrap_or(0) >= 10,
+        "{what}: {kinds:?}"
+    );
+    eprintln!("{what}: entry points by kind {kinds:?}");
+}
+
 #[test]
 fn net10_arm64_live_and_qemu_core() {
     live_and_qemu_core(Variant::Net10Arm64);
@@ -177,6 +219,7 @@ fn live_and_qemu_core(variant: Variant) {
             "{t:#}"
         );
     }
+    precodes_name_their_methods(&tb, &live_what);
     let modules_live = live_native_modules(tb.pid, &format!("{name}/"));
     assert!(
         modules_live
