@@ -327,7 +327,9 @@ impl Testbed {
             .expect("run kill");
         assert!(status.success(), "kill -QUIT {}", self.pid);
         let mut child = self.child.lock().unwrap_or_else(|p| p.into_inner());
-        let deadline = Instant::now() + Duration::from_secs(120);
+        // qemu writes the whole guest (about 400 MiB) itself: minutes on a loaded 2-core
+        // machine.
+        let deadline = Instant::now() + Duration::from_secs(360);
         while child.try_wait().ok().flatten().is_none() {
             assert!(Instant::now() < deadline, "qemu did not end after SIGQUIT");
             std::thread::sleep(Duration::from_millis(100));
@@ -570,6 +572,13 @@ pub fn crash_dump_on_thread(variant: Variant) -> (serde_json::Value, PathBuf) {
     made_crash_dump(variant, "--crash-on-thread")
 }
 
+/// Held while a test runs a testbed under qemu-user: one emulated process at a time (each
+/// takes a core to itself while it starts and while it writes its core).
+pub fn qemu_lock() -> std::sync::MutexGuard<'static, ()> {
+    static QEMU: Mutex<()> = Mutex::new(());
+    QEMU.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The command that runs a testbed variant, in `dir`: the executable itself, or for an arm64
 /// build qemu-user running it. qemu writes the guest's core itself (into `dir`) when the
 /// guest dies of a signal; the kernel's core of qemu is kept empty. No arm64 libicu is
@@ -610,6 +619,7 @@ fn made_crash_dump(variant: Variant, mode: &'static str) -> (serde_json::Value, 
     let dump = dir.join("crash.core");
     let _ = std::fs::remove_file(&dump);
     let log = dir.join("testbed.log");
+    let _qemu = variant.is_arm64().then(qemu_lock);
     let mut command = testbed_command(variant, &dir);
     command
         .arg("--manifest")

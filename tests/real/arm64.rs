@@ -169,6 +169,7 @@ fn net9_arm64_live_and_qemu_core() {
 }
 
 fn live_and_qemu_core(variant: Variant) {
+    let _qemu = common::qemu_lock();
     let tb = start_testbed(variant, &[]);
     let name = variant.name();
     let live_what = format!("{name} live");
