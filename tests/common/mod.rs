@@ -588,10 +588,20 @@ fn testbed_command(variant: Variant, dir: &Path) -> Command {
     if !variant.is_arm64() {
         return Command::new(&exe);
     }
-    let mut c = Command::new("sh");
+    // The wrapper also gives SIGQUIT and SIGINT back their default action: a shell's
+    // background job starts with both ignored, qemu would inherit that, and the guest would
+    // never get the SIGQUIT that makes qemu write its core (no shell can undo it).
+    let mut c = Command::new("python3");
     c.arg("-c")
-        .arg("ulimit -c unlimited; echo 0 > /proc/self/coredump_filter; exec \"$@\"")
-        .arg("sh")
+        .arg(
+            "import os, resource, signal, sys\n\
+             hard = resource.getrlimit(resource.RLIMIT_CORE)[1]\n\
+             resource.setrlimit(resource.RLIMIT_CORE, (hard, hard))\n\
+             open('/proc/self/coredump_filter', 'w').write('0')\n\
+             signal.signal(signal.SIGQUIT, signal.SIG_DFL)\n\
+             signal.signal(signal.SIGINT, signal.SIG_DFL)\n\
+             os.execvp(sys.argv[1], sys.argv[1:])",
+        )
         .args(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])
         .arg(&exe)
         .current_dir(dir)
