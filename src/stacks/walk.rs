@@ -249,7 +249,7 @@ impl StackWalker {
                         FoundBy::UnwindInfo,
                     ))
                 }),
-                None => C::step_native(self, &frame, mem),
+                None => self.step_native(&frame, mem),
             };
             match stepped {
                 Ok(Some((next, how))) if next.ctx.pc() != 0 => {
@@ -280,14 +280,15 @@ impl StackWalker {
         Stack { frames, end }
     }
 
-    /// One native x64 step: the module's CFI, else the frame-pointer chain.
-    fn step_native_x64(
+    /// One native step: the module's CFI, else the architecture's frame chain (the
+    /// frame pointer on x64, the frame record on arm64) for code without CFI.
+    fn step_native<C: WalkArch>(
         &self,
-        frame: &NativeFrame,
+        frame: &NativeFrame<C>,
         mem: &dyn StackMemory,
-    ) -> Result<Option<(NativeFrame, FoundBy)>, UnwindError> {
-        if self.native.is_in_module(frame.ctx.rip) {
-            match self.native.step_frame(frame, mem) {
+    ) -> Result<Option<(NativeFrame<C>, FoundBy)>, UnwindError> {
+        if self.native.is_in_module(frame.ctx.pc()) {
+            match C::step_cfi(&self.native, frame, mem) {
                 Ok(Some(next)) => {
                     let how = if next.ip_is_exact {
                         FoundBy::SignalContext
@@ -297,46 +298,12 @@ impl StackWalker {
                     return Ok(Some((next, how)));
                 }
                 Ok(None) => return Ok(None),
-                // No CFI covers the address (hand-written code): try the frame pointer.
+                // No CFI covers the address (hand-written code): try the frame chain.
                 Err(UnwindError::NoUnwindInfo { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
-        NativeUnwinder::step_frame_pointer(&frame.ctx, mem).map(|next| {
-            next.map(|ctx| {
-                (
-                    NativeFrame {
-                        ctx,
-                        ip_is_exact: false,
-                    },
-                    FoundBy::FramePointer,
-                )
-            })
-        })
-    }
-
-    /// One native arm64 step: the module's CFI, else the frame record chain.
-    fn step_native_arm64(
-        &self,
-        frame: &NativeFrame<Arm64Context>,
-        mem: &dyn StackMemory,
-    ) -> Result<Option<(NativeFrame<Arm64Context>, FoundBy)>, UnwindError> {
-        if self.native.is_in_module(frame.ctx.pc) {
-            match self.native.step_frame_arm64(frame, mem) {
-                Ok(Some(next)) => {
-                    let how = if next.ip_is_exact {
-                        FoundBy::SignalContext
-                    } else {
-                        FoundBy::Cfi
-                    };
-                    return Ok(Some((next, how)));
-                }
-                Ok(None) => return Ok(None),
-                Err(UnwindError::NoUnwindInfo { .. }) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        aarch64::step_frame_record(&frame.ctx, mem).map(|next| {
+        C::step_frame_chain(&frame.ctx, mem).map(|next| {
             next.map(|ctx| {
                 (
                     NativeFrame {
@@ -445,12 +412,15 @@ trait WalkArch: CfiContext + Into<Registers> {
         mem: &dyn StackMemory,
     ) -> Result<Self, UnwindError>;
 
-    /// One step through native code.
-    fn step_native(
-        w: &StackWalker,
+    /// One step through native code by its module's CFI.
+    fn step_cfi(
+        native: &NativeUnwinder,
         frame: &NativeFrame<Self>,
         mem: &dyn StackMemory,
-    ) -> Result<Option<(NativeFrame<Self>, FoundBy)>, UnwindError>;
+    ) -> Result<Option<NativeFrame<Self>>, UnwindError>;
+
+    /// One step by the frame chain, for native code without CFI.
+    fn step_frame_chain(ctx: &Self, mem: &dyn StackMemory) -> Result<Option<Self>, UnwindError>;
 }
 
 impl WalkArch for X64Context {
@@ -467,12 +437,16 @@ impl WalkArch for X64Context {
         x86_64::managed::step_managed(w.rt.target(), w.em.as_ref(), block, &frame.ctx, mem)
     }
 
-    fn step_native(
-        w: &StackWalker,
+    fn step_cfi(
+        native: &NativeUnwinder,
         frame: &NativeFrame<Self>,
         mem: &dyn StackMemory,
-    ) -> Result<Option<(NativeFrame<Self>, FoundBy)>, UnwindError> {
-        w.step_native_x64(frame, mem)
+    ) -> Result<Option<NativeFrame<Self>>, UnwindError> {
+        native.step_frame(frame, mem)
+    }
+
+    fn step_frame_chain(ctx: &Self, mem: &dyn StackMemory) -> Result<Option<Self>, UnwindError> {
+        NativeUnwinder::step_frame_pointer(ctx, mem)
     }
 }
 
@@ -497,12 +471,16 @@ impl WalkArch for Arm64Context {
         )
     }
 
-    fn step_native(
-        w: &StackWalker,
+    fn step_cfi(
+        native: &NativeUnwinder,
         frame: &NativeFrame<Self>,
         mem: &dyn StackMemory,
-    ) -> Result<Option<(NativeFrame<Self>, FoundBy)>, UnwindError> {
-        w.step_native_arm64(frame, mem)
+    ) -> Result<Option<NativeFrame<Self>>, UnwindError> {
+        native.step_frame_arm64(frame, mem)
+    }
+
+    fn step_frame_chain(ctx: &Self, mem: &dyn StackMemory) -> Result<Option<Self>, UnwindError> {
+        aarch64::step_frame_record(ctx, mem)
     }
 }
 

@@ -334,16 +334,7 @@ impl Testbed {
             assert!(Instant::now() < deadline, "qemu did not end after SIGQUIT");
             std::thread::sleep(Duration::from_millis(100));
         }
-        let core = std::fs::read_dir(&self.dir)
-            .expect("testbed dir")
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("qemu_") && n.ends_with(".core"))
-            });
-        core.unwrap_or_else(|| panic!("no qemu core in {}", self.dir.display()))
+        qemu_core_in(&self.dir).unwrap_or_else(|| panic!("no qemu core in {}", self.dir.display()))
     }
 
     /// The emitted methods of the manifest.
@@ -572,6 +563,19 @@ pub fn crash_dump_on_thread(variant: Variant) -> (serde_json::Value, PathBuf) {
     made_crash_dump(variant, "--crash-on-thread")
 }
 
+/// The core qemu-user wrote into `dir` (`qemu_<exe>_<time>_<pid>.core`), if any.
+fn qemu_core_in(dir: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("qemu_") && n.ends_with(".core"))
+        })
+}
+
 /// Held while a test runs a testbed under qemu-user: one emulated process at a time (each
 /// takes a core to itself while it starts and while it writes its core).
 pub fn qemu_lock() -> std::sync::MutexGuard<'static, ()> {
@@ -649,15 +653,7 @@ fn made_crash_dump(variant: Variant, mode: &'static str) -> (serde_json::Value, 
     let status = command.status().expect("run the testbed with --crash");
     assert!(!status.success(), "the testbed was meant to crash");
     if variant.is_arm64() {
-        let core = std::fs::read_dir(&dir)
-            .expect("crash dir")
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("qemu_") && n.ends_with(".core"))
-            })
+        let core = qemu_core_in(&dir)
             .unwrap_or_else(|| panic!("qemu wrote no core; see {}", log.display()));
         std::fs::rename(&core, &dump).expect("name the core");
     }
