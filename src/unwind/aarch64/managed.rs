@@ -68,7 +68,7 @@ impl Unwinding<'_> {
         for k in 0..=extra {
             let (r, at) = (reg + 2 * k, addr.wrapping_add(16 * k as u64));
             self.load(r, at)?;
-            self.load(r + 1, at + 8)?;
+            self.load(r + 1, at.wrapping_add(8))?;
         }
         Ok(())
     }
@@ -127,7 +127,7 @@ impl Unwinding<'_> {
             }
             // save_fplr: stp fp, lr, [sp, #z*8]
             0x40..=0x7f => {
-                let at = self.sp() + u64::from(b0 & 0x3f) * 8;
+                let at = self.sp().wrapping_add(u64::from(b0 & 0x3f) * 8);
                 self.load_pairs(arm64_reg::FP, at, 0)?;
             }
             // save_fplr_x: stp fp, lr, [sp, #-(z+1)*8]!
@@ -140,7 +140,7 @@ impl Unwinding<'_> {
             0xc0..=0xc7 => self.add_sp(((u64::from(b0 & 7) << 8) | b1) * 16),
             // save_regp: stp x(19+X), x(20+X), [sp, #z*8]
             0xc8..=0xcb => {
-                let at = self.sp() + z6 * 8;
+                let at = self.sp().wrapping_add(z6 * 8);
                 self.load_pairs(reg4, at, extra)?;
             }
             // save_regp_x: stp x(19+X), x(20+X), [sp, #-(z+1)*8]!
@@ -151,7 +151,7 @@ impl Unwinding<'_> {
             }
             // save_reg: str x(19+X), [sp, #z*8]
             0xd0..=0xd3 => {
-                let at = self.sp() + z6 * 8;
+                let at = self.sp().wrapping_add(z6 * 8);
                 self.load(reg4, at)?;
             }
             // save_reg_x: str x(19+X), [sp, #-(z+1)*8]! (3-bit register field, 5-bit z)
@@ -164,9 +164,9 @@ impl Unwinding<'_> {
             // save_lrpair: stp x(19+2X), lr, [sp, #z*8]
             0xd6 | 0xd7 => {
                 let reg = 19 + 2 * ((usize::from(b0 & 1) << 2) | (b1 as usize >> 6));
-                let at = self.sp() + z6 * 8;
+                let at = self.sp().wrapping_add(z6 * 8);
                 self.load(reg, at)?;
-                self.load(arm64_reg::LR, at + 8)?;
+                self.load(arm64_reg::LR, at.wrapping_add(8))?;
             }
             // save_fregp, save_freg: floating-point registers stay unknown.
             0xd8 | 0xd9 | 0xdc | 0xdd => {}
@@ -348,6 +348,19 @@ mod tests {
     fn unwind(offset: u64, sp: u64, exact: bool) -> Result<Arm64Context, UnwindError> {
         let t = target();
         virtual_unwind(&t, BASE, BASE + RF, &ctx(offset, sp), &t, exact)
+    }
+
+    /// Found by the `arm64_unwind` fuzz target: a save at `sp + z*8` with sp near the top of
+    /// the address space overflowed; the load is now of a wrapped address, unreadable here.
+    #[test]
+    fn a_save_near_the_top_of_the_address_space_is_a_read_error() {
+        let t = target();
+        let sp = u64::MAX - 8;
+        for offset in [0x80, 0x3b * 4 + 8] {
+            let err = virtual_unwind(&t, BASE, BASE + RF, &ctx(offset, sp), &t, true)
+                .expect_err("nothing is mapped there");
+            assert!(matches!(err, UnwindError::Read(_)), "{err:?}");
+        }
     }
 
     #[test]
