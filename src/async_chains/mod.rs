@@ -11,9 +11,9 @@
 //! A chain starts at an incomplete Task that is nobody's continuation (the thing waited
 //! for, innermost) and follows continuations outwards; it is reported outermost first.
 
-pub mod continuations;
+mod continuations;
 pub mod frames;
-pub mod on_threads;
+mod on_threads;
 pub mod scan;
 
 use std::collections::{BTreeMap, HashSet};

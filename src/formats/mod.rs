@@ -3,7 +3,7 @@
 //! PerfMaps (`r2r`), portable PDBs (`pdb`). Their parsers share one bounds-checked byte
 //! cursor and one error for input that ends early ([`cursor`], [`Truncation`]).
 
-pub mod cursor;
+pub(crate) mod cursor;
 pub mod ecma;
 pub mod mip;
 pub mod pdb;

@@ -8,7 +8,7 @@
 //! - [`header`]: the header word (thin lock, hash code, sync block index).
 //! - [`values`]: reading a field's or element's value.
 
-pub mod delegates;
+pub(crate) mod delegates;
 pub mod header;
 pub mod values;
 

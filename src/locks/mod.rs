@@ -9,8 +9,8 @@
 //! - Which lock each blocked thread waits for comes from its stack ([`blocked`]), and
 //!   the deadlocks are the cycles of the resulting wait-for graph ([`cycles`]).
 
-pub mod blocked;
-pub mod cycles;
+mod blocked;
+mod cycles;
 pub mod scan;
 
 use std::collections::{BTreeMap, HashMap};

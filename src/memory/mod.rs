@@ -11,7 +11,7 @@ pub mod builder;
 pub mod cache;
 pub mod callback;
 pub mod core_dump;
-pub mod core_images;
+mod core_images;
 pub mod elf_image;
 mod error;
 pub mod file_bytes;

@@ -28,6 +28,12 @@ use crate::memory::StackMemory;
 use crate::memory::{sys, ReadError, Target};
 use crate::regs::{x64_reg, X64Context};
 
+/// How long a thread another process traces is waited for before the snapshot gives up on
+/// it ([`SnapshotError::AlreadyTraced`]): a dump writer or a second cdac lets go within it.
+pub const TRACER_WAIT: Duration = Duration::from_secs(3);
+/// How often the tracer is looked at meanwhile.
+const TRACER_POLL: Duration = Duration::from_millis(20);
+
 /// The x64 red zone: leaf functions may keep data in the 128 bytes below rsp.
 pub const RED_ZONE: u64 = 128;
 
@@ -245,7 +251,8 @@ pub enum SnapshotError {
     },
 
     /// Another tracer (a debugger, strace, or the caller itself) already traces the thread;
-    /// a thread has at most one tracer.
+    /// a thread has at most one tracer. Another process's hold was waited for
+    /// ([`TRACER_WAIT`]) first.
     #[error(
         "thread {tid} of process {pid} is already traced by {}: detach that tracer first, or use the non-blocking mode (peek_threads)",
         if *tracer_is_us { format!("this process (pid {tracer}), cdac's caller") } else { format!("process {tracer}") }
@@ -591,16 +598,27 @@ fn snapshot_one(
         Some(_) => {}
     }
     let name = thread_name(pid, tid);
-    if let Err(e) = sys::ptrace_seize(tid) {
+    let mut waited = Duration::ZERO;
+    while let Err(e) = sys::ptrace_seize(tid) {
         return match e.raw_os_error() {
             Some(libc::ESRCH) => Ok(Outcome::Gone("exited before it could be stopped".into())),
             Some(libc::EPERM) | Some(libc::EACCES) => match tracer_of(pid, tid) {
-                Some(tracer) if tracer != 0 => Err(SnapshotError::AlreadyTraced {
-                    pid,
-                    tid,
-                    tracer,
-                    tracer_is_us: tracer as u32 == std::process::id(),
-                }),
+                Some(tracer) if tracer != 0 => {
+                    let tracer_is_us = tracer as u32 == std::process::id();
+                    // Another tool's hold is often brief (a dump writer, a second cdac):
+                    // wait for it a little before giving up.
+                    if !tracer_is_us && waited < TRACER_WAIT {
+                        std::thread::sleep(TRACER_POLL);
+                        waited += TRACER_POLL;
+                        continue;
+                    }
+                    Err(SnapshotError::AlreadyTraced {
+                        pid,
+                        tid,
+                        tracer,
+                        tracer_is_us,
+                    })
+                }
                 _ if exiting(pid, tid) => {
                     Ok(Outcome::Gone("exited before it could be stopped".into()))
                 }

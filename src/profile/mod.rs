@@ -5,7 +5,7 @@
 //! once (code that tiering or an unloading context frees later keeps the name it had), and
 //! counted by stack in a [`Profile`]. [`output`] writes what was counted.
 
-pub mod aggregate;
+mod aggregate;
 pub mod output;
 pub mod session;
 

@@ -14,9 +14,9 @@
 //! each thread's thread-local data on .NET 9 and 10 ([`ThreadStatics`]); .NET 8 holds them
 //! with strong handles. Explicit Frames' roots (GCFrame, HelperMethodFrame) are not read.
 
-pub mod mark;
-pub mod paths;
-pub mod sources;
+mod mark;
+mod paths;
+mod sources;
 
 pub use mark::{MarkSummary, Marker, PathStep, RootPath, Via};
 pub use sources::{Root, RootKind, RootOptions, RootSet, ThreadStatics};

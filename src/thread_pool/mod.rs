@@ -10,7 +10,7 @@
 //! - [`items`]: what a queued item runs.
 
 pub mod items;
-pub mod queues;
+mod queues;
 
 use crate::contracts::ContractError;
 use crate::inspect::{Inspector, Value};

@@ -8,7 +8,7 @@
 //! context of a frame, the context of its caller, or `None` at the outermost frame.
 
 pub mod aarch64;
-pub mod elf_modules;
+pub(crate) mod elf_modules;
 pub mod native;
 pub mod x86_64;
 

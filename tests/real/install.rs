@@ -1,7 +1,8 @@
 //! `scripts/install`: what it installs into a temporary prefix works from there, with nothing
-//! of the repository's build named. The release build must exist first (`cargo build
-//! --release -p cdac --bin cdac` and `cargo build --release -p cdac-capi --lib`; scripts/test
-//! runs them): this test builds nothing, it installs with `--no-build`.
+//! of the repository's build named. The release build must exist first (scripts/test's
+//! `cargo test --release --workspace --no-run`, or `cargo build --release -p cdac --bin cdac`
+//! and `cargo build --release -p cdac-capi --lib`): this test builds nothing, it installs
+//! with `--no-build`.
 //!
 //! From the prefix, on the .NET 10 testbed: `bin/cdac --version`, `bin/cdac info --pid`
 //! (the testbed's runtime and libcoreclr.so), and the installed gdb and lldb extensions on
@@ -55,15 +56,27 @@ fn release() -> PathBuf {
         .join("release")
 }
 
+/// The libcdac.so scripts/install takes: `cargo build` leaves it in the release folder,
+/// `cargo test` only in `deps/`; the newer of the two.
+fn built_library() -> PathBuf {
+    let release = release();
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let (top, deps) = (release.join("libcdac.so"), release.join("deps/libcdac.so"));
+    match (modified(&top), modified(&deps)) {
+        (Some(t), Some(d)) if d > t => deps,
+        (None, Some(_)) => deps,
+        _ => top,
+    }
+}
+
 /// `scripts/install --no-build --prefix PREFIX`; its stdout.
 fn install(prefix: &Path) -> String {
-    let release = release();
-    for f in ["cdac", "libcdac.so"] {
+    for f in [release().join("cdac"), built_library()] {
         assert!(
-            release.join(f).is_file(),
+            f.is_file(),
             "{} is missing: build it first (`cargo build --release -p cdac --bin cdac && cargo \
-             build --release -p cdac-capi --lib`; scripts/test does)",
-            release.join(f).display()
+             build --release -p cdac-capi --lib`; scripts/test builds both)",
+            f.display()
         );
     }
     let out = run(
@@ -139,7 +152,7 @@ fn installed_cli_and_extensions_work_from_the_prefix() {
     let release = release();
     let sources = [
         release.join("cdac"),
-        release.join("libcdac.so"),
+        built_library(),
         repo().join("capi/include/cdac.h"),
         repo().join("gdb/cdac.py"),
         repo().join("lldb/cdac.py"),

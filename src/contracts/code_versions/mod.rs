@@ -16,7 +16,7 @@
 //! default version ([`call_counting`]) telling a method the JIT switched to optimized code.
 //! The spec in our words is `contracts/CodeVersions.md`.
 
-pub mod call_counting;
+mod call_counting;
 pub(crate) mod tables;
 pub mod tier;
 

@@ -4,6 +4,7 @@
 
 use super::nibble_map::NibbleMap;
 use super::range_section_map::RangeSection;
+use super::real_code_header::RealCodeHeader;
 use super::{search, CodeBlock, Core, DebugInfoRef, JitType, Origin};
 use crate::contracts::runtime_function::RuntimeFunction;
 use crate::contracts::ContractError;
@@ -39,18 +40,16 @@ pub(super) fn code_block(
     if header <= core.descriptor.global_value("StubCodeBlockLast")? {
         return Ok(None);
     }
-    let method_desc = core.ptr(header, "RealCodeHeader", "MethodDesc")?;
+    let header = core.real_code_header(header)?;
     Ok(Some(CodeBlock {
         ip,
         start,
-        method_desc,
+        method_desc: header.method_desc,
         relative_offset: ip - start,
         jit_manager: section.jit_manager,
         jit_type: JitType::Jit,
         section,
-        origin: Origin::Jit {
-            real_code_header: header,
-        },
+        origin: Origin::Jit { header },
     }))
 }
 
@@ -58,24 +57,19 @@ pub(super) fn code_block(
 pub(super) fn unwind_info(
     core: &Core,
     block: &CodeBlock,
-    header: u64,
+    header: &RealCodeHeader,
 ) -> Result<Option<u64>, ContractError> {
-    let count = core.u32(header, "RealCodeHeader", "NumUnwindInfos")?;
+    let (count, first) = header.unwind_infos()?;
     let max_list = core.target.limits().max_list_length;
     if u64::from(count) > max_list {
         return Err(ContractError::LimitExceeded {
             what: "unwind infos of a method",
-            addr: header,
+            addr: header.address,
             limit: Limit::ListLength,
             cap: max_list,
             unit: "entries",
         });
     }
-    let first = header.wrapping_add(
-        core.descriptor
-            .ty("RealCodeHeader")?
-            .offset("UnwindInfos")?,
-    );
     let layout = core.runtime_function_layout()?;
     // Unwind addresses of JIT'ed code are relative to the code heap's range section.
     let rel = block.ip.wrapping_sub(block.section.range_begin);
@@ -93,9 +87,9 @@ pub(super) fn unwind_info(
 pub(super) fn debug_info(
     core: &Core,
     block: &CodeBlock,
-    header: u64,
+    header: &RealCodeHeader,
 ) -> Result<DebugInfoRef, ContractError> {
-    let address = core.ptr(header, "RealCodeHeader", "DebugInfo")?;
+    let address = header.debug_info()?;
     let osr = core
         .descriptor
         .global("FeatureOnStackReplacement")

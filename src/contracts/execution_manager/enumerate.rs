@@ -316,15 +316,15 @@ impl JitLayout {
             },
         )?;
         let node = d.ty("CodeHeapListNode")?;
-        let header = d.ty("RealCodeHeader")?;
+        let header = super::real_code_header::RealCodeHeaderLayout::from_descriptor(d)?;
         // The EEJitManager's list needs the manager's address, which .NET 10 does not
         // publish; the range sections reach every heap too.
         let has_list = node.has_field("Next") && d.global("EEJitManagerAddress").is_ok();
         Ok(JitLayout {
             version,
             next: has_list.then(|| node.offset("Next")).transpose()?,
-            method_desc: header.offset("MethodDesc")?,
-            gc_info: header.offset("GCInfo")?,
+            method_desc: header.method_desc_offset(),
+            gc_info: header.gc_info_offset()?,
             stub_last: d.global_value("StubCodeBlockLast")?,
             gc_version: u32::try_from(d.global_value("GCInfoVersion")?).unwrap_or(u32::MAX),
             gc_arch: GcInfoArch::from_name(d.global_string("Architecture")?)?,

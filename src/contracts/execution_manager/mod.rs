@@ -12,16 +12,18 @@ pub mod hash_map;
 pub mod native_format;
 pub mod nibble_map;
 pub mod range_section_map;
-pub mod search;
+mod search;
 
 mod ee_jit_manager;
 mod r2r_jit_manager;
+mod real_code_header;
 
 use serde::Serialize;
 
 use self::exception_clauses::ExceptionClause;
 use self::nibble_map::NibbleMapVersion;
 use self::range_section_map::RangeSection;
+use self::real_code_header::{RealCodeHeader, RealCodeHeaderLayout};
 use super::gc_info::GcInfoArch;
 use super::registry::{self, Contract, ContractContext};
 use super::runtime_function::{RuntimeFunction, RuntimeFunctionLayout};
@@ -80,8 +82,8 @@ pub struct CodeBlock {
 /// Where a code block's details live, per JIT manager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Origin {
-    /// JIT'ed code: its `RealCodeHeader`.
-    Jit { real_code_header: u64 },
+    /// JIT'ed code: its `RealCodeHeader`, read with the lookup.
+    Jit { header: RealCodeHeader },
     /// ReadyToRun code.
     ReadyToRun {
         /// The image's `ReadyToRunInfo`.
@@ -265,6 +267,9 @@ pub(crate) struct Core {
     pub(crate) unwind_arch: UnwindArch,
     pub(crate) gc_arch: GcInfoArch,
     platform: super::platform_metadata::PlatformMetadata,
+    /// Where a `RealCodeHeader`'s fields are (`None`: the descriptor lacks one it needs;
+    /// the error comes at the first JIT'ed method).
+    real_code_header: Option<RealCodeHeaderLayout>,
     resolved: std::sync::RwLock<Resolved>,
 }
 
@@ -302,6 +307,7 @@ impl Core {
             unwind_arch: UnwindArch::from_name(arch)?,
             gc_arch: GcInfoArch::from_name(arch)?,
             platform: platform_or_default(target, descriptor),
+            real_code_header: RealCodeHeaderLayout::from_descriptor(descriptor).ok(),
             resolved: Default::default(),
         })
     }
@@ -325,6 +331,15 @@ impl Core {
     /// The `RUNTIME_FUNCTION` at `addr`.
     pub(crate) fn runtime_function(&self, addr: u64) -> Result<RuntimeFunction, ContractError> {
         RuntimeFunction::read(&self.target, &self.runtime_function_layout()?, addr)
+    }
+
+    /// The `RealCodeHeader` at `address`.
+    pub(crate) fn real_code_header(&self, address: u64) -> Result<RealCodeHeader, ContractError> {
+        let layout = match self.real_code_header {
+            Some(layout) => layout,
+            None => RealCodeHeaderLayout::from_descriptor(&self.descriptor)?,
+        };
+        RealCodeHeader::read(&self.target, &layout, address)
     }
 
     /// Reads a u32 at `base + field offset` of `ty`.
@@ -425,17 +440,15 @@ impl ExecutionManager for Core {
 
     fn unwind_info(&self, block: &CodeBlock) -> Result<Option<u64>, ContractError> {
         match block.origin {
-            Origin::Jit { real_code_header } => {
-                ee_jit_manager::unwind_info(self, block, real_code_header)
-            }
+            Origin::Jit { header } => ee_jit_manager::unwind_info(self, block, &header),
             Origin::ReadyToRun { .. } => r2r_jit_manager::unwind_info(self, block),
         }
     }
 
     fn gc_info(&self, block: &CodeBlock) -> Result<GcInfoRef, ContractError> {
         match block.origin {
-            Origin::Jit { real_code_header } => Ok(GcInfoRef {
-                address: self.ptr(real_code_header, "RealCodeHeader", "GCInfo")?,
+            Origin::Jit { header } => Ok(GcInfoRef {
+                address: header.gc_info()?,
                 version: u32::try_from(self.descriptor.global_value("GCInfoVersion")?)
                     .unwrap_or(u32::MAX),
             }),
@@ -445,9 +458,7 @@ impl ExecutionManager for Core {
 
     fn debug_info(&self, block: &CodeBlock) -> Result<DebugInfoRef, ContractError> {
         match block.origin {
-            Origin::Jit { real_code_header } => {
-                ee_jit_manager::debug_info(self, block, real_code_header)
-            }
+            Origin::Jit { header } => ee_jit_manager::debug_info(self, block, &header),
             Origin::ReadyToRun { .. } => r2r_jit_manager::debug_info(self, block),
         }
     }
@@ -462,10 +473,11 @@ impl ExecutionManager for Core {
 
     fn exception_clauses(&self, block: &CodeBlock) -> Result<Vec<ExceptionClause>, ContractError> {
         match block.origin {
-            Origin::Jit { real_code_header } => {
-                let eh = self.ptr(real_code_header, "RealCodeHeader", "EHInfo")?;
-                exception_clauses::read_jit_clauses(&self.target, &self.descriptor, eh)
-            }
+            Origin::Jit { header } => exception_clauses::read_jit_clauses(
+                &self.target,
+                &self.descriptor,
+                header.eh_info()?,
+            ),
             Origin::ReadyToRun { .. } => r2r_jit_manager::exception_clauses(self, block),
         }
     }

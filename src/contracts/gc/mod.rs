@@ -8,9 +8,9 @@
 //! GC in a sub-descriptor, which a later version here will read. So this reader is made
 //! only when the runtime does not name the contract ([`Contract::when_absent`]).
 
-pub mod dac_vars;
-pub mod finalize;
-pub mod gc_desc;
+mod dac_vars;
+mod finalize;
+mod gc_desc;
 pub mod handles;
 pub mod segments;
 pub mod walk;

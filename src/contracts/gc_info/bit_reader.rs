@@ -163,17 +163,6 @@ impl<'t> BitReader<'t> {
         Ok(self.read_bits(1)? != 0)
     }
 
-    /// Skips `n` bits (they are not read, but still count against the cap).
-    pub fn skip_bits(&mut self, n: u64) -> Result<(), ContractError> {
-        match self.pos.checked_add(n) {
-            Some(p) if p <= self.end_bit => {
-                self.pos = p;
-                Ok(())
-            }
-            _ => Err(self.over_cap()),
-        }
-    }
-
     /// Moves to `bits` past the stream's start (forward or back); positions beyond the cap
     /// are refused, as reads there would be.
     pub fn seek(&mut self, bits: u64) -> Result<(), ContractError> {

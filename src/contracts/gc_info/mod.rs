@@ -20,11 +20,11 @@
 //! decoding with the wrong version gives wrong lengths. The spec is
 //! `contracts/GCInfo.md`.
 
-pub mod bit_reader;
-pub mod body;
+mod bit_reader;
+mod body;
 pub mod header;
-pub mod live_slots;
-pub mod platform;
+mod live_slots;
+mod platform;
 
 pub use body::{decode, GcInfo, GcSlot, SlotLocation, StackBase, SLOT_INTERIOR, SLOT_PINNED};
 pub use header::{

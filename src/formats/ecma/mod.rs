@@ -44,7 +44,7 @@
 //! `README.md` next to this file.
 
 pub mod error;
-pub mod heaps;
+mod heaps;
 pub mod names;
 pub mod pe;
 pub mod root;

@@ -81,7 +81,7 @@ pub mod coverage;
 pub mod error;
 pub mod header;
 pub mod map;
-pub mod md5;
+mod md5;
 pub mod merge;
 pub mod profile;
 pub mod raw;

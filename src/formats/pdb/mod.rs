@@ -12,8 +12,8 @@
 //! bounded by their blob's length, and errors ([`PdbError`]) name the row and blob offset.
 
 pub mod error;
-pub mod finder;
-pub mod pe_debug;
+mod finder;
+mod pe_debug;
 pub mod tables;
 #[cfg(test)]
 mod tests;

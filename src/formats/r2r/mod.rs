@@ -13,7 +13,7 @@
 
 pub mod image;
 pub mod methods;
-pub mod naming;
+mod naming;
 pub mod native;
 pub mod perf_map;
 pub mod signature;

@@ -4,7 +4,7 @@
 //! record chain ([`step_frame_record`]).
 
 pub mod managed;
-pub mod unwind_data;
+pub(crate) mod unwind_data;
 
 use crate::regs::{arm64_reg, Arm64Context};
 use crate::unwind::{StackMemory, UnwindError};

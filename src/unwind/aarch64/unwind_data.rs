@@ -178,9 +178,9 @@ pub fn code_size(first: u8) -> usize {
     match first {
         0x00..=0xbf => 1,
         0xc0..=0xdf => 2, // alloc_m, save_regp … save_freg_x, alloc_z
-        0xe0 => 4,        // alloc_l
-        0xe2 => 2,        // add_fp
-        0xe7 => 3,        // save_any_reg
+        op::ALLOC_L => 4,
+        op::ADD_FP => 2,
+        op::SAVE_ANY_REG => 3,
         _ => 1,
     }
 }

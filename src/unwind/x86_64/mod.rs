@@ -3,4 +3,4 @@
 //! [`crate::unwind::native`], and signal trampolines without CFI ([`signal`]).
 
 pub mod managed;
-pub mod signal;
+pub(crate) mod signal;
