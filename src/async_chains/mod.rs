@@ -4,9 +4,9 @@
 //! at (source line from the PDB) and what the innermost one waits for.
 //!
 //! - [`scan`]: one heap walk for the Tasks (and the TaskCompletionSources that own some).
-//! - [`continuations`]: what a Task's `m_continuationObject` leads to.
+//! - `continuations`: what a Task's `m_continuationObject` leads to.
 //! - [`frames`]: a state machine's method, await state, await line and awaited object.
-//! - [`on_threads`]: the boxes that threads are running, and the async methods awaiting them.
+//! - `on_threads`: the boxes that threads are running, and the async methods awaiting them.
 //!
 //! A chain starts at an incomplete Task that is nobody's continuation (the thing waited
 //! for, innermost) and follows continuations outwards; it is reported outermost first.
@@ -71,7 +71,7 @@ pub struct AsyncObject {
     pub state_flags: u32,
     /// The async method it runs, for a state machine box.
     pub state_machine: Option<StateMachineFrame>,
-    /// What runs when it completes, resolved ([`continuations`]): Tasks and boxes, or other
+    /// What runs when it completes, resolved (`continuations`): Tasks and boxes, or other
     /// objects (a delegate's target that is no Task).
     pub continuations: Vec<u64>,
     /// The TaskCompletionSource whose Task it is.

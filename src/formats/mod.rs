@@ -1,7 +1,7 @@
 //! File formats cdac reads and writes: ECMA-335 metadata (`ecma`), perf maps (`perf_map`),
 //! perf recordings (`perf_data`), LLVM MIP profiles (`mip`), ReadyToRun images and their
 //! PerfMaps (`r2r`), portable PDBs (`pdb`). Their parsers share one bounds-checked byte
-//! cursor and one error for input that ends early ([`cursor`], [`Truncation`]).
+//! cursor and one error for input that ends early (`cursor`, [`Truncation`]).
 
 pub(crate) mod cursor;
 pub mod ecma;

@@ -6,8 +6,8 @@
 //! - Thin locks (a monitor held without contention, kept in the object's header) and
 //!   `System.Threading.Lock`s (.NET 9 and later) are found by one walk of the heap
 //!   ([`scan`]).
-//! - Which lock each blocked thread waits for comes from its stack ([`blocked`]), and
-//!   the deadlocks are the cycles of the resulting wait-for graph ([`cycles`]).
+//! - Which lock each blocked thread waits for comes from its stack (`blocked`), and
+//!   the deadlocks are the cycles of the resulting wait-for graph (`cycles`).
 
 mod blocked;
 mod cycles;

@@ -84,7 +84,7 @@ impl CoreDump {
 
     /// Opens and indexes a core dump; a core without `NT_FILE` takes the files of the
     /// libraries it lacks from under `sysroots` first
-    /// ([`super::core_images`]).
+    /// (`super::core_images`).
     pub fn open_with_sysroots(
         path: impl AsRef<Path>,
         sysroots: &[PathBuf],

@@ -94,7 +94,7 @@ pub struct RootSet {
     pub interior_resolved: u64,
     /// Stack slots holding interior pointers not used as roots: outside every segment
     /// (into the stack, native memory), in a segment too large to walk for it (over
-    /// [`MAX_INTERIOR_SEGMENT`] bytes of objects), or in a gap between objects.
+    /// `MAX_INTERIOR_SEGMENT` bytes of objects), or in a gap between objects.
     pub interior_skipped: u64,
     /// Whether stack roots were read.
     pub stacks_read: bool,

@@ -6,7 +6,7 @@
 //! to be read): `PortableThreadPool` (limits, counts), `ThreadPoolWorkQueue` (the global
 //! queues), and each worker's `ThreadPoolWorkQueueThreadLocals` with its
 //! `WorkStealingQueue`.
-//! - [`queues`]: the items of a `ConcurrentQueue` and of a `WorkStealingQueue`.
+//! - `queues`: the items of a `ConcurrentQueue` and of a `WorkStealingQueue`.
 //! - [`items`]: what a queued item runs.
 
 pub mod items;

@@ -13,7 +13,7 @@
 //!
 //! The runtime stores the tier of explicit versions only (`OptimizationTier`); the default
 //! version's is derived ([`tier::default_tier`]), with the call-counting record of the
-//! default version ([`call_counting`]) telling a method the JIT switched to optimized code.
+//! default version (`call_counting`) telling a method the JIT switched to optimized code.
 //! The spec in our words is `contracts/CodeVersions.md`.
 
 mod call_counting;

@@ -3,7 +3,7 @@
 //! (every runtime before .NET 11). Spec: `contracts/GC.md`.
 //!
 //! .NET 8, 9 and 10 reach the GC through its table for debuggers, `GcDacVars`, whose address
-//! is a slot of `g_dacTable` ([`dac_vars`]). No runtime advertises a `GC` contract cdac
+//! is a slot of `g_dacTable` (`dac_vars`). No runtime advertises a `GC` contract cdac
 //! implements a version of: .NET 11 advertises `GC` with a tag of its own and describes its
 //! GC in a sub-descriptor, which a later version here will read. So this reader is made
 //! only when the runtime does not name the contract ([`Contract::when_absent`]).

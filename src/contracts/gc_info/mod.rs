@@ -3,14 +3,14 @@
 //!
 //! The header gives the code length of a method; the body which slots hold object
 //! references at which code offsets:
-//! - [`bit_reader`]: the bit stream in target memory (pointer-sized words in target byte
+//! - `bit_reader`: the bit stream in target memory (pointer-sized words in target byte
 //!   order, least significant bit first) and its variable-length numbers;
-//! - [`platform`]: the per-architecture encoding bases and normalizations
+//! - `platform`: the per-architecture encoding bases and normalizations
 //!   ([`GcInfoArch`]);
 //! - [`header`]: the slim and fat headers of GCInfo versions 1 to 4
 //!   ([`decode_header`], [`code_length`]);
-//! - [`body`]: the safe points, interruptible ranges and slot table ([`decode`]);
-//! - [`live_slots`]: the live slots at an offset, with the runtime's reporting filters
+//! - `body`: the safe points, interruptible ranges and slot table ([`decode`]);
+//! - `live_slots`: the live slots at an offset, with the runtime's reporting filters
 //!   ([`GcInfo::enumerate_live_slots`]).
 //!
 //! Which version to decode with: JIT-ed code uses the runtime's `GCInfoVersion` global

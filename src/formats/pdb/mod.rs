@@ -5,7 +5,7 @@
 //! inflated) and decodes on demand: [`PortablePdb::method_lines`] turns a method's
 //! sequence-points blob into [`SequencePoint`]s, [`PortablePdb::line_at`] maps an IL offset
 //! to a file and line, [`PortablePdb::document_name`] joins a document's name parts.
-//! [`finder`] finds the PDB of an assembly (embedded, the CodeView path, or next to it) and
+//! `finder` finds the PDB of an assembly (embedded, the CodeView path, or next to it) and
 //! checks its id.
 //!
 //! Nothing here panics on damaged input: every read is bounds-checked, sequence points are

@@ -7,7 +7,7 @@
 //! * [`signature`]: instantiated-method signatures, decoded to a method, its owner type
 //!   and its instantiation;
 //! * [`methods`]: which method each runtime function belongs to;
-//! * [`naming`]: method names in the runtime's style and in crossgen2's;
+//! * `naming`: method names in the runtime's style and in crossgen2's;
 //! * [`perf_map`]: the r2rmap text format (parser and writer);
 //! * [`symbols`]: an image's r2rmap (plain or composite), named in either style.
 

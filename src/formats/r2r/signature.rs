@@ -1,7 +1,7 @@
 //! ReadyToRun signatures of instantiated methods (the keys of InstanceMethodEntryPoints),
 //! decoded into the method's token (and the module it belongs to), its owner type and its
 //! method instantiation, every type a tree whose tokens carry their module
-//! ([`R2rType`]). Naming them is [`super::naming`]'s.
+//! ([`R2rType`]). Naming them is `super::naming`'s.
 //!
 //! ReadyToRun extends ECMA-335 type signatures with `__Canon` (0x3E, shared generic code)
 //! and a module override (0x3F, a module index, then a type whose tokens belong to that

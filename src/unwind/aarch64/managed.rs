@@ -1,5 +1,5 @@
 //! One unwind step through a managed arm64 frame, with the runtime's own unwind data: the
-//! Windows ARM64 `RUNTIME_FUNCTION` and `.xdata` ([`super::unwind_data`]) that the JIT and
+//! Windows ARM64 `RUNTIME_FUNCTION` and `.xdata` (`super::unwind_data`) that the JIT and
 //! crossgen2 emit on every operating system.
 //!
 //! The codes describe the prolog in reverse, one code per instruction, up to `end`; each

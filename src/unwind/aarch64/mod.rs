@@ -1,5 +1,5 @@
 //! Unwinding arm64 frames: managed code by the Windows ARM64 unwind data the runtime emits
-//! on every operating system ([`managed`], [`unwind_data`]), native code by its module's
+//! on every operating system ([`managed`], `unwind_data`), native code by its module's
 //! DWARF CFI (the shared CFI stepper of [`crate::unwind::native`]) or else the frame
 //! record chain ([`step_frame_record`]).
 
