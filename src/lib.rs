@@ -95,3 +95,10 @@ pub mod symbols;
 pub mod thread_pool;
 pub mod unwind;
 pub mod validation;
+
+// What most programs start from, at the crate root (as framehop and object do); the
+// modules hold the rest.
+pub use contracts::ContractError;
+pub use memory::{MemorySource, ReadError, Target};
+pub use regs::Registers;
+pub use runtime::{OpenOptions, Runtime, RuntimeError};

@@ -87,6 +87,7 @@ pub struct FrameRoots {
 
 /// Errors of one frame's decoding.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StackRootError {
     /// The frame's code or GC info could not be read.
     #[error(transparent)]

@@ -149,7 +149,7 @@ fn check_record(variant: Variant) {
     let w = start_cpu_workload(variant);
     let pid = w.tb.pid;
     let dir = scratch(&format!("profile-{what}"));
-    let (summary, stacks) = record(pid, &["-r", "499", "-d", "6"], &dir);
+    let (summary, stacks) = record(pid, &["-r", "499", "-d", "4"], &dir);
     assert_eq!(summary["sampler"], "perf", "{what}: {summary}");
     assert_eq!(summary["ended_by"], "duration reached", "{what}");
     let samples = summary["samples"].as_u64().expect("samples");
@@ -336,7 +336,7 @@ fn ptrace_sampler_agrees() {
     let dir = scratch("profile-ptrace");
     let (summary, stacks) = record(
         w.tb.pid,
-        &["--sampler", "ptrace", "-r", "49", "-d", "5"],
+        &["--sampler", "ptrace", "-r", "49", "-d", "3"],
         &dir,
     );
     assert_eq!(summary["sampler"], "ptrace", "{summary}");
@@ -434,7 +434,7 @@ fn dotnet_trace_names_the_same_hot_methods() {
     let tool = dotnet_trace();
     let w = start_cpu_workload(Variant::Net10);
     let dir = scratch("profile-dotnet-trace");
-    let (_, ours) = record(w.tb.pid, &["-r", "199", "-d", "5"], &dir);
+    let (_, ours) = record(w.tb.pid, &["-r", "199", "-d", "3"], &dir);
     let trace = dir.join("workload.nettrace");
     let status = Command::new(&tool)
         .args([
@@ -442,7 +442,7 @@ fn dotnet_trace_names_the_same_hot_methods() {
             "--profile",
             "dotnet-sampled-thread-time",
             "--duration",
-            "00:00:00:06",
+            "00:00:00:04",
             "-p",
         ])
         .arg(w.tb.pid.to_string())
