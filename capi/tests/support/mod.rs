@@ -31,11 +31,17 @@ pub fn lib() -> PathBuf {
         .expect("libcdac.so")
 }
 
-/// The `cdac` CLI of this test's profile, built (or found up to date) once per process:
-/// this crate's tests do not build the main crate's binary themselves.
+/// The `cdac` CLI: `CDAC_TEST_BIN` when set (scripts/test sets it to the build it just
+/// installed), else the one of this test's profile, built (or found up to date) once per
+/// process: this crate's tests do not build the main crate's binary themselves. (Building
+/// it here resolves the library's features apart from the test build's and recompiles it:
+/// a minute on CI.)
 pub fn cli() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
+        if let Some(exe) = std::env::var_os("CDAC_TEST_BIN") {
+            return PathBuf::from(exe);
+        }
         let profile = profile_dir();
         let target_dir = profile.parent().expect("target dir");
         let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
