@@ -576,6 +576,14 @@ fn qemu_core_in(dir: &Path) -> Option<PathBuf> {
         })
 }
 
+/// Held while a test runs the CPU workload (`--cpu-workload`): one at a time, in every
+/// file that starts one (each keeps two cores busy; two at once would starve the other
+/// tests and each other's samplers).
+pub fn cpu_workload_lock() -> std::sync::MutexGuard<'static, ()> {
+    static WORKLOAD: Mutex<()> = Mutex::new(());
+    WORKLOAD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Held while a test runs a testbed under qemu-user: one emulated process at a time (each
 /// takes a core to itself while it starts and while it writes its core).
 pub fn qemu_lock() -> std::sync::MutexGuard<'static, ()> {

@@ -151,6 +151,7 @@ fn perf_inject_names_jit_frames_of_a_wx_process() {
         eprintln!("perf_inject: skipped: {why}");
         return;
     }
+    let _one = common::cpu_workload_lock();
     let workload = start_cpu_workload_without_perf_map(Variant::Net10);
     let pid = workload.tb.pid;
     let map_path = format!("/tmp/perf-{pid}.map");

@@ -16,14 +16,10 @@ use crate::common;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{repo, scratch, start_cpu_workload, CpuWorkload, Variant};
 use serde_json::Value;
-
-/// One CPU workload at a time: each keeps two cores busy.
-static WORKLOAD: Mutex<()> = Mutex::new(());
 
 fn cdac() -> Command {
     Command::new(crate::common::cdac_exe())
@@ -144,7 +140,7 @@ fn heavy_share(leaves: &HashMap<(String, String), u64>, thread: &str) -> (f64, u
 }
 
 fn check_record(variant: Variant) {
-    let _one = WORKLOAD.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::cpu_workload_lock();
     let what = variant.name();
     let w = start_cpu_workload(variant);
     let pid = w.tb.pid;
@@ -257,7 +253,7 @@ fn net8_record_names_the_hot_methods_and_their_split() {
 
 #[test]
 fn top_ranks_the_hot_methods() {
-    let _one = WORKLOAD.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::cpu_workload_lock();
     let w = start_cpu_workload(Variant::Net10);
     let out = cdac()
         .args([
@@ -331,7 +327,7 @@ fn top_ranks_the_hot_methods() {
 
 #[test]
 fn ptrace_sampler_agrees() {
-    let _one = WORKLOAD.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::cpu_workload_lock();
     let w = start_cpu_workload(Variant::Net10);
     let dir = scratch("profile-ptrace");
     let (summary, stacks) = record(
@@ -354,7 +350,7 @@ fn ptrace_sampler_agrees() {
 
 #[test]
 fn a_process_exiting_mid_recording_ends_it_cleanly() {
-    let _one = WORKLOAD.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::cpu_workload_lock();
     let w = start_cpu_workload(Variant::Net10);
     let dir = scratch("profile-exit");
     let out_file = dir.join("profile.svg");
@@ -430,7 +426,7 @@ fn cpuwork_self(stacks: &[(Vec<String>, u64)]) -> Vec<(String, u64)> {
 
 #[test]
 fn dotnet_trace_names_the_same_hot_methods() {
-    let _one = WORKLOAD.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::cpu_workload_lock();
     let tool = dotnet_trace();
     let w = start_cpu_workload(Variant::Net10);
     let dir = scratch("profile-dotnet-trace");
@@ -486,7 +482,7 @@ fn dotnet_trace_names_the_same_hot_methods() {
 
 #[test]
 fn ctrl_c_ends_the_recording_and_writes_it() {
-    let _one = WORKLOAD.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = common::cpu_workload_lock();
     let w = start_cpu_workload(Variant::Net10);
     let dir = scratch("profile-interrupt");
     let out_file = dir.join("profile.json");

@@ -545,6 +545,7 @@ fn check_against_sos(variant: Variant) {
 /// The CPU workload's loop methods, once the perf map shows them at tier 1: the version
 /// cdac marks current is that tier-1 code (the perf map's tier for the same start).
 fn check_cpu_workload(variant: Variant) {
+    let _one = common::cpu_workload_lock();
     let w = common::start_cpu_workload(variant);
     let tb = &w.tb;
     settle(tb);
