@@ -43,6 +43,8 @@ SAVED = ("rbp", "rbx", "r12", "r13", "r14", "r15")
 SAVED_BITS = (REG_RBP, REG_RBX, REG_R12, REG_R13, REG_R14, REG_R15)
 FRAME_MANAGED = 1
 MAX_FRAMES = 1024
+ARCH_X64, ARCH_ARM64 = 1, 2
+ARM64_REG_SP, ARM64_REG_PC = 1 << 31, 1 << 32
 PAGE = 4096
 
 
@@ -136,6 +138,12 @@ class Regs(ctypes.Structure):
         [("valid_mask", ctypes.c_uint32)]
 
 
+class Arm64Regs(ctypes.Structure):
+    """cdac_arm64_regs: x0-x30, sp, pc; valid_mask bit n for xn, then ARM64_REG_*."""
+    _fields_ = [("x", ctypes.c_uint64 * 31), ("sp", ctypes.c_uint64), ("pc", ctypes.c_uint64),
+                ("valid_mask", ctypes.c_uint64)]
+
+
 class Frame(ctypes.Structure):
     _fields_ = [("ip", ctypes.c_uint64), ("sp", ctypes.c_uint64),
                 ("method_desc", ctypes.c_uint64), ("kind", ctypes.c_uint32),
@@ -207,6 +215,9 @@ def lib():
         "cdac_source_line": [h, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t,
                              ctypes.POINTER(ctypes.c_uint32)],
         "cdac_stack": [h, ctypes.POINTER(Regs), ctypes.POINTER(Frame), ctypes.c_size_t, size_p],
+        "cdac_architecture": [h, ctypes.POINTER(ctypes.c_uint32)],
+        "cdac_stack_arm64": [h, ctypes.POINTER(Arm64Regs), ctypes.POINTER(Frame),
+                             ctypes.c_size_t, size_p],
         "cdac_modules": [h, ctypes.POINTER(Module), ctypes.c_size_t, size_p],
         "cdac_module_path": [h, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t, size_p],
         # Newer libraries only (bound when exported).
@@ -514,19 +525,37 @@ def method_at(h, ip, lines=True):
 
 # ---------------------------------------------------------------- stacks
 
+def _architecture(h):
+    """The target's CDAC_ARCH_* (x64 with a library too old to say)."""
+    if not hasattr(lib(), "cdac_architecture"):
+        return ARCH_X64
+    arch = ctypes.c_uint32(0)
+    if lib().cdac_architecture(h, ctypes.byref(arch)) != OK:
+        raise CdacError(last_error())
+    return arch.value
+
+
+def _register(frame, thread, name, required):
+    """A register of lldb's frame as a number; None when lldb has no value for it."""
+    value = frame.FindRegister(name)
+    if not value.IsValid() or value.GetValue() is None:
+        if required:
+            raise CdacError("thread %d: no %s" % (thread.GetThreadID(), name))
+        return None
+    return value.GetValueAsUnsigned()
+
+
 def _registers(thread):
-    """The thread's registers (its innermost frame's) for cdac_stack."""
+    """The thread's x64 registers (its innermost frame's) for cdac_stack."""
     frame = thread.GetFrameAtIndex(0)
     if not frame.IsValid():
         raise CdacError("thread %d has no registers" % thread.GetThreadID())
     regs = Regs()
     for name in ("rip", "rsp") + SAVED:
-        value = frame.FindRegister(name)
-        if not value.IsValid() or value.GetValue() is None:
-            if name in ("rip", "rsp"):
-                raise CdacError("thread %d: no %s" % (thread.GetThreadID(), name))
+        value = _register(frame, thread, name, name in ("rip", "rsp"))
+        if value is None:
             continue
-        setattr(regs, name, value.GetValueAsUnsigned())
+        setattr(regs, name, value)
         if name == "rip":
             regs.valid_mask |= REG_RIP
         elif name == "rsp":
@@ -536,12 +565,34 @@ def _registers(thread):
     return regs
 
 
+def _arm64_registers(thread):
+    """The thread's arm64 registers (x0-x30, sp, pc) for cdac_stack_arm64; lldb names x29
+    and x30 fp and lr."""
+    frame = thread.GetFrameAtIndex(0)
+    if not frame.IsValid():
+        raise CdacError("thread %d has no registers" % thread.GetThreadID())
+    regs = Arm64Regs()
+    regs.pc = _register(frame, thread, "pc", True)
+    regs.sp = _register(frame, thread, "sp", True)
+    regs.valid_mask = ARM64_REG_PC | ARM64_REG_SP
+    for n in range(31):
+        value = _register(frame, thread, {29: "fp", 30: "lr"}.get(n, "x%d" % n), False)
+        if value is not None:
+            regs.x[n] = value
+            regs.valid_mask |= 1 << n
+    return regs
+
+
 def cdac_stack(h, thread):
     """The thread's frames as cdac walks them (a list of Frame)."""
-    regs = _registers(thread)
     frames = (Frame * MAX_FRAMES)()
     count = ctypes.c_size_t(0)
-    status = lib().cdac_stack(h, ctypes.byref(regs), frames, MAX_FRAMES, ctypes.byref(count))
+    if _architecture(h) == ARCH_ARM64:
+        status = lib().cdac_stack_arm64(h, ctypes.byref(_arm64_registers(thread)), frames,
+                                        MAX_FRAMES, ctypes.byref(count))
+    else:
+        status = lib().cdac_stack(h, ctypes.byref(_registers(thread)), frames, MAX_FRAMES,
+                                  ctypes.byref(count))
     if status < 0 and status != E_BUFFER_TOO_SMALL:
         raise CdacError(last_error())
     return [frames[i] for i in range(min(count.value, MAX_FRAMES))]

@@ -1,7 +1,7 @@
 /*
  * cdac.h: the C ABI of cdac (libcdac.so), which reads a running .NET (CoreCLR) process or
  * its core dump from outside, for debugger extensions (gdb/lldb Python via ctypes) and C
- * programs. Linux x64 targets.
+ * programs. Linux x64 and arm64 targets (of either, from a host of either).
  *
  * Conventions
  * - Every function but cdac_last_error returns an int32_t status: CDAC_OK (0),
@@ -74,6 +74,20 @@ extern "C" {
  * Never set in an output. */
 #define CDAC_REG_RIP_IS_RETURN (1u << 8)
 
+/* cdac_architecture values: which register functions a handle takes (cdac_x64_regs to
+ * cdac_stack/cdac_unwind_step, cdac_arm64_regs to the _arm64 ones; the others refuse with
+ * CDAC_E_INVALID_ARGUMENT). */
+#define CDAC_ARCH_X64 1
+#define CDAC_ARCH_ARM64 2
+
+/* cdac_arm64_regs.valid_mask bits: bit n (0-30) for xn, then these. */
+#define CDAC_ARM64_REG_X(n) (1ull << (n))
+#define CDAC_ARM64_REG_SP (1ull << 31)
+#define CDAC_ARM64_REG_PC (1ull << 32)
+/* Not a register: pc is a return address (as CDAC_REG_RIP_IS_RETURN). Never set in an
+ * output. */
+#define CDAC_ARM64_REG_PC_IS_RETURN (1ull << 33)
+
 /* cdac_eh_clause.kind */
 #define CDAC_EH_TYPED 0
 #define CDAC_EH_FILTER 1
@@ -110,6 +124,15 @@ typedef struct cdac_x64_regs {
     uint64_t rip, rsp, rbp, rbx, r12, r13, r14, r15;
     uint32_t valid_mask;
 } cdac_x64_regs;
+
+/* arm64 registers of a frame (x29 is the frame pointer, x30 the link register); a
+ * pointer-authentication code in pc is ignored. `valid_mask` says which are known
+ * (CDAC_ARM64_REG_*). */
+typedef struct cdac_arm64_regs {
+    uint64_t x[31];
+    uint64_t sp, pc;
+    uint64_t valid_mask;
+} cdac_arm64_regs;
 
 /* One frame of a walked stack. */
 typedef struct cdac_frame {
@@ -310,6 +333,18 @@ int32_t cdac_unwind_step(cdac_handle *h, const cdac_x64_regs *in, cdac_x64_regs 
  * is 0. */
 int32_t cdac_stack(cdac_handle *h, const cdac_x64_regs *regs, cdac_frame *frames, size_t cap,
                    size_t *count);
+
+/* The target's architecture: *arch receives CDAC_ARCH_X64 or CDAC_ARCH_ARM64. */
+int32_t cdac_architecture(cdac_handle *h, uint32_t *arch);
+
+/* cdac_unwind_step of an arm64 target: pc and sp must be valid; pc is looked up as given,
+ * or at pc - 1 with CDAC_ARM64_REG_PC_IS_RETURN. `out` receives pc, sp and the registers
+ * the unwind data restores or keeps (x19-x30). */
+int32_t cdac_unwind_step_arm64(cdac_handle *h, const cdac_arm64_regs *in, cdac_arm64_regs *out);
+
+/* cdac_stack of an arm64 target (native frames by CFI or the x29/x30 frame records). */
+int32_t cdac_stack_arm64(cdac_handle *h, const cdac_arm64_regs *regs, cdac_frame *frames,
+                         size_t cap, size_t *count);
 
 /* Count-then-fill lists (cdac_eh_clauses, cdac_modules): *count receives the number of
  * entries; out[0..cap] receives the first ones; when count > cap the status is

@@ -34,8 +34,9 @@ use cdac_core::roots::{Marker, RootKind, RootSet, Via};
 use cdac_core::runtime::{OpenOptions, Runtime, RuntimeError};
 use cdac_core::source_lines::SourceLines;
 use cdac_core::stacks::walk::{FrameCode, StackWalker};
+use cdac_core::unwind::aarch64::managed::step_managed as step_managed_arm64;
 use cdac_core::unwind::x86_64::managed::step_managed;
-use cdac_core::unwind::{x64_reg, UnwindError, X64Context};
+use cdac_core::unwind::{x64_reg, Arm64Context, Registers, UnwindError, X64Context};
 
 /// Success.
 pub const CDAC_OK: i32 = 0;
@@ -92,6 +93,19 @@ pub const CDAC_REG_R15: u32 = 1 << 7;
 /// signal interrupted), so the code is looked up at `rip - 1`, in the call.
 pub const CDAC_REG_RIP_IS_RETURN: u32 = 1 << 8;
 
+/// `cdac_architecture` values.
+pub const CDAC_ARCH_X64: u32 = 1;
+/// An arm64 (AArch64) target.
+pub const CDAC_ARCH_ARM64: u32 = 2;
+
+/// `cdac_arm64_regs.valid_mask` bit of `sp` (bits 0–30 are x0–x30).
+pub const CDAC_ARM64_REG_SP: u64 = 1 << 31;
+/// `cdac_arm64_regs.valid_mask` bit of `pc`.
+pub const CDAC_ARM64_REG_PC: u64 = 1 << 32;
+/// Not a register: pc is a return address, so the code is looked up at `pc - 1`, in the
+/// call (as [`CDAC_REG_RIP_IS_RETURN`] on x64).
+pub const CDAC_ARM64_REG_PC_IS_RETURN: u64 = 1 << 33;
+
 /// Reads `len` bytes at `addr` of the target into `buf`; returns 0 when the whole buffer
 /// was filled, anything else when it could not be.
 pub type CdacReadFn = Option<
@@ -144,6 +158,18 @@ pub struct CdacX64Regs {
     pub r15: u64,
     /// `CDAC_REG_*` bits of the registers that are known.
     pub valid_mask: u32,
+}
+
+/// arm64 registers of one frame: x0–x30 (x29 the frame pointer, x30 the link register),
+/// sp and pc, each known or not (`valid_mask`: bit n for xn, then the `CDAC_ARM64_REG_*`
+/// bits).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CdacArm64Regs {
+    pub x: [u64; 31],
+    pub sp: u64,
+    pub pc: u64,
+    pub valid_mask: u64,
 }
 
 /// One frame of `cdac_stack`.
@@ -971,6 +997,37 @@ pub unsafe extern "C" fn cdac_source_line(
     })
 }
 
+/// The handle's target architecture as a `CDAC_ARCH_*` value, or the failure that names it
+/// when it is neither.
+fn architecture_of(h: &CdacHandle) -> Result<u32, Failure> {
+    match h.rt.module().architecture {
+        "x64" => Ok(CDAC_ARCH_X64),
+        "arm64" => Ok(CDAC_ARCH_ARM64),
+        other => Err(Failure::new(
+            CDAC_E_RUNTIME_DATA,
+            format!("the target's architecture is {other}: cdac reads x64 and arm64"),
+        )),
+    }
+}
+
+/// Refuses registers of the wrong architecture, naming the function that takes the
+/// target's own.
+fn require_architecture(h: &CdacHandle, wanted: u32, function: &str) -> Result<(), Failure> {
+    let arch = architecture_of(h)?;
+    if arch == wanted {
+        return Ok(());
+    }
+    let (target, right) = if arch == CDAC_ARCH_ARM64 {
+        ("arm64", "the _arm64 functions with cdac_arm64_regs")
+    } else {
+        ("x64", "the functions with cdac_x64_regs")
+    };
+    Err(Failure::new(
+        CDAC_E_INVALID_ARGUMENT,
+        format!("{function}: the target is {target}; its registers go to {right}"),
+    ))
+}
+
 fn context_of(r: &CdacX64Regs) -> Result<X64Context, Failure> {
     let need = CDAC_REG_RIP | CDAC_REG_RSP;
     if r.valid_mask & need != need {
@@ -1028,6 +1085,61 @@ fn regs_of(ctx: &X64Context) -> CdacX64Regs {
     out
 }
 
+/// The context of arm64 registers `r` (pc and sp required; a pointer-authentication code in
+/// pc is dropped).
+fn arm64_context_of(r: &CdacArm64Regs) -> Result<Arm64Context, Failure> {
+    let need = CDAC_ARM64_REG_PC | CDAC_ARM64_REG_SP;
+    if r.valid_mask & need != need {
+        return Err(Failure::new(
+            CDAC_E_INVALID_ARGUMENT,
+            "the registers must include pc and sp",
+        ));
+    }
+    let mut ctx = Arm64Context::new(Arm64Context::strip_pac(r.pc), r.sp, None);
+    for (n, value) in r.x.iter().enumerate() {
+        if r.valid_mask & (1 << n) != 0 {
+            ctx.regs[n] = Some(*value);
+        }
+    }
+    Ok(ctx)
+}
+
+fn arm64_regs_of(ctx: &Arm64Context) -> CdacArm64Regs {
+    let mut out = CdacArm64Regs {
+        pc: ctx.pc,
+        sp: ctx.sp(),
+        valid_mask: CDAC_ARM64_REG_PC | CDAC_ARM64_REG_SP,
+        ..CdacArm64Regs::default()
+    };
+    for (n, slot) in out.x.iter_mut().enumerate() {
+        if let Some(v) = ctx.regs[n] {
+            *slot = v;
+            out.valid_mask |= 1 << n;
+        }
+    }
+    out
+}
+
+/// The target's architecture: `*arch` receives `CDAC_ARCH_X64` or `CDAC_ARCH_ARM64`, which
+/// says which register functions the handle takes.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes; a handle may be any value (unknown ones are refused) but one handle must not
+/// be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_architecture(h: *mut CdacHandle, arch: *mut u32) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if arch.is_null() {
+            return Err(null("arch"));
+        }
+        put(arch, architecture_of(h)?);
+        Ok(CDAC_OK)
+    })
+}
+
 /// One step of a managed frame: the caller's registers from the frame's `in`.
 ///
 /// # Safety
@@ -1049,6 +1161,7 @@ pub unsafe extern "C" fn cdac_unwind_step(
         if regs_out.is_null() {
             return Err(null("out"));
         }
+        require_architecture(h, CDAC_ARCH_X64, "cdac_unwind_step")?;
         // SAFETY: `regs_in` is non-NULL and the header requires a readable cdac_x64_regs.
         let regs_in = unsafe { &*regs_in };
         let ctx = context_of(regs_in)?;
@@ -1062,6 +1175,46 @@ pub unsafe extern "C" fn cdac_unwind_step(
         let em = h.em()?;
         let caller = step_managed(rt.target(), em, &b, &ctx, rt.target())?;
         put(regs_out, regs_of(&caller));
+        Ok(CDAC_OK)
+    })
+}
+
+/// One step of a managed arm64 frame: the caller's registers from the frame's `in`.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes; a handle may be any value (unknown ones are refused) but one handle must not
+/// be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_unwind_step_arm64(
+    h: *mut CdacHandle,
+    regs_in: *const CdacArm64Regs,
+    regs_out: *mut CdacArm64Regs,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if regs_in.is_null() {
+            return Err(null("in"));
+        }
+        if regs_out.is_null() {
+            return Err(null("out"));
+        }
+        require_architecture(h, CDAC_ARCH_ARM64, "cdac_unwind_step_arm64")?;
+        // SAFETY: `regs_in` is non-NULL and the header requires a readable cdac_arm64_regs.
+        let regs_in = unsafe { &*regs_in };
+        let ctx = arm64_context_of(regs_in)?;
+        let is_return = regs_in.valid_mask & CDAC_ARM64_REG_PC_IS_RETURN != 0;
+        let lookup = if is_return {
+            ctx.pc.saturating_sub(1)
+        } else {
+            ctx.pc
+        };
+        let b = h.block(lookup)?;
+        let rt = h.rt.clone();
+        let em = h.em()?;
+        let caller = step_managed_arm64(rt.target(), em, &b, &ctx, rt.target(), !is_return)?;
+        put(regs_out, arm64_regs_of(&caller));
         Ok(CDAC_OK)
     })
 }
@@ -1087,54 +1240,94 @@ pub unsafe extern "C" fn cdac_stack(
         if regs.is_null() {
             return Err(null("regs"));
         }
-        if count.is_null() {
-            return Err(null("count"));
-        }
-        if frames.is_null() && cap > 0 {
-            return Err(null("frames"));
-        }
+        require_architecture(h, CDAC_ARCH_X64, "cdac_stack")?;
         // SAFETY: `regs` is non-NULL and the header requires a readable cdac_x64_regs.
         let ctx = context_of(unsafe { &*regs })?;
-        if h.walker.is_none() {
-            h.walker = Some(StackWalker::new(&h.rt)?);
-        }
-        let Some(walker) = &h.walker else {
-            return Err(Failure::new(CDAC_E_RUNTIME_DATA, "no stack walker"));
-        };
-        let stack = walker.walk(ctx, h.rt.target(), &[]);
-        let n = stack.frames.len();
-        put(count, n);
-        for (i, f) in stack.frames.iter().take(cap).enumerate() {
-            let (kind, md) = match f.code {
-                FrameCode::Managed { method_desc, .. } => (CDAC_FRAME_MANAGED, method_desc),
-                FrameCode::Native => (CDAC_FRAME_NATIVE, 0),
-            };
-            let il = f
-                .il_offset
-                .and_then(IlOffset::il)
-                .and_then(|v| i32::try_from(v).ok())
-                .unwrap_or(-1);
-            // SAFETY: `frames` is non-NULL (cap > 0) and the header requires `cap`
-            // writable entries; `i < cap`.
-            put(
-                unsafe { frames.add(i) },
-                CdacFrame {
-                    ip: f.ip,
-                    sp: f.sp,
-                    method_desc: md,
-                    kind,
-                    il_offset: il,
-                },
-            );
-        }
-        if n > cap {
-            return Err(Failure::new(
-                CDAC_E_BUFFER_TOO_SMALL,
-                format!("the stack has {n} frames, the buffer {cap}"),
-            ));
-        }
-        Ok(CDAC_OK)
+        walk_into(h, ctx.into(), frames, cap, count)
     })
+}
+
+/// `cdac_stack` of an arm64 target, from arm64 registers.
+///
+/// # Safety
+///
+/// Each pointer argument must be NULL or valid for the reads and writes `cdac.h`
+/// describes (buffers of the lengths given); a handle may be any value (unknown ones are
+/// refused) but one handle must not be used by two threads at once.
+#[no_mangle]
+pub unsafe extern "C" fn cdac_stack_arm64(
+    h: *mut CdacHandle,
+    regs: *const CdacArm64Regs,
+    frames: *mut CdacFrame,
+    cap: usize,
+    count: *mut usize,
+) -> i32 {
+    guard(|| {
+        let h = handle(h)?;
+        if regs.is_null() {
+            return Err(null("regs"));
+        }
+        require_architecture(h, CDAC_ARCH_ARM64, "cdac_stack_arm64")?;
+        // SAFETY: `regs` is non-NULL and the header requires a readable cdac_arm64_regs.
+        let ctx = arm64_context_of(unsafe { &*regs })?;
+        walk_into(h, ctx.into(), frames, cap, count)
+    })
+}
+
+/// The walk of `cdac_stack` and `cdac_stack_arm64`: the stack from `start` into
+/// `frames[0..cap]`, its length in `*count`.
+fn walk_into(
+    h: &mut CdacHandle,
+    start: Registers,
+    frames: *mut CdacFrame,
+    cap: usize,
+    count: *mut usize,
+) -> Result<i32, Failure> {
+    if count.is_null() {
+        return Err(null("count"));
+    }
+    if frames.is_null() && cap > 0 {
+        return Err(null("frames"));
+    }
+    if h.walker.is_none() {
+        h.walker = Some(StackWalker::new(&h.rt)?);
+    }
+    let Some(walker) = &h.walker else {
+        return Err(Failure::new(CDAC_E_RUNTIME_DATA, "no stack walker"));
+    };
+    let stack = walker.walk(start, h.rt.target(), &[]);
+    let n = stack.frames.len();
+    put(count, n);
+    for (i, f) in stack.frames.iter().take(cap).enumerate() {
+        let (kind, md) = match f.code {
+            FrameCode::Managed { method_desc, .. } => (CDAC_FRAME_MANAGED, method_desc),
+            FrameCode::Native => (CDAC_FRAME_NATIVE, 0),
+        };
+        let il = f
+            .il_offset
+            .and_then(IlOffset::il)
+            .and_then(|v| i32::try_from(v).ok())
+            .unwrap_or(-1);
+        // SAFETY: `frames` is non-NULL (cap > 0) and the header requires `cap` writable
+        // entries; `i < cap`.
+        put(
+            unsafe { frames.add(i) },
+            CdacFrame {
+                ip: f.ip,
+                sp: f.sp,
+                method_desc: md,
+                kind,
+                il_offset: il,
+            },
+        );
+    }
+    if n > cap {
+        return Err(Failure::new(
+            CDAC_E_BUFFER_TOO_SMALL,
+            format!("the stack has {n} frames, the buffer {cap}"),
+        ));
+    }
+    Ok(CDAC_OK)
 }
 
 /// Copies `items` into `out[0..cap]`, stores their count in `*count`; too small a buffer

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cdac::{
-    CdacEhClause, CdacField, CdacFrame, CdacGcHandle, CdacHeapSegment, CdacMapping, CdacMethodInfo,
-    CdacModule, CdacRootStep, CdacTypeStat, CdacX64Regs,
+    CdacArm64Regs, CdacEhClause, CdacField, CdacFrame, CdacGcHandle, CdacHeapSegment, CdacMapping,
+    CdacMethodInfo, CdacModule, CdacRootStep, CdacTypeStat, CdacX64Regs,
 };
 use cdac_core::contracts::execution_manager::{execution_manager, JitType};
 use cdac_core::names::MethodNamer;
@@ -80,6 +80,10 @@ int main(void) {
     S(cdac_method_info); O(cdac_method_info, hot_size); O(cdac_method_info, relative_offset);
     O(cdac_method_info, kind); O(cdac_method_info, is_funclet);
     S(cdac_x64_regs); O(cdac_x64_regs, r15); O(cdac_x64_regs, valid_mask);
+    S(cdac_arm64_regs); O(cdac_arm64_regs, sp); O(cdac_arm64_regs, pc);
+    O(cdac_arm64_regs, valid_mask);
+    C(CDAC_ARCH_X64); C(CDAC_ARCH_ARM64); C(CDAC_ARM64_REG_X(29)); C(CDAC_ARM64_REG_SP);
+    C(CDAC_ARM64_REG_PC); C(CDAC_ARM64_REG_PC_IS_RETURN);
     S(cdac_eh_clause); O(cdac_eh_clause, handler_end); O(cdac_eh_clause, class_token);
     O(cdac_eh_clause, type_handle);
     S(cdac_module); O(cdac_module, size); O(cdac_module, is_dynamic); O(cdac_module, is_mapped);
@@ -113,6 +117,7 @@ int main(void) {
         (void *)cdac_module_path, (void *)cdac_heap_segments, (void *)cdac_heap_stat,
         (void *)cdac_type_name, (void *)cdac_gc_handles, (void *)cdac_object_fields,
         (void *)cdac_gcroot, (void *)cdac_locks, (void *)cdac_async_frames,
+        (void *)cdac_architecture, (void *)cdac_unwind_step_arm64, (void *)cdac_stack_arm64,
     };
     printf("functions %zu\n", sizeof fns / sizeof fns[0]);
     /* Calls that need no target: a NULL handle and an unknown one. */
@@ -187,7 +192,14 @@ fn header_matches_library() {
             "offsetof cdac_frame.il_offset",
             offset_of!(CdacFrame, il_offset),
         ),
-        ("functions", 21),
+        ("functions", 24),
+        ("sizeof cdac_arm64_regs", size_of::<CdacArm64Regs>()),
+        ("offsetof cdac_arm64_regs.sp", offset_of!(CdacArm64Regs, sp)),
+        ("offsetof cdac_arm64_regs.pc", offset_of!(CdacArm64Regs, pc)),
+        (
+            "offsetof cdac_arm64_regs.valid_mask",
+            offset_of!(CdacArm64Regs, valid_mask),
+        ),
         ("sizeof cdac_heap_segment", size_of::<CdacHeapSegment>()),
         (
             "offsetof cdac_heap_segment.flags",
@@ -330,6 +342,15 @@ fn header_matches_library() {
         ("CDAC_FRAME_NATIVE", cdac::CDAC_FRAME_NATIVE.into()),
         ("CDAC_FRAME_MANAGED", cdac::CDAC_FRAME_MANAGED.into()),
         ("CDAC_REG_RIP", cdac::CDAC_REG_RIP.into()),
+        ("CDAC_ARCH_X64", cdac::CDAC_ARCH_X64.into()),
+        ("CDAC_ARCH_ARM64", cdac::CDAC_ARCH_ARM64.into()),
+        ("CDAC_ARM64_REG_X(29)", 1 << 29),
+        ("CDAC_ARM64_REG_SP", cdac::CDAC_ARM64_REG_SP as i64),
+        ("CDAC_ARM64_REG_PC", cdac::CDAC_ARM64_REG_PC as i64),
+        (
+            "CDAC_ARM64_REG_PC_IS_RETURN",
+            cdac::CDAC_ARM64_REG_PC_IS_RETURN as i64,
+        ),
         ("CDAC_REG_RSP", cdac::CDAC_REG_RSP.into()),
         ("CDAC_REG_RBP", cdac::CDAC_REG_RBP.into()),
         ("CDAC_REG_RBX", cdac::CDAC_REG_RBX.into()),

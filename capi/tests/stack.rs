@@ -12,8 +12,9 @@ use cdac::*;
 use cdac_core::contracts::debug_info::IlOffset;
 use cdac_core::runtime::{OpenOptions, Runtime};
 use cdac_core::stacks::walk::{FrameCode, StackWalker};
+use cdac_core::unwind::aarch64::step_frame_record;
 use cdac_core::unwind::native::{NativeFrame, NativeUnwinder};
-use cdac_core::unwind::{x64_reg, X64Context};
+use cdac_core::unwind::{x64_reg, Arm64Context, Registers, X64Context};
 use common::{testbed_of, Variant};
 
 fn last_error() -> String {
@@ -73,6 +74,25 @@ fn stack_and_unwind_step_match_the_rust_walker() {
         assert_eq!(
             cdac_open_core(path.as_ptr(), &mut h),
             CDAC_OK,
+            "{}",
+            last_error()
+        );
+
+        // An x64 target takes x64 registers only.
+        let mut arch = 0u32;
+        assert_eq!(cdac_architecture(h, &mut arch), CDAC_OK, "{}", last_error());
+        assert_eq!(arch, CDAC_ARCH_X64);
+        let arm64 = CdacArm64Regs {
+            pc: 0x1000,
+            sp: 0x2000,
+            valid_mask: CDAC_ARM64_REG_PC | CDAC_ARM64_REG_SP,
+            ..Default::default()
+        };
+        let mut count = 0usize;
+        let s = cdac_stack_arm64(h, &arm64, std::ptr::null_mut(), 0, &mut count);
+        assert_eq!(s, CDAC_E_INVALID_ARGUMENT);
+        assert!(
+            last_error().contains("the target is x64"),
             "{}",
             last_error()
         );
@@ -177,6 +197,193 @@ fn stack_and_unwind_step_match_the_rust_walker() {
             "{managed_frames} managed frames, {steps} steps"
         );
         eprintln!("cdac_stack: {managed_frames} managed frames as the Rust walker; {steps} cdac_unwind_step steps");
+        assert_eq!(cdac_close(h), CDAC_OK);
+    }
+}
+
+fn arm64_regs(ctx: &Arm64Context, is_return: bool) -> CdacArm64Regs {
+    let mut r = CdacArm64Regs {
+        pc: ctx.pc,
+        sp: ctx.sp(),
+        valid_mask: CDAC_ARM64_REG_PC | CDAC_ARM64_REG_SP,
+        ..Default::default()
+    };
+    for n in 0..31 {
+        if let Some(v) = ctx.regs[n] {
+            r.x[n] = v;
+            r.valid_mask |= 1 << n;
+        }
+    }
+    if is_return {
+        r.valid_mask |= CDAC_ARM64_REG_PC_IS_RETURN;
+    }
+    r
+}
+
+fn arm64_context(r: &CdacArm64Regs) -> Arm64Context {
+    assert_eq!(
+        r.valid_mask & (CDAC_ARM64_REG_PC | CDAC_ARM64_REG_SP),
+        CDAC_ARM64_REG_PC | CDAC_ARM64_REG_SP
+    );
+    assert_eq!(
+        r.valid_mask & CDAC_ARM64_REG_PC_IS_RETURN,
+        0,
+        "never in an output"
+    );
+    let mut c = Arm64Context::new(r.pc, r.sp, None);
+    for n in 0..31 {
+        if r.valid_mask & (1 << n) != 0 {
+            c.regs[n] = Some(r.x[n]);
+        }
+    }
+    c
+}
+
+/// The same on the core qemu-user writes of the linux-arm64 .NET 10 testbed: the arm64
+/// functions walk as the Rust walker does, and the x64 ones refuse the target by name.
+#[test]
+fn arm64_stack_and_unwind_step_match_the_rust_walker() {
+    let _qemu = common::qemu_lock();
+    let tb = common::start_testbed(Variant::Net10Arm64, &[]);
+    let core = tb.qemu_core();
+    let rt = Runtime::open_dump(&core, &OpenOptions::default()).expect("open");
+    let walker = StackWalker::new(&rt).expect("walker");
+    let native = NativeUnwinder::new(rt.target());
+    let path = CString::new(core.to_string_lossy().as_bytes()).expect("path");
+    // SAFETY: the pointers passed to libcdac are live locals (or NULL on purpose), and the
+    // handle comes from cdac_open_core.
+    unsafe {
+        let mut h: *mut CdacHandle = std::ptr::null_mut();
+        assert_eq!(
+            cdac_open_core(path.as_ptr(), &mut h),
+            CDAC_OK,
+            "{}",
+            last_error()
+        );
+        let mut arch = 0u32;
+        assert_eq!(cdac_architecture(h, &mut arch), CDAC_OK, "{}", last_error());
+        assert_eq!(arch, CDAC_ARCH_ARM64);
+        let x64 = CdacX64Regs {
+            rip: 0x1000,
+            rsp: 0x2000,
+            valid_mask: CDAC_REG_RIP | CDAC_REG_RSP,
+            ..Default::default()
+        };
+        let mut count = 0usize;
+        let s = cdac_stack(h, &x64, std::ptr::null_mut(), 0, &mut count);
+        assert_eq!(s, CDAC_E_INVALID_ARGUMENT);
+        assert!(
+            last_error().contains("the target is arm64"),
+            "{}",
+            last_error()
+        );
+        let mut out = CdacX64Regs::default();
+        assert_eq!(cdac_unwind_step(h, &x64, &mut out), CDAC_E_INVALID_ARGUMENT);
+        // Registers without sp are refused.
+        let no_sp = CdacArm64Regs {
+            pc: 0x1000,
+            valid_mask: CDAC_ARM64_REG_PC,
+            ..Default::default()
+        };
+        let s = cdac_stack_arm64(h, &no_sp, std::ptr::null_mut(), 0, &mut count);
+        assert_eq!(s, CDAC_E_INVALID_ARGUMENT);
+
+        let threads = rt.target().source().threads().expect("threads");
+        let (mut managed_frames, mut steps, mut walked) = (0, 0, 0);
+        for t in threads {
+            let Some(Registers::Arm64(ctx)) = t.context else {
+                continue;
+            };
+            walked += 1;
+            let want = walker.walk(ctx, rt.target(), &[]);
+            let mut count = 0usize;
+            let s = cdac_stack_arm64(
+                h,
+                &arm64_regs(&ctx, false),
+                std::ptr::null_mut(),
+                0,
+                &mut count,
+            );
+            assert!(
+                s == CDAC_E_BUFFER_TOO_SMALL || s == CDAC_OK,
+                "{}",
+                last_error()
+            );
+            assert_eq!(count, want.frames.len(), "thread {}", t.tid);
+            let mut frames = vec![CdacFrame::default(); count];
+            let s = cdac_stack_arm64(
+                h,
+                &arm64_regs(&ctx, false),
+                frames.as_mut_ptr(),
+                count,
+                &mut count,
+            );
+            assert_eq!(s, CDAC_OK, "{}", last_error());
+            for (got, w) in frames.iter().zip(&want.frames) {
+                let (kind, md) = match w.code {
+                    FrameCode::Managed { method_desc, .. } => (CDAC_FRAME_MANAGED, method_desc),
+                    FrameCode::Native => (CDAC_FRAME_NATIVE, 0),
+                };
+                let il = w.il_offset.and_then(IlOffset::il).map_or(-1, |v| v as i32);
+                assert_eq!(
+                    (got.ip, got.sp, got.method_desc, got.kind, got.il_offset),
+                    (w.ip, w.sp, md, kind, il)
+                );
+                managed_frames += usize::from(kind == CDAC_FRAME_MANAGED);
+            }
+
+            // A debugger's unwinder: native frames by CFI or the frame records (here, the
+            // Rust unwinder), managed ones by cdac_unwind_step_arm64.
+            let mut frame = NativeFrame::innermost(ctx);
+            for (k, w) in want.frames.iter().enumerate() {
+                assert_eq!(
+                    (frame.ctx.pc, frame.ctx.sp()),
+                    (w.ip, w.sp),
+                    "thread {} frame {k}",
+                    t.tid
+                );
+                let Some(next) = want.frames.get(k + 1) else {
+                    break;
+                };
+                if next.found_by == cdac_core::stacks::walk::FoundBy::ExplicitFrame {
+                    break;
+                }
+                let r = arm64_regs(&frame.ctx, !frame.ip_is_exact);
+                let mut out = CdacArm64Regs::default();
+                let s = cdac_unwind_step_arm64(h, &r, &mut out);
+                if matches!(w.code, FrameCode::Managed { .. }) {
+                    assert_eq!(s, CDAC_OK, "thread {} frame {k}: {}", t.tid, last_error());
+                    steps += 1;
+                    frame = NativeFrame {
+                        ctx: arm64_context(&out),
+                        ip_is_exact: false,
+                    };
+                } else {
+                    assert_eq!(s, CDAC_NOT_FOUND, "thread {} frame {k}", t.tid);
+                    match native.step_frame_arm64(&frame, rt.target()) {
+                        Ok(Some(n)) => frame = n,
+                        _ => match step_frame_record(&frame.ctx, rt.target()) {
+                            Ok(Some(c)) => {
+                                frame = NativeFrame {
+                                    ctx: c,
+                                    ip_is_exact: false,
+                                }
+                            }
+                            _ => break,
+                        },
+                    }
+                }
+            }
+        }
+        assert!(walked > 10, "{walked} threads with arm64 registers");
+        assert!(
+            managed_frames > 10 && steps > 10,
+            "{managed_frames} managed frames, {steps} steps"
+        );
+        eprintln!(
+            "cdac_stack_arm64: {walked} threads, {managed_frames} managed frames as the Rust \
+             walker; {steps} cdac_unwind_step_arm64 steps"
+        );
         assert_eq!(cdac_close(h), CDAC_OK);
     }
 }
