@@ -1,10 +1,12 @@
 //! Managed arm64 unwinding (`unwind::aarch64::managed::virtual_unwind`): a RUNTIME_FUNCTION,
-//! its `.xdata` (header, epilog scopes, unwind codes) and a pc from the input, over a stack
+//! its `.xdata` (header, epilog scopes, unwind codes) or packed word, and a pc from the
+//! input, over a stack
 //! that is the input repeated, from an exact pc (prolog and epilog rules) and from a return
 //! address; and the frame-record step over the same memory.
 #![no_main]
 
 use cdac::memory::DataLayout;
+use cdac::unwind::aarch64::packed::PackedUnwind;
 use cdac::unwind::aarch64::{managed::virtual_unwind, step_frame_record};
 use cdac::unwind::Arm64Context;
 use cdac_fuzz::{memory, Input, BASE, WRAP_WINDOW};
@@ -18,7 +20,16 @@ fuzz_target!(|data: &[u8]| {
     let fp = BASE + u64::from(input.u32()) % WRAP_WINDOW;
     let lr = u64::from(input.u32());
     let exact = input.bool();
+    let word = input.u32();
     let rest = input.rest();
+    // A packed word is refused, or its prolog undone whole pops exactly its frame; every
+    // plan skips no more operations than it has.
+    if let Ok(p) = PackedUnwind::decode(word) {
+        let popped: u64 = p.operations(false).iter().map(|o| o.add_sp).sum();
+        assert_eq!(popped, p.frame_size);
+        let (ops, skip) = p.plan(u64::from(word >> 16) * 4, exact);
+        assert!(skip <= ops.len());
+    }
     let code = memory(DataLayout::LE64, rest, false);
     let stack = memory(DataLayout::LE64, rest, true);
     let mut ctx = Arm64Context::new(pc, sp, Some(fp));

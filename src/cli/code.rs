@@ -496,6 +496,121 @@ pub struct UnwindReport {
     pub unwind_data: Addr,
     /// The UNWIND_INFO decoded (x64 only).
     pub unwind: Option<UnwindInfo>,
+    /// The unwind data decoded (arm64 only).
+    pub arm64: Option<Arm64Unwind>,
+}
+
+/// Decoded arm64 unwind data: `.xdata`, or a packed word.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Arm64Unwind {
+    /// `xdata`, or `packed` (the RUNTIME_FUNCTION's own word describes the frame).
+    pub form: &'static str,
+    /// Length of the function (or funclet, or fragment) in bytes.
+    pub function_length: u64,
+    /// Whether exception-handler data follows the codes.
+    pub has_handler_data: bool,
+    /// The prolog's instructions, in execution order, as the unwind data describes them.
+    pub prolog: Vec<String>,
+    /// The epilogs: where each starts and its instructions.
+    pub epilogs: Vec<Arm64Epilog>,
+    /// The packed word's fields (the packed form only).
+    pub packed: Option<Arm64Packed>,
+}
+
+/// One arm64 epilog.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Arm64Epilog {
+    /// Offset of its first instruction from the function's start.
+    pub start: u64,
+    /// Its instructions, the last `ret (or a tail call)`: the unwind data does not say
+    /// whether the epilog returns or jumps to a tail-called method.
+    pub instructions: Vec<String>,
+}
+
+/// The fields of a packed arm64 unwind word.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Arm64Packed {
+    /// 1: one prolog and one epilog; 2: a fragment with neither.
+    pub flag: u32,
+    /// Bytes of stack the function allocates.
+    pub frame_size: u64,
+    /// Integer registers saved from x19.
+    pub reg_i: u32,
+    /// Floating-point registers saved from d8 (0: none, else `reg_f + 1`).
+    pub reg_f: u32,
+    /// Whether x0–x7 are stored into a home area.
+    pub homes_parameters: bool,
+    /// Frame chaining: 0 unchained, 1 unchained with lr saved, 3 chained.
+    pub cr: u32,
+}
+
+/// Decodes the arm64 unwind data of a `RUNTIME_FUNCTION` whose unwind word is `word`.
+fn arm64_unwind(
+    t: &cdac::memory::Target,
+    base: u64,
+    word: u32,
+) -> Result<Arm64Unwind, Box<dyn std::error::Error>> {
+    use cdac::unwind::aarch64::packed::PackedUnwind;
+    use cdac::unwind::aarch64::unwind_data::{self, packed_flag, Arm64UnwindData};
+    if packed_flag(word) != 0 {
+        let p = PackedUnwind::decode(word)?;
+        let mut prolog: Vec<String> = p
+            .operations(false)
+            .into_iter()
+            .map(|o| o.instruction)
+            .collect();
+        prolog.reverse();
+        if p.cr == 3 {
+            prolog.push("mov x29, sp".to_string());
+        }
+        let epilogs = if p.flag == 1 {
+            let mut instructions: Vec<String> = p
+                .operations(true)
+                .iter()
+                .map(|o| o.epilog_instruction())
+                .collect();
+            instructions.push(unwind_data::EPILOG_END.to_string());
+            vec![Arm64Epilog {
+                start: p
+                    .function_length
+                    .saturating_sub(4 * instructions.len() as u64),
+                instructions,
+            }]
+        } else {
+            Vec::new()
+        };
+        return Ok(Arm64Unwind {
+            form: "packed",
+            function_length: p.function_length,
+            has_handler_data: false,
+            prolog,
+            epilogs,
+            packed: Some(Arm64Packed {
+                flag: p.flag,
+                frame_size: p.frame_size,
+                reg_i: p.reg_i,
+                reg_f: p.reg_f,
+                homes_parameters: p.homes_parameters,
+                cr: p.cr,
+            }),
+        });
+    }
+    let d = Arm64UnwindData::read(t, base.wrapping_add(u64::from(word)))?;
+    Ok(Arm64Unwind {
+        form: "xdata",
+        function_length: d.function_length,
+        has_handler_data: d.has_handler_data,
+        prolog: d.prolog_text(),
+        epilogs: d
+            .epilogs
+            .iter()
+            .map(|e| Arm64Epilog {
+                start: e.start,
+                instructions: d.epilog_text(e.code_index),
+            })
+            .collect(),
+        packed: None,
+    })
 }
 
 /// Runs `cdac unwind`.
@@ -513,8 +628,13 @@ pub fn run_unwind(args: &AddressArgs) -> CliResult {
     let begin = u64::from(entry.begin);
     let end = entry.end.map(u64::from);
     let unwind = u64::from(entry.unwind_data);
-    let decoded = match d.global_string("Architecture")? {
+    let architecture = d.global_string("Architecture")?;
+    let decoded = match architecture {
         "x64" => Some(unwind_codes::decode_amd64(t, base.wrapping_add(unwind))?),
+        _ => None,
+    };
+    let arm64 = match architecture {
+        "arm64" => Some(arm64_unwind(t, base, entry.unwind_data)?),
         _ => None,
     };
     if args.json {
@@ -541,6 +661,7 @@ pub fn run_unwind(args: &AddressArgs) -> CliResult {
                     })
                     .collect(),
             }),
+            arm64,
         };
         super::emit_json(&report)?;
         return Ok(Outcome::Answered);
@@ -572,6 +693,43 @@ pub fn run_unwind(args: &AddressArgs) -> CliResult {
         );
         for op in &u.codes {
             out!("    +{:#04x}  {}", op.code_offset, op.operation);
+        }
+    }
+    if let Some(a) = arm64 {
+        out!(
+            "  {} unwind data, function {:#x} bytes{}",
+            a.form,
+            a.function_length,
+            if a.has_handler_data {
+                ", exception handler data"
+            } else {
+                ""
+            }
+        );
+        if let Some(p) = &a.packed {
+            out!(
+                "  flag {}, frame {} bytes, x19 + {} registers, d8 + {} registers, CR {}{}",
+                p.flag,
+                p.frame_size,
+                p.reg_i,
+                if p.reg_f == 0 { 0 } else { p.reg_f + 1 },
+                p.cr,
+                if p.homes_parameters {
+                    ", parameters homed"
+                } else {
+                    ""
+                }
+            );
+        }
+        out!("  prolog ({} instruction(s) from begin):", a.prolog.len());
+        for (k, text) in a.prolog.iter().enumerate() {
+            out!("    +{:#04x}  {text}", 4 * k);
+        }
+        for e in &a.epilogs {
+            out!("  epilog at +{:#x}:", e.start);
+            for (k, text) in e.instructions.iter().enumerate() {
+                out!("    +{:#04x}  {text}", e.start + 4 * k as u64);
+            }
         }
     }
     Ok(Outcome::Answered)

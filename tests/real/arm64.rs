@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::common::{self, start_testbed, Variant};
 use cdac::formats::perf_map::strip_tier;
+use cdac::unwind::aarch64::unwind_data::EPILOG_END;
 
 /// `cdac methods --json` as start → (size, name, MethodDesc).
 fn methods(target: &[&str]) -> BTreeMap<u64, (u64, String, u64)> {
@@ -158,6 +159,132 @@ fn precodes_name_their_methods(tb: &common::Testbed, what: &str) {
     eprintln!("{what}: entry points by kind {kinds:?}");
 }
 
+/// llvm-mc, which disassembles arm64 on any host (Debian's llvm-14, which lldb brings).
+fn llvm_mc() -> std::path::PathBuf {
+    let candidates = [
+        "/usr/bin/llvm-mc",
+        "/usr/bin/llvm-mc-14",
+        "/usr/lib/llvm-14/bin/llvm-mc",
+    ];
+    candidates
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists())
+        .expect("llvm-mc (apt-get install llvm-14; scripts/ensure-tools does)")
+}
+
+/// The arm64 instructions of `bytes`, as llvm-mc writes them (`stp x29, x30, [sp, #-32]!`).
+fn disassemble(bytes: &[u8]) -> Vec<String> {
+    use std::io::Write;
+    let mut child = std::process::Command::new(llvm_mc())
+        .args(["--disassemble", "-triple=aarch64"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run llvm-mc");
+    let text: Vec<String> = bytes.iter().map(|b| format!("{b:#04x}")).collect();
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.join(" ").as_bytes())
+        .expect("write to llvm-mc");
+    let out = child.wait_with_output().expect("llvm-mc output");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('\t') && !l.trim_start().starts_with('.'))
+        .map(|l| {
+            let l = l.split("//").next().unwrap_or("").trim();
+            l.replacen('\t', " ", 1).replace('\t', " ")
+        })
+        .collect()
+}
+
+/// `cdac unwind` of methods spread over the core's code: each prolog and epilog the unwind
+/// data describes is the code's own, instruction by instruction (llvm-mc disassembling the
+/// core's bytes), but for codes that stand for no particular instruction (`nop`,
+/// `save_next`). Returns the instructions compared.
+fn unwind_describes_the_code(
+    core: &std::path::Path,
+    methods: &BTreeMap<u64, (u64, String, u64)>,
+    what: &str,
+) -> usize {
+    let rt = cdac::Runtime::open_dump(core, &cdac::OpenOptions::default()).expect("open");
+    let c = core.display().to_string();
+    let step = (methods.len() / 40).max(1);
+    let (mut compared, mut functions, mut epilogs) = (0, 0, 0);
+    for (&start, (size, name, _)) in methods.iter().step_by(step) {
+        let v = common::cdac_json(&["unwind", "--json", "--dump", &c, &format!("{start:#x}")]);
+        let a = &v["arm64"];
+        assert_eq!(a["form"], "xdata", "{what}: {name}: {v:#}");
+        let begin = common::hex(&v["begin"]);
+        let length = a["function_length"].as_u64().expect("length");
+        assert_eq!(
+            begin, start,
+            "{what}: {name}: the method's first RUNTIME_FUNCTION"
+        );
+        assert!(
+            length <= *size,
+            "{what}: {name}: {length:#x} of {size:#x} bytes"
+        );
+        let mut check = |at: u64, ours: Vec<String>, part: &str| {
+            let bytes = rt
+                .target()
+                .read_bytes(at, ours.len() * 4)
+                .expect("the code is in the core");
+            let theirs = disassemble(&bytes);
+            assert_eq!(
+                theirs.len(),
+                ours.len(),
+                "{what}: {name} {part}: {theirs:?}"
+            );
+            for (o, t) in ours.iter().zip(&theirs) {
+                if o == "nop" || o == "save_next" {
+                    continue;
+                }
+                if o == EPILOG_END {
+                    let branch = t == "ret" || t.starts_with("br ") || t.starts_with("b ");
+                    assert!(branch, "{what}: {name} {part}: ends with {t}");
+                    compared += 1;
+                    continue;
+                }
+                assert_eq!(
+                    o, t,
+                    "{what}: {name} {part}: ours {ours:?}, the code {theirs:?}"
+                );
+                compared += 1;
+            }
+        };
+        let prolog: Vec<String> = a["prolog"]
+            .as_array()
+            .expect("prolog")
+            .iter()
+            .map(|i| i.as_str().expect("text").to_string())
+            .collect();
+        check(begin, prolog, "prolog");
+        for e in a["epilogs"].as_array().expect("epilogs") {
+            let ins: Vec<String> = e["instructions"]
+                .as_array()
+                .expect("instructions")
+                .iter()
+                .map(|i| i.as_str().expect("text").to_string())
+                .collect();
+            check(begin + e["start"].as_u64().expect("start"), ins, "epilog");
+            epilogs += 1;
+        }
+        functions += 1;
+    }
+    assert!(
+        functions >= 30 && epilogs >= 30,
+        "{what}: {functions} functions"
+    );
+    eprintln!(
+        "{what}: unwind data of {functions} functions ({epilogs} epilogs) read as their code: \
+         {compared} instructions"
+    );
+    compared
+}
+
 #[test]
 fn net10_arm64_live_and_qemu_core() {
     live_and_qemu_core(Variant::Net10Arm64);
@@ -268,6 +395,7 @@ fn live_and_qemu_core(variant: Variant) {
         lost.is_empty(),
         "listed live, not the same in the core: {lost:x?}"
     );
+    unwind_describes_the_code(&core, &ours_core, &core_what);
     // Stacks from qemu's registers: every parked thread's frames of ours, in order, funclets
     // tied to their methods, the native frames of read(2) below the P/Invoke (libc from
     // the cross sysroot: qemu's core has none of its text).

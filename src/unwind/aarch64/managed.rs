@@ -14,6 +14,7 @@
 //! Only sp, pc and the callee-saved registers (x19–x29) are meaningful in the caller's
 //! context.
 
+use super::packed::{PackedOp, PackedUnwind};
 use super::unwind_data::{code_size, op, packed_flag, Arm64UnwindData, UnwindDataError};
 use crate::contracts::execution_manager::{CodeBlock, ExecutionManager};
 use crate::contracts::runtime_function::{RuntimeFunction as Entry, RuntimeFunctionLayout};
@@ -107,6 +108,18 @@ impl Unwinding<'_> {
             self.undo(bytes, extra)?;
         }
         Err(bad(self.ip, "more than 1024 unwind codes"))
+    }
+
+    /// Undoes one instruction of a packed prolog or epilog.
+    fn undo_packed(&mut self, op: &PackedOp) -> Result<(), UnwindError> {
+        let at = self.sp().wrapping_add(op.at);
+        for (k, reg) in op.loads.iter().enumerate() {
+            if let Some(reg) = *reg {
+                self.load(reg, at.wrapping_add(8 * k as u64))?;
+            }
+        }
+        self.add_sp(op.add_sp);
+        Ok(())
     }
 
     /// Undoes one code (`extra`: `save_next` codes that extend a register-pair save).
@@ -236,26 +249,20 @@ pub fn virtual_unwind(
         ContractError::Read(r) => UnwindError::Read(r),
         other => UnwindError::Contract(other),
     })?;
-    let flag = packed_flag(rf.unwind_data);
-    if flag != 0 {
-        return Err(from_data(ip)(UnwindDataError::Packed {
-            word: rf.unwind_data,
-            flag,
-        }));
-    }
     let begin = base.wrapping_add(u64::from(rf.begin));
+    if packed_flag(rf.unwind_data) != 0 {
+        let packed = PackedUnwind::decode(rf.unwind_data).map_err(from_data(ip))?;
+        let offset = within(ip, begin, packed.function_length)?;
+        let (ops, skip) = packed.plan(offset, ip_is_exact);
+        let mut state = Unwinding { ctx: *ctx, mem, ip };
+        for op in ops.iter().skip(skip) {
+            state.undo_packed(op)?;
+        }
+        return caller_of(state, ip);
+    }
     let data = Arm64UnwindData::read(target, base.wrapping_add(u64::from(rf.unwind_data)))
         .map_err(from_data(ip))?;
-    let offset = ip.wrapping_sub(begin);
-    if offset >= data.function_length {
-        return Err(bad(
-            ip,
-            format!(
-                "pc is {offset:#x} into a function of {:#x} bytes at {begin:#x}",
-                data.function_length
-            ),
-        ));
-    }
+    let offset = within(ip, begin, data.function_length)?;
     let (index, skip) = if ip_is_exact {
         start_of(&data, offset, true)
     } else {
@@ -263,6 +270,24 @@ pub fn virtual_unwind(
     };
     let mut state = Unwinding { ctx: *ctx, mem, ip };
     state.run(&data.codes, index, skip)?;
+    caller_of(state, ip)
+}
+
+/// The offset of `ip` in the function of `length` bytes at `begin`, which must cover it.
+fn within(ip: u64, begin: u64, length: u64) -> Result<u64, UnwindError> {
+    let offset = ip.wrapping_sub(begin);
+    if offset >= length {
+        return Err(bad(
+            ip,
+            format!("pc is {offset:#x} into a function of {length:#x} bytes at {begin:#x}"),
+        ));
+    }
+    Ok(offset)
+}
+
+/// The caller's context once the frame's codes are undone: pc from lr, the callee-saved
+/// registers as restored or kept.
+fn caller_of(state: Unwinding<'_>, ip: u64) -> Result<Arm64Context, UnwindError> {
     let lr = state
         .ctx
         .lr()
@@ -393,11 +418,12 @@ mod tests {
     }
 
     #[test]
-    fn a_pc_outside_the_function_and_a_packed_entry_are_bad_data() {
+    fn a_pc_outside_the_function_and_a_reserved_packed_word_are_bad_data() {
         assert!(matches!(
             unwind(0x100, SP, false),
             Err(UnwindError::BadUnwindData { .. })
         ));
+        // Packed, CR 2: reserved.
         let mut b = MemoryBuilder::new(DataLayout::LE64);
         b.region(BASE, 0x100)
             .u32(RF as usize, CODE as u32)
@@ -405,6 +431,44 @@ mod tests {
         let t = b.into_target();
         let e = virtual_unwind(&t, BASE, BASE + RF, &ctx(0, SP), &t, false).unwrap_err();
         assert!(e.to_string().contains("packed"), "{e}");
+        assert!(e.to_string().contains("CR 2"), "{e}");
+    }
+
+    /// Microsoft's packed example (`0x416101ed`, 492 bytes): `str x19, [sp, #-16]!; sub
+    /// sp, sp, #2064; stp x29, x30, [sp]; mov x29, sp`, and at the end `ldp x29, x30,
+    /// [sp]; add sp, sp, #2064; ldr x19, [sp], #16; ret`.
+    fn packed_target() -> Target {
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        b.region(BASE, 0x100)
+            .u32(RF as usize, CODE as u32)
+            .u32(RF as usize + 4, 0x416101ed);
+        let st = b.region(SP, 0x900);
+        st.u64(0, SP + 0x1000).u64(8, RA).u64(2064, 19);
+        b.into_target()
+    }
+
+    #[test]
+    fn packed_data_unwinds_the_body_the_prolog_and_the_epilog() {
+        let t = packed_target();
+        let step = |offset: u64, sp: u64, exact: bool| {
+            virtual_unwind(&t, BASE, BASE + RF, &ctx(offset, sp), &t, exact).expect("unwinds")
+        };
+        // The body: the frame record and x19 restored, the whole frame popped.
+        let c = step(0x80, SP, false);
+        assert_eq!((c.pc, c.sp(), c.fp()), (RA, SP + 2080, Some(SP + 0x1000)));
+        assert_eq!(c.regs[19], Some(19));
+        // In the prolog, after `str x19` and `sub` (the frame record not stored yet): lr
+        // still holds the return address.
+        let c = step(8, SP, true);
+        assert_eq!((c.pc, c.sp(), c.regs[19]), (0xdead, SP + 2080, Some(19)));
+        // The epilog starts at instruction 119; after its `ldp x29, x30`, fp and lr are
+        // the caller's already and only the rest is undone.
+        let c = step(120 * 4, SP, true);
+        assert_eq!((c.pc, c.sp(), c.fp()), (0xdead, SP + 2080, Some(SP)));
+        assert_eq!(c.regs[19], Some(19));
+        // A pc past the function is bad data.
+        let e = virtual_unwind(&t, BASE, BASE + RF, &ctx(492, SP), &t, true).unwrap_err();
+        assert!(e.to_string().contains("0x1ec bytes"), "{e}");
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! record chain ([`step_frame_record`]).
 
 pub mod managed;
-pub(crate) mod unwind_data;
+pub mod packed;
+pub mod unwind_data;
 
 use crate::regs::{arm64_reg, Arm64Context};
 use crate::unwind::{StackMemory, UnwindError};

@@ -2,7 +2,7 @@
 //! code on every operating system: a header word (function length, epilog count, code
 //! words, the E and X bits), an optional extension word, the epilog scopes and the
 //! unwind-code bytes. A `RUNTIME_FUNCTION` whose unwind-data word has a low bit set holds
-//! packed unwind data instead, which is told apart here and refused by name.
+//! packed unwind data instead (`super::packed`).
 //!
 //! Decoding only: [`super::managed`] runs the codes.
 
@@ -39,13 +39,14 @@ pub enum UnwindDataError {
         /// The count it claims.
         count: u32,
     },
-    /// The `RUNTIME_FUNCTION` holds packed unwind data, which is not decoded yet.
-    #[error("packed unwind data {word:#010x} (flag {flag}) is not decoded yet")]
-    Packed {
+    /// A packed unwind word that describes no frame (a reserved encoding, or sizes that
+    /// do not fit together).
+    #[error("packed unwind data {word:#010x}: {detail}")]
+    BadPacked {
         /// The packed word.
         word: u32,
-        /// Its flag bits (1: packed, 2: packed fragment without prolog).
-        flag: u32,
+        /// What is wrong with it.
+        detail: String,
     },
 }
 
@@ -199,6 +200,161 @@ fn codes_until_end(codes: &[u8], mut index: usize) -> usize {
     n
 }
 
+/// The last instruction of an epilog (its `end` code): a `ret`, or the branch of a tail
+/// call, which the unwind data does not tell apart.
+pub const EPILOG_END: &str = "ret (or a tail call)";
+
+/// The instruction the unwind code `code` (its bytes, [`code_size`] of them) stands for,
+/// as an assembler writes it: the prolog's store (`stp x29, x30, [sp, #-32]!`), or with
+/// `epilog` the load that undoes it (`ldp x29, x30, [sp], #32`). `end` is [`EPILOG_END`]
+/// in an epilog; codes that are no instruction (`end_c`, `save_next`) are named as codes.
+pub fn describe_code(code: &[u8], epilog: bool) -> String {
+    let b0 = code.first().copied().unwrap_or(op::END);
+    let b1 = u64::from(code.get(1).copied().unwrap_or(0));
+    let z6 = b1 & 0x3f;
+    let reg4 = 19 + ((u64::from(b0 & 3) << 2) | (b1 >> 6));
+    let freg3 = 8 + ((u64::from(b0 & 1) << 2) | (b1 >> 6));
+    let (pair_verb, one_verb) = if epilog {
+        ("ldp", "ldr")
+    } else {
+        ("stp", "str")
+    };
+    let pair = |a: &str, b: &str, at: Address, epilog: bool| -> String {
+        format!("{pair_verb} {a}, {b}, {}", at.text(epilog))
+    };
+    let one = |r: &str, at: Address| -> String { format!("{one_verb} {r}, {}", at.text(epilog)) };
+    match b0 {
+        0x00..=0x1f => alloc(u64::from(b0) * 16, epilog),
+        0x20..=0x3f => pair("x19", "x20", Address::Pre(u64::from(b0 & 0x1f) * 8), epilog),
+        0x40..=0x7f => pair("x29", "x30", Address::At(u64::from(b0 & 0x3f) * 8), epilog),
+        0x80..=0xbf => pair(
+            "x29",
+            "x30",
+            Address::Pre((u64::from(b0 & 0x3f) + 1) * 8),
+            epilog,
+        ),
+        0xc0..=0xc7 => alloc(((u64::from(b0 & 7) << 8) | b1) * 16, epilog),
+        0xc8..=0xcb => pair(
+            &format!("x{reg4}"),
+            &format!("x{}", reg4 + 1),
+            Address::At(z6 * 8),
+            epilog,
+        ),
+        0xcc..=0xcf => pair(
+            &format!("x{reg4}"),
+            &format!("x{}", reg4 + 1),
+            Address::Pre((z6 + 1) * 8),
+            epilog,
+        ),
+        0xd0..=0xd3 => one(&format!("x{reg4}"), Address::At(z6 * 8)),
+        0xd4 | 0xd5 => {
+            let reg = 19 + ((u64::from(b0 & 1) << 3) | (b1 >> 5));
+            one(&format!("x{reg}"), Address::Pre(((b1 & 0x1f) + 1) * 8))
+        }
+        0xd6 | 0xd7 => {
+            let reg = 19 + 2 * ((u64::from(b0 & 1) << 2) | (b1 >> 6));
+            pair(&format!("x{reg}"), "x30", Address::At(z6 * 8), epilog)
+        }
+        0xd8 | 0xd9 => pair(
+            &format!("d{freg3}"),
+            &format!("d{}", freg3 + 1),
+            Address::At(z6 * 8),
+            epilog,
+        ),
+        0xda | 0xdb => pair(
+            &format!("d{freg3}"),
+            &format!("d{}", freg3 + 1),
+            Address::Pre((z6 + 1) * 8),
+            epilog,
+        ),
+        0xdc | 0xdd => one(&format!("d{freg3}"), Address::At(z6 * 8)),
+        0xde => one(
+            &format!("d{}", 8 + (b1 >> 5)),
+            Address::Pre(((b1 & 0x1f) + 1) * 8),
+        ),
+        op::ALLOC_L => {
+            let x = code
+                .get(1..4)
+                .map(|b| (u64::from(b[0]) << 16) | (u64::from(b[1]) << 8) | u64::from(b[2]))
+                .unwrap_or(0);
+            alloc(x * 16, epilog)
+        }
+        op::SET_FP if epilog => "mov sp, x29".to_string(),
+        op::SET_FP => "mov x29, sp".to_string(),
+        op::ADD_FP if epilog => format!("sub sp, x29, #{}", b1 * 8),
+        op::ADD_FP => format!("add x29, sp, #{}", b1 * 8),
+        op::NOP => "nop".to_string(),
+        op::END if epilog => EPILOG_END.to_string(),
+        op::END => "end".to_string(),
+        op::END_C => "end_c".to_string(),
+        op::SAVE_NEXT => "save_next".to_string(),
+        op::SAVE_ANY_REG => "save_any_reg".to_string(),
+        op::PAC_SIGN_LR if epilog => "autibsp".to_string(),
+        op::PAC_SIGN_LR => "pacibsp".to_string(),
+        other => format!("unwind code {other:#04x}"),
+    }
+}
+
+/// Where a save goes: `[sp, #n]`, or pre-indexed `[sp, #-n]!` (post-indexed `[sp], #n`
+/// when an epilog loads it back).
+#[derive(Clone, Copy)]
+enum Address {
+    At(u64),
+    Pre(u64),
+}
+
+impl Address {
+    fn text(self, epilog: bool) -> String {
+        match self {
+            Address::At(0) => "[sp]".to_string(),
+            Address::At(n) => format!("[sp, #{n}]"),
+            Address::Pre(n) if epilog => format!("[sp], #{n}"),
+            Address::Pre(n) => format!("[sp, #-{n}]!"),
+        }
+    }
+}
+
+/// `sub sp, sp, #n` (`add` in an epilog), with a shifted immediate as assemblers write
+/// multiples of 4096.
+fn alloc(n: u64, epilog: bool) -> String {
+    let verb = if epilog { "add" } else { "sub" };
+    if n >= 4096 && n % 4096 == 0 {
+        format!("{verb} sp, sp, #{}, lsl #12", n / 4096)
+    } else {
+        format!("{verb} sp, sp, #{n}")
+    }
+}
+
+impl Arm64UnwindData {
+    /// The prolog's instructions in execution order (the codes up to the first `end`,
+    /// reversed).
+    pub fn prolog_text(&self) -> Vec<String> {
+        let mut out = self.texts_from(0, false);
+        out.reverse();
+        out
+    }
+
+    /// The instructions of the epilog whose codes start at `index`, [`EPILOG_END`] last.
+    pub fn epilog_text(&self, index: usize) -> Vec<String> {
+        let mut out = self.texts_from(index, true);
+        out.push(EPILOG_END.to_string());
+        out
+    }
+
+    fn texts_from(&self, mut index: usize, epilog: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(&b) = self.codes.get(index) {
+            if b == op::END || b == op::END_C || out.len() >= 1024 {
+                break;
+            }
+            let end = (index + code_size(b)).min(self.codes.len());
+            out.push(describe_code(&self.codes[index..end], epilog));
+            index = end;
+        }
+        out
+    }
+}
+
 /// Unwind-code bytes with fixed values.
 pub mod op {
     /// `alloc_l`: a 24-bit allocation in 16-byte units.
@@ -305,6 +461,48 @@ mod tests {
         assert_eq!(d.epilogs[1].start, 0x50);
         assert_eq!(d.codes.len(), 4);
         assert_eq!(d.size, 20);
+    }
+
+    #[test]
+    fn codes_read_as_the_instructions_they_stand_for() {
+        let cases: &[(&[u8], &str, &str)] = &[
+            (
+                &[0x85],
+                "stp x29, x30, [sp, #-48]!",
+                "ldp x29, x30, [sp], #48",
+            ),
+            (
+                &[0x42],
+                "stp x29, x30, [sp, #16]",
+                "ldp x29, x30, [sp, #16]",
+            ),
+            (
+                &[0xc8, 0x02],
+                "stp x19, x20, [sp, #16]",
+                "ldp x19, x20, [sp, #16]",
+            ),
+            (&[0xd0, 0x84], "str x21, [sp, #32]", "ldr x21, [sp, #32]"),
+            (&[0xd4, 0x21], "str x20, [sp, #-16]!", "ldr x20, [sp], #16"),
+            (
+                &[0xd6, 0x42],
+                "stp x21, x30, [sp, #16]",
+                "ldp x21, x30, [sp, #16]",
+            ),
+            (&[0xd8, 0x00], "stp d8, d9, [sp]", "ldp d8, d9, [sp]"),
+            (&[0x02], "sub sp, sp, #32", "add sp, sp, #32"),
+            (
+                &[0xc1, 0x00],
+                "sub sp, sp, #1, lsl #12",
+                "add sp, sp, #1, lsl #12",
+            ),
+            (&[0xe1], "mov x29, sp", "mov sp, x29"),
+            (&[0xe2, 0x02], "add x29, sp, #16", "sub sp, x29, #16"),
+            (&[0xe4], "end", EPILOG_END),
+        ];
+        for (code, prolog, epilog) in cases {
+            assert_eq!(describe_code(code, false), *prolog, "{code:02x?}");
+            assert_eq!(describe_code(code, true), *epilog, "{code:02x?}");
+        }
     }
 
     #[test]
