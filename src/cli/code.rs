@@ -544,6 +544,24 @@ pub struct Arm64Packed {
     pub cr: u32,
 }
 
+/// What follows the first prolog "instruction" of an arm64 OSR method: the Tier0 frame
+/// it runs on, which its unwind data allocates and its code does not.
+pub const OSR_FRAME_NOTE: &str = " (the Tier0 frame this OSR code runs on: no instruction)";
+
+/// Whether `b` is the code of an on-stack-replacement version of its method.
+fn is_osr(rt: &Runtime, b: &CodeBlock) -> bool {
+    let mut namer = MethodNamer::for_runtime(rt);
+    let block = tiers::Block {
+        method_desc: b.method_desc,
+        start: b.start,
+        ready_to_run: b.jit_type.as_str() == "r2r",
+    };
+    matches!(
+        tiers::tiers(rt, &mut namer, &[block]).first(),
+        Some(Ok((Tier::OptimizedTier1Osr, _)))
+    )
+}
+
 /// Decodes the arm64 unwind data of a `RUNTIME_FUNCTION` whose unwind word is `word`.
 fn arm64_unwind(
     t: &cdac::memory::Target,
@@ -634,7 +652,17 @@ pub fn run_unwind(args: &AddressArgs) -> CliResult {
         _ => None,
     };
     let arm64 = match architecture {
-        "arm64" => Some(arm64_unwind(t, base, entry.unwind_data)?),
+        "arm64" => {
+            let mut a = arm64_unwind(t, base, entry.unwind_data)?;
+            // An OSR method runs on the frame of the Tier0 code it replaced, and its first
+            // unwind code allocates that frame: no instruction of its own.
+            if base.wrapping_add(begin) == b.start && is_osr(&rt, &b) {
+                if let Some(first) = a.prolog.first_mut() {
+                    first.push_str(OSR_FRAME_NOTE);
+                }
+            }
+            Some(a)
+        }
         _ => None,
     };
     if args.json {
@@ -722,8 +750,14 @@ pub fn run_unwind(args: &AddressArgs) -> CliResult {
             );
         }
         out!("  prolog ({} instruction(s) from begin):", a.prolog.len());
-        for (k, text) in a.prolog.iter().enumerate() {
-            out!("    +{:#04x}  {text}", 4 * k);
+        let mut offset = 0;
+        for text in &a.prolog {
+            if text.ends_with(OSR_FRAME_NOTE) {
+                out!("    (none)  {text}");
+                continue;
+            }
+            out!("    +{offset:#04x}  {text}");
+            offset += 4;
         }
         for e in &a.epilogs {
             out!("  epilog at +{:#x}:", e.start);

@@ -10,6 +10,9 @@ use crate::common::{self, start_testbed, Variant};
 use cdac::formats::perf_map::strip_tier;
 use cdac::unwind::aarch64::unwind_data::EPILOG_END;
 
+/// The note `cdac unwind` puts after an OSR method's Tier0 frame (src/cli/code.rs).
+const OSR_FRAME_NOTE: &str = " (the Tier0 frame this OSR code runs on: no instruction)";
+
 /// `cdac methods --json` as start → (size, name, MethodDesc).
 fn methods(target: &[&str]) -> BTreeMap<u64, (u64, String, u64)> {
     let v = common::cdac_json(&[&["methods", "--json"], target].concat());
@@ -159,6 +162,88 @@ fn precodes_name_their_methods(tb: &common::Testbed, what: &str) {
     eprintln!("{what}: entry points by kind {kinds:?}");
 }
 
+/// Every slot of the precode pages (the range-list sections) that holds the stub precode's
+/// code, taken from a framework P/Invoke's entry point: its data's type byte says a stub or
+/// a P/Invoke import precode (the lazy binding of a P/Invoke not called yet). Each the
+/// contract reads as the same kind naming the same MethodDesc; every import precode names
+/// a P/Invoke (NDirect) MethodDesc and jumps to one thunk. Returns the import precodes.
+fn pinvoke_import_precodes(core: &std::path::Path, tb: &common::Testbed, what: &str) -> usize {
+    use cdac::contracts::execution_manager::range_section_map::all_range_sections;
+    use cdac::contracts::precode_stubs::{precode_stubs, KnownPrecodeType};
+    let rt = cdac::Runtime::open_dump(core, &cdac::OpenOptions::default()).expect("open");
+    let (t, d) = (rt.target(), rt.descriptor());
+    let stubs = precode_stubs(t, d).expect("PrecodeStubs");
+    let page = u64::from(stubs.machine().stub_code_page_size);
+    let stub_type = u64::from(stubs.machine().stub_precode_type);
+    let import_type = stubs
+        .machine()
+        .pinvoke_import_precode_type
+        .map(u64::from)
+        .expect("the descriptor names the P/Invoke import precode type");
+    let known = tb.manifest["framework_methods"]
+        .as_array()
+        .expect("framework")
+        .iter()
+        .find(|m| m["pinvoke"] == true)
+        .map(|m| common::hex(&m["function_pointer"]))
+        .expect("a framework P/Invoke");
+    let template = t.read_bytes(known, 24).expect("the stub precode's code");
+    // MethodDesc classification: the low 3 bits of the flags word at +6; 2 is NDirect.
+    let classification = |md: u64| t.read_u16(md + 6).map(|f| f & 7).unwrap_or(0xff);
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut thunks: BTreeSet<u64> = BTreeSet::new();
+    for s in all_range_sections(t, d).expect("range sections") {
+        if !s.is_range_list() {
+            continue;
+        }
+        let mut base = s.range_begin;
+        while base + 24 <= s.range_end_open {
+            for entry in (base..base + page - 23).step_by(24) {
+                let Ok(code) = t.read_bytes(entry, 24) else {
+                    break;
+                };
+                if code != template {
+                    continue;
+                }
+                let data = entry + page;
+                let (Ok(md), Ok(target), Ok(ty)) = (
+                    t.read_pointer(data),
+                    t.read_pointer(data + 8),
+                    t.read_u8(data + 16),
+                ) else {
+                    continue;
+                };
+                if md == 0 {
+                    *counts.entry("unused".into()).or_default() += 1;
+                    continue;
+                }
+                let kind = match u64::from(ty) {
+                    x if x == stub_type => KnownPrecodeType::Stub,
+                    x if x == import_type => KnownPrecodeType::PInvokeImport,
+                    other => panic!("{what}: {entry:#x}: stub data of type {other:#x}"),
+                };
+                let p = stubs
+                    .precode(entry)
+                    .expect("reads")
+                    .unwrap_or_else(|| panic!("{what}: {entry:#x} is no precode to the contract"));
+                assert_eq!(p.kind, kind, "{what}: {entry:#x}");
+                assert_eq!(stubs.method_desc(&p).expect("reads"), Some(md), "{what}");
+                if kind == KnownPrecodeType::PInvokeImport {
+                    assert_eq!(classification(md), 2, "{what}: {entry:#x}: {md:#x}");
+                    thunks.insert(target);
+                }
+                *counts.entry(format!("{kind:?}")).or_default() += 1;
+            }
+            base += page;
+        }
+    }
+    let imports = counts.get("PInvokeImport").copied().unwrap_or(0);
+    assert!(imports > 100, "{what}: {counts:?}");
+    assert_eq!(thunks.len(), 1, "{what}: import thunks {thunks:x?}");
+    eprintln!("{what}: stub-shaped precodes {counts:?}, one import thunk");
+    imports
+}
+
 /// llvm-mc, which disassembles arm64 on any host (Debian's llvm-14, which lldb brings).
 fn llvm_mc() -> std::path::PathBuf {
     let candidates = [
@@ -202,18 +287,25 @@ fn disassemble(bytes: &[u8]) -> Vec<String> {
 
 /// `cdac unwind` of methods spread over the core's code: each prolog and epilog the unwind
 /// data describes is the code's own, instruction by instruction (llvm-mc disassembling the
-/// core's bytes), but for codes that stand for no particular instruction (`nop`,
-/// `save_next`). Returns the instructions compared.
-fn unwind_describes_the_code(
-    core: &std::path::Path,
-    methods: &BTreeMap<u64, (u64, String, u64)>,
-    what: &str,
-) -> usize {
+/// core's bytes), but for `nop` codes (an instruction unwinding ignores) and the Tier0 frame
+/// of an OSR method. Returns the instructions compared.
+fn unwind_describes_the_code(core: &std::path::Path, what: &str) -> usize {
     let rt = cdac::Runtime::open_dump(core, &cdac::OpenOptions::default()).expect("open");
     let c = core.display().to_string();
-    let step = (methods.len() / 40).max(1);
-    let (mut compared, mut functions, mut epilogs) = (0, 0, 0);
-    for (&start, (size, name, _)) in methods.iter().step_by(step) {
+    // About 40 methods spread over the code, and every OSR one.
+    let listed = common::cdac_json(&["methods", "--json", "--dump", &c]);
+    let listed = listed.as_array().expect("methods");
+    let step = (listed.len() / 40).max(1);
+    let mut methods: BTreeMap<u64, (u64, String)> = BTreeMap::new();
+    for (k, m) in listed.iter().enumerate() {
+        if k % step == 0 || m["tier"] == "optimized_tier1_osr" {
+            let size = m["size"].as_u64().expect("size");
+            let name = m["name"].as_str().expect("name").to_string();
+            methods.insert(common::hex(&m["start"]), (size, name));
+        }
+    }
+    let (mut compared, mut functions, mut epilogs, mut osr) = (0, 0, 0, 0);
+    for (&start, (size, name)) in &methods {
         let v = common::cdac_json(&["unwind", "--json", "--dump", &c, &format!("{start:#x}")]);
         let a = &v["arm64"];
         assert_eq!(a["form"], "xdata", "{what}: {name}: {v:#}");
@@ -227,7 +319,13 @@ fn unwind_describes_the_code(
             length <= *size,
             "{what}: {name}: {length:#x} of {size:#x} bytes"
         );
-        let mut check = |at: u64, ours: Vec<String>, part: &str| {
+        let mut check = |at: u64, mut ours: Vec<String>, part: &str| {
+            // An OSR method's first code allocates the Tier0 frame it runs on: no
+            // instruction of its own.
+            if ours.first().is_some_and(|i| i.ends_with(OSR_FRAME_NOTE)) {
+                ours.remove(0);
+                osr += 1;
+            }
             let bytes = rt
                 .target()
                 .read_bytes(at, ours.len() * 4)
@@ -239,7 +337,7 @@ fn unwind_describes_the_code(
                 "{what}: {name} {part}: {theirs:?}"
             );
             for (o, t) in ours.iter().zip(&theirs) {
-                if o == "nop" || o == "save_next" {
+                if o == "nop" {
                     continue;
                 }
                 if o == EPILOG_END {
@@ -279,8 +377,8 @@ fn unwind_describes_the_code(
         "{what}: {functions} functions"
     );
     eprintln!(
-        "{what}: unwind data of {functions} functions ({epilogs} epilogs) read as their code: \
-         {compared} instructions"
+        "{what}: unwind data of {functions} functions ({epilogs} epilogs, {osr} OSR) read as \
+         their code: {compared} instructions"
     );
     compared
 }
@@ -395,7 +493,8 @@ fn live_and_qemu_core(variant: Variant) {
         lost.is_empty(),
         "listed live, not the same in the core: {lost:x?}"
     );
-    unwind_describes_the_code(&core, &ours_core, &core_what);
+    unwind_describes_the_code(&core, &core_what);
+    pinvoke_import_precodes(&core, &tb, &core_what);
     // Stacks from qemu's registers: every parked thread's frames of ours, in order, funclets
     // tied to their methods, the native frames of read(2) below the P/Invoke (libc from
     // the cross sysroot: qemu's core has none of its text).

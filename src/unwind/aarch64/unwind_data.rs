@@ -341,18 +341,84 @@ impl Arm64UnwindData {
         out
     }
 
+    /// The codes from `index` to the first `end`, each as its instruction (storage order).
     fn texts_from(&self, mut index: usize, epilog: bool) -> Vec<String> {
-        let mut out = Vec::new();
+        let mut codes: Vec<&[u8]> = Vec::new();
         while let Some(&b) = self.codes.get(index) {
-            if b == op::END || b == op::END_C || out.len() >= 1024 {
+            if b == op::END || b == op::END_C || codes.len() >= 1024 {
                 break;
             }
             let end = (index + code_size(b)).min(self.codes.len());
-            out.push(describe_code(&self.codes[index..end], epilog));
+            codes.push(&self.codes[index..end]);
             index = end;
+        }
+        let mut out = Vec::with_capacity(codes.len());
+        let mut k = 0;
+        while k < codes.len() {
+            // A run of `save_next` codes extends the pair save stored after it: the m-th
+            // pair after it is the run's m-th code from its end.
+            let run = codes[k..]
+                .iter()
+                .take_while(|c| c[0] == op::SAVE_NEXT)
+                .count();
+            if run > 0 {
+                let base = codes.get(k + run).and_then(|c| pair_save(c));
+                for j in 0..run {
+                    out.push(match base {
+                        Some(p) => p.next(run - j, epilog),
+                        None => describe_code(codes[k + j], epilog),
+                    });
+                }
+                k += run;
+                continue;
+            }
+            out.push(describe_code(codes[k], epilog));
+            k += 1;
         }
         out
     }
+}
+
+/// A register-pair save that `save_next` codes can extend.
+#[derive(Clone, Copy)]
+struct PairSave {
+    /// `x` or `d`.
+    bank: char,
+    /// The first register of the pair.
+    first: u64,
+    /// Its offset from sp (after the allocation, for a pre-indexed save).
+    offset: u64,
+}
+
+impl PairSave {
+    /// The instruction of the `m`-th pair after this one: the next registers, 16 bytes on.
+    fn next(self, m: usize, epilog: bool) -> String {
+        let reg = self.first + 2 * m as u64;
+        let verb = if epilog { "ldp" } else { "stp" };
+        let at = Address::At(self.offset + 16 * m as u64).text(epilog);
+        format!("{verb} {b}{reg}, {b}{}, {at}", reg + 1, b = self.bank)
+    }
+}
+
+/// The pair save of `code`, when it is one `save_next` can follow.
+fn pair_save(code: &[u8]) -> Option<PairSave> {
+    let b0 = code[0];
+    let b1 = u64::from(code.get(1).copied().unwrap_or(0));
+    let reg4 = 19 + ((u64::from(b0 & 3) << 2) | (b1 >> 6));
+    let freg3 = 8 + ((u64::from(b0 & 1) << 2) | (b1 >> 6));
+    let (bank, first, offset) = match b0 {
+        0x20..=0x3f => ('x', 19, 0),
+        0xc8..=0xcb => ('x', reg4, (b1 & 0x3f) * 8),
+        0xcc..=0xcf => ('x', reg4, 0),
+        0xd8 | 0xd9 => ('d', freg3, (b1 & 0x3f) * 8),
+        0xda | 0xdb => ('d', freg3, 0),
+        _ => return None,
+    };
+    Some(PairSave {
+        bank,
+        first,
+        offset,
+    })
 }
 
 /// Unwind-code bytes with fixed values.
@@ -503,6 +569,35 @@ mod tests {
             assert_eq!(describe_code(code, false), *prolog, "{code:02x?}");
             assert_eq!(describe_code(code, true), *epilog, "{code:02x?}");
         }
+    }
+
+    #[test]
+    fn save_next_reads_as_the_pairs_it_stands_for() {
+        // Codes: save_next, save_next, save_regp x19 at 16, end; as a prolog (reversed) and
+        // as an epilog (in order).
+        let t = target(&[
+            header(0x10, false, true, 0, 2),
+            u32::from_le_bytes([0xe6, 0xe6, 0xc8, 0x02]),
+            u32::from_le_bytes([0xe4, 0xe3, 0xe3, 0xe3]),
+        ]);
+        let d = Arm64UnwindData::read(&t, AT).expect("decodes");
+        assert_eq!(
+            d.prolog_text(),
+            [
+                "stp x19, x20, [sp, #16]",
+                "stp x21, x22, [sp, #32]",
+                "stp x23, x24, [sp, #48]"
+            ]
+        );
+        assert_eq!(
+            d.epilog_text(0),
+            [
+                "ldp x23, x24, [sp, #48]",
+                "ldp x21, x22, [sp, #32]",
+                "ldp x19, x20, [sp, #16]",
+                EPILOG_END
+            ]
+        );
     }
 
     #[test]
