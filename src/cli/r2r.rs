@@ -106,12 +106,20 @@ pub fn run_r2rmap(args: &R2rmapArgs) -> CliResult {
         String::new()
     };
     status!(
-        "{}: {composite}{} entries for {} methods; {} of {} runtime functions covered; {} fallback names; signature {}",
+        "{}: {composite}{} entries for {} methods; {} of {} runtime functions covered{}; {} fallback names; signature {}",
         args.image.display(),
         report.map.entries.len(),
         report.methods,
         report.covered_functions,
         report.runtime_functions,
+        if report.unlisted_cold_functions > 0 {
+            format!(
+                " ({} more in {} cold part(s), which crossgen2-style maps leave out)",
+                report.unlisted_cold_functions, report.cold_parts
+            )
+        } else {
+            String::new()
+        },
         report.fallback_names,
         if report.signature_from_image { "from the image's PerfMap record" } else { "computed (the image has no PerfMap record)" },
     );

@@ -244,6 +244,129 @@ fn pinvoke_import_precodes(core: &std::path::Path, tb: &common::Testbed, what: &
     imports
 }
 
+/// A PE image laid out at `base` as the loader maps it: headers, then each section at its
+/// RVA.
+fn laid_out(bytes: &[u8], base: u64) -> cdac::Target {
+    use cdac::memory::builder::MemoryBuilder;
+    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]) as usize;
+    let u32_at =
+        |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().expect("4 bytes")) as usize;
+    let pe = u32_at(0x3c);
+    let (count, optional) = (u16_at(pe + 6), u16_at(pe + 20));
+    let size_of_image = u32_at(pe + 24 + 56);
+    let mut b = MemoryBuilder::new(cdac::memory::DataLayout::LE64);
+    let r = b.region(base, size_of_image);
+    r.bytes(0, &bytes[..0x400.min(bytes.len())]);
+    for k in 0..count {
+        let h = pe + 24 + optional + 40 * k;
+        let (vsize, rva, raw, at) = (
+            u32_at(h + 8),
+            u32_at(h + 12),
+            u32_at(h + 16),
+            u32_at(h + 20),
+        );
+        let n = raw.min(vsize.max(raw)).min(bytes.len() - at);
+        r.bytes(rva, &bytes[at..at + n]);
+    }
+    b.into_target()
+}
+
+/// The hot/cold-split build of the ReadyToRun library (`split/`, crossgen2
+/// `--hot-cold-splitting`; read only, the runtime crashes calling it): for each split
+/// method, one unwind step from its cold part's body (unwind data `end_c`, then the host's
+/// codes) reaches the same caller as one from its hot part's body, over the same registers
+/// and stack, from a return address and from the cold part's first instruction (a
+/// fragment has no prolog); the cold part's unwind data describes no prolog, and its
+/// epilogs are its code (llvm-mc).
+#[test]
+fn cold_code_of_a_split_arm64_image_unwinds_as_its_hot_part() {
+    use cdac::formats::r2r::R2rImage;
+    use cdac::memory::builder::MemoryBuilder;
+    use cdac::unwind::aarch64::managed::virtual_unwind;
+    use cdac::unwind::aarch64::unwind_data::Arm64UnwindData;
+    use cdac::unwind::Arm64Context;
+    const BASE: u64 = 0x55_0000_0000;
+    const SP: u64 = 0x7f_0000_0000;
+    let path = common::testbed_exe(Variant::Net10Arm64)
+        .parent()
+        .expect("folder")
+        .join("split/Cdac.Testbed.R2R.dll");
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let img = R2rImage::parse(&bytes).expect("a ReadyToRun image");
+    let code = laid_out(&bytes, BASE);
+    let table = img.section(102).expect("RuntimeFunctions").rva;
+    let map = img
+        .section_bytes(120)
+        .expect("read")
+        .expect("a hot/cold map");
+    let pairs: Vec<(usize, usize)> = map
+        .chunks_exact(8)
+        .map(|w| {
+            let at = |k: usize| u32::from_le_bytes(w[k..k + 4].try_into().expect("4")) as usize;
+            (at(0), at(4))
+        })
+        .collect();
+    assert!(!pairs.is_empty(), "no split method in {}", path.display());
+    // A stack of distinct words.
+    let mut b = MemoryBuilder::new(cdac::memory::DataLayout::LE64);
+    let st = b.region(SP, 0x1000);
+    for k in 0..0x200 {
+        st.u64(8 * k, SP + 0x1000 + 0x10 * k as u64);
+    }
+    let stack = b.into_target();
+    let mut epilog_instructions = 0;
+    for &(cold, hot) in &pairs {
+        let rf = |i: usize| BASE + u64::from(table) + 8 * i as u64;
+        let (h, c) = (&img.runtime_functions[hot], &img.runtime_functions[cold]);
+        let step = |i: usize, pc: u64, exact: bool| {
+            let mut ctx = Arm64Context::new(pc, SP, Some(SP));
+            ctx.regs[30] = Some(0x1234_5678);
+            virtual_unwind(&code, BASE, rf(i), &ctx, &stack, exact)
+                .unwrap_or_else(|e| panic!("runtime function {i} at {pc:#x}: {e}"))
+        };
+        let from_hot = step(hot, BASE + u64::from(h.begin) + 0x10, false);
+        assert!(
+            from_hot.sp() > SP && from_hot.pc != 0x1234_5678,
+            "{from_hot:?}"
+        );
+        let cold_begin = BASE + u64::from(c.begin);
+        assert_eq!(
+            step(cold, cold_begin + 8, false),
+            from_hot,
+            "cold part {cold}"
+        );
+        assert_eq!(
+            step(cold, cold_begin, true),
+            from_hot,
+            "cold part {cold} at its start"
+        );
+        let data = Arm64UnwindData::read(&code, BASE + u64::from(c.unwind)).expect("xdata");
+        assert_eq!(data.prolog_instructions(), 0, "a fragment has no prolog");
+        assert!(data.prolog_text().is_empty());
+        assert!(!data.epilogs.is_empty());
+        for e in &data.epilogs {
+            let ours = data.epilog_text(e.code_index);
+            let at = cold_begin + e.start;
+            let theirs = disassemble(&code.read_bytes(at, ours.len() * 4).expect("code"));
+            assert_eq!(ours.len(), theirs.len());
+            for (o, t) in ours.iter().zip(&theirs) {
+                if o == EPILOG_END {
+                    assert!(t == "ret" || t.starts_with('b'), "{t}");
+                } else {
+                    assert_eq!(o, t, "cold epilog {ours:?} vs {theirs:?}");
+                }
+                epilog_instructions += 1;
+            }
+        }
+    }
+    eprintln!(
+        "{}: {} split method(s): cold steps equal hot ones; {epilog_instructions} cold epilog \
+         instructions read as their code",
+        path.display(),
+        pairs.len()
+    );
+}
+
 /// llvm-mc, which disassembles arm64 on any host (Debian's llvm-14, which lldb brings).
 fn llvm_mc() -> std::path::PathBuf {
     let candidates = [

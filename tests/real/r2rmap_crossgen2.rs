@@ -35,9 +35,10 @@ fn variant_dir(variant: Variant) -> PathBuf {
         .to_path_buf()
 }
 
-fn options(names: NameStyle) -> R2rMapOptions {
+fn options(names: NameStyle, search: &[PathBuf]) -> R2rMapOptions {
     R2rMapOptions {
         names,
+        search_dirs: search.to_vec(),
         ..R2rMapOptions::default()
     }
 }
@@ -92,10 +93,10 @@ fn compare(label: &str, ours: &R2rPerfMap, theirs: &R2rPerfMap, names: bool) -> 
 }
 
 /// Both styles of one image against crossgen2's map; returns the crossgen2-style report.
-fn check_image(label: &str, image: &Path, crossgen2: &Path) -> R2rMapReport {
+fn check_image(label: &str, image: &Path, crossgen2: &Path, search: &[PathBuf]) -> R2rMapReport {
     let theirs = crossgen2_map(crossgen2);
     let started = Instant::now();
-    let ours = r2r_perf_map(image, &options(NameStyle::Crossgen2)).expect("r2r_perf_map");
+    let ours = r2r_perf_map(image, &options(NameStyle::Crossgen2, search)).expect("r2r_perf_map");
     let elapsed = started.elapsed();
     let equal = compare(
         &format!("{label}, crossgen2 names"),
@@ -105,7 +106,8 @@ fn check_image(label: &str, image: &Path, crossgen2: &Path) -> R2rMapReport {
     );
     assert_eq!(ours.fallback_names, 0, "{label}: fallback names");
     assert_eq!(
-        ours.covered_functions, ours.runtime_functions,
+        ours.covered_functions + ours.unlisted_cold_functions,
+        ours.runtime_functions,
         "{label}: runtime functions outside every entry"
     );
     assert!(
@@ -120,7 +122,32 @@ fn check_image(label: &str, image: &Path, crossgen2: &Path) -> R2rMapReport {
         elapsed.as_secs_f64() * 1e3
     );
 
-    let runtime = r2r_perf_map(image, &options(NameStyle::Runtime)).expect("r2r_perf_map");
+    let mut runtime =
+        r2r_perf_map(image, &options(NameStyle::Runtime, search)).expect("r2r_perf_map");
+    // The runtime-style map lists each cold part too, named as its method (whose hot part
+    // is listed before it); crossgen2's lists the hot part only.
+    assert_eq!(runtime.unlisted_cold_functions, 0, "{label}");
+    assert_eq!(
+        runtime.covered_functions, runtime.runtime_functions,
+        "{label}"
+    );
+    let hot: std::collections::BTreeSet<u32> = ours.map.entries.iter().map(|e| e.rva).collect();
+    let (cold, listed): (Vec<_>, Vec<_>) = runtime
+        .map
+        .entries
+        .iter()
+        .cloned()
+        .partition(|e| !hot.contains(&e.rva));
+    assert_eq!(cold.len(), runtime.cold_parts, "{label}: cold lines");
+    for c in &cold {
+        assert!(
+            listed.iter().any(|h| h.rva < c.rva && h.name == c.name),
+            "{label}: cold part {:#x} {} has no hot part listed before it",
+            c.rva,
+            c.name
+        );
+    }
+    runtime.map.entries = listed;
     let equal_spans = compare(
         &format!("{label}, runtime names"),
         &runtime.map,
@@ -141,10 +168,14 @@ fn check_image(label: &str, image: &Path, crossgen2: &Path) -> R2rMapReport {
 }
 
 /// `cdac r2rmap --names crossgen2 IMAGE -o FILE` writes crossgen2's file byte for byte.
-fn check_cli(label: &str, image: &Path, crossgen2: &Path) {
+fn check_cli(label: &str, image: &Path, crossgen2: &Path, search: &[PathBuf]) {
     let out = common::scratch("r2rmap-crossgen2").join(format!("{label}.ni.r2rmap"));
-    let status = std::process::Command::new(crate::common::cdac_exe())
-        .args(["r2rmap", "--names", "crossgen2"])
+    let mut cmd = std::process::Command::new(crate::common::cdac_exe());
+    cmd.args(["r2rmap", "--names", "crossgen2"]);
+    for dir in search {
+        cmd.arg("--search").arg(dir);
+    }
+    let status = cmd
         .arg(image)
         .arg("-o")
         .arg(&out)
@@ -161,8 +192,38 @@ fn plain(variant: Variant) {
     let dir = variant_dir(variant);
     let image = dir.join("Cdac.Testbed.R2R.dll");
     let map = dir.join("Cdac.Testbed.R2R.ni.r2rmap");
-    check_image(variant.name(), &image, &map);
-    check_cli(variant.name(), &image, &map);
+    let report = check_image(variant.name(), &image, &map, &[]);
+    check_cli(variant.name(), &image, &map, &[]);
+    assert_eq!(report.cold_parts, 0, "{}", variant.name());
+}
+
+/// The hot/cold-split build of the arm64 library (crossgen2 `--hot-cold-splitting`, kept in
+/// net10-arm64's `split/`): crossgen2 lists the hot parts only, and so does cdac in its
+/// style; the runtime style adds each cold part, named as its method.
+#[test]
+fn split_net10_arm64_equals_crossgen2() {
+    let dir = variant_dir(Variant::Net10Arm64);
+    let split = dir.join("split");
+    let image = split.join("Cdac.Testbed.R2R.dll");
+    let map = split.join("Cdac.Testbed.R2R.ni.r2rmap");
+    let report = check_image(
+        "net10-arm64 split",
+        &image,
+        &map,
+        std::slice::from_ref(&dir),
+    );
+    check_cli(
+        "net10-arm64-split",
+        &image,
+        &map,
+        std::slice::from_ref(&dir),
+    );
+    assert!(report.cold_parts >= 1, "no cold part");
+    assert!(report.unlisted_cold_functions >= report.cold_parts);
+    eprintln!(
+        "net10-arm64 split: {} cold part(s) of {} runtime functions",
+        report.cold_parts, report.unlisted_cold_functions
+    );
 }
 
 #[test]
@@ -196,8 +257,8 @@ fn composite_net10_equals_crossgen2() {
     let dir = variant_dir(Variant::Net10Composite);
     let image = dir.join("Cdac.Testbed.r2r.dll");
     let map = dir.join("Cdac.Testbed.r2r.ni.r2rmap");
-    let report = check_image("net10-composite", &image, &map);
-    check_cli("net10-composite", &image, &map);
+    let report = check_image("net10-composite", &image, &map, &[]);
+    check_cli("net10-composite", &image, &map, &[]);
 
     // The components are those the testbed build lists.
     let listed =
@@ -274,7 +335,7 @@ fn all_named(images: &[PathBuf]) {
     for image in images {
         for style in [NameStyle::Runtime, NameStyle::Crossgen2] {
             let started = Instant::now();
-            let report = match r2r_perf_map(image, &options(style)) {
+            let report = match r2r_perf_map(image, &options(style, &[])) {
                 Ok(r) => r,
                 // Facades hold no code.
                 Err(R2rError::NotReadyToRun) => continue,
@@ -285,7 +346,8 @@ fn all_named(images: &[PathBuf]) {
             assert_eq!(report.fallback_names, 0, "{label}");
             assert_eq!(report.undecoded_instances, 0, "{label}");
             assert_eq!(
-                report.covered_functions, report.runtime_functions,
+                report.covered_functions + report.unlisted_cold_functions,
+                report.runtime_functions,
                 "{label}"
             );
             let unnamed = report
@@ -441,7 +503,7 @@ fn damaged_composite_never_panics() {
         } else {
             NameStyle::Crossgen2
         };
-        match r2r_perf_map_from_bytes(&bytes, &dirs, &options(names)) {
+        match r2r_perf_map_from_bytes(&bytes, &dirs, &options(names, &[])) {
             Ok(_) => ok += 1,
             Err(_) => err += 1,
         }

@@ -1,8 +1,9 @@
 //! The ReadyToRun PerfMap, version 1 (`.ni.r2rmap`): UTF-8 lines `RVA LENGTH NAME`, hex
 //! numbers, led by five header records whose RVA is a pseudo token and whose length is 0:
 //! the signature (16 bytes as 32 hex digits), the format version, the target OS, the
-//! architecture and the ABI (decimal numbers), in that order. A method split into hot and
-//! cold code has one line per part.
+//! architecture and the ABI (decimal numbers), in that order. crossgen2 lists the hot part
+//! of a method split into hot and cold code (`--hot-cold-splitting`) only; cdac's
+//! runtime-style maps give the cold part a line of its own, named as the method.
 //!
 //! Writers print the length with at least two hex digits but more when needed, so it is
 //! parsed as a 32-bit value. Names may contain spaces (everything after the second

@@ -49,6 +49,11 @@ pub struct R2rMapReport {
     pub runtime_functions: usize,
     /// Runtime functions inside some entry.
     pub covered_functions: usize,
+    /// Methods split into hot and cold code (crossgen2 `--hot-cold-splitting`).
+    pub cold_parts: usize,
+    /// Runtime functions of cold parts the map leaves out: crossgen2-style maps list the
+    /// hot part of a split method only, as crossgen2 does; runtime-style maps list both.
+    pub unlisted_cold_functions: usize,
     /// Methods named in the map.
     pub methods: usize,
     /// Entries named with a fallback (method or type argument not decodable).
@@ -345,7 +350,7 @@ pub fn r2r_perf_map_from_bytes(
     };
     let mut fallback_names = 0;
     let mut entries = Vec::new();
-    let mut covered = 0;
+    let (mut covered, mut cold_parts, mut unlisted_cold) = (0, 0, 0);
     for m in &methods {
         let name = match &m.key {
             MethodKey::MethodDef { module, rid } => {
@@ -365,8 +370,16 @@ pub fn r2r_perf_map_from_bytes(
                 fallback_name(&set, &sources, &img, m)
             }
         };
+        if m.cold.is_some() {
+            cold_parts += 1;
+        }
         for (first, count) in [(Some(m.first), m.count), (m.cold, m.cold_count)] {
             let Some(first) = first else { continue };
+            // crossgen2's own maps list the hot part of a split method only.
+            if options.names == NameStyle::Crossgen2 && Some(first) == m.cold {
+                unlisted_cold += count;
+                continue;
+            }
             let Some(start) = img.runtime_functions.get(first).map(|f| f.begin) else {
                 continue;
             };
@@ -394,6 +407,8 @@ pub fn r2r_perf_map_from_bytes(
         signature_from_image: from_image,
         runtime_functions: img.runtime_functions.len(),
         covered_functions: covered,
+        cold_parts,
+        unlisted_cold_functions: unlisted_cold,
         methods: methods.len(),
         fallback_names,
         components: img.components.len(),

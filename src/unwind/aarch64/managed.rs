@@ -11,6 +11,9 @@
 //!   before it have already been undone by the epilog itself);
 //! - last, the caller's pc is the link register (restored, or as it was).
 //!
+//! A fragment (a cold part, its funclets) starts its codes with `end_c`: its prolog has no
+//! instruction, and the codes after it, its host's, are all undone from its body.
+//!
 //! Only sp, pc and the callee-saved registers (x19–x29) are meaningful in the caller's
 //! context.
 
@@ -81,15 +84,24 @@ impl Unwinding<'_> {
     }
 
     /// Undoes the codes from byte `index` on, skipping the first `skip` of them, up to
-    /// `end`.
+    /// `end` (past `end_c`, which only ends the count of a fragment's prolog).
     fn run(&mut self, codes: &[u8], mut index: usize, mut skip: usize) -> Result<(), UnwindError> {
         let mut pending_next = 0usize;
         for _ in 0..MAX_CODES {
             let Some(&b) = codes.get(index) else {
                 return Err(bad(self.ip, "unwind codes end without an end code"));
             };
-            if b == op::END || b == op::END_C {
+            if b == op::END {
                 return Ok(());
+            }
+            // `end_c` ends the codes of this fragment's own scope (a cold part or a
+            // shrink-wrapped region): the host's codes after it are undone too.
+            if b == op::END_C {
+                if pending_next != 0 {
+                    return Err(bad(self.ip, "save_next before end_c"));
+                }
+                index += 1;
+                continue;
             }
             let size = code_size(b);
             let bytes = codes
@@ -469,6 +481,32 @@ mod tests {
         // A pc past the function is bad data.
         let e = virtual_unwind(&t, BASE, BASE + RF, &ctx(492, SP), &t, true).unwrap_err();
         assert!(e.to_string().contains("0x1ec bytes"), "{e}");
+    }
+
+    /// A cold fragment as crossgen2 writes it for arm64: `end_c` (no prolog of its own),
+    /// then its host's codes: `str x19, [sp, #24]`, `stp fp, lr, [sp, #-32]!`.
+    #[test]
+    fn a_cold_fragment_undoes_its_hosts_codes() {
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        let r = b.region(BASE, 0x2000);
+        r.u32(RF as usize, CODE as u32)
+            .u32(RF as usize + 4, XDATA as u32);
+        // 0x10 instructions, E bit with the epilog's codes at index 1, 2 code words.
+        r.u32(XDATA as usize, 0x10 | (1 << 21) | (1 << 22) | (2 << 27));
+        r.bytes(
+            XDATA as usize + 4,
+            &[0xe5, 0xd0, 0x03, 0x83, 0xe4, 0xe4, 0xe4, 0xe4],
+        );
+        let st = b.region(SP, 0x100);
+        st.u64(0, SP + 0x80).u64(8, RA).u64(24, 19);
+        let t = b.into_target();
+        // Its first instruction is body, not prolog: everything is undone.
+        for (offset, exact) in [(0, true), (0x10, false)] {
+            let c =
+                virtual_unwind(&t, BASE, BASE + RF, &ctx(offset, SP), &t, exact).expect("unwinds");
+            assert_eq!((c.pc, c.sp(), c.fp()), (RA, SP + 32, Some(SP + 0x80)));
+            assert_eq!(c.regs[19], Some(19));
+        }
     }
 
     #[test]
