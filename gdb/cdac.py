@@ -40,6 +40,10 @@ REG_R12, REG_R13, REG_R14, REG_R15 = 16, 32, 64, 128
 REG_RIP_IS_RETURN = 256
 SAVED = ("rbp", "rbx", "r12", "r13", "r14", "r15")
 SAVED_BITS = (REG_RBP, REG_RBX, REG_R12, REG_R13, REG_R14, REG_R15)
+ARCH_X64, ARCH_ARM64 = 1, 2
+ARM64_REG_SP, ARM64_REG_PC, ARM64_REG_PC_IS_RETURN = 1 << 31, 1 << 32, 1 << 33
+# The registers an arm64 unwind step restores or keeps: x19-x28, fp (x29), lr (x30).
+ARM64_SAVED = tuple(range(19, 31))
 
 
 class FrameId:
@@ -139,6 +143,12 @@ class Regs(ctypes.Structure):
         [("valid_mask", ctypes.c_uint32)]
 
 
+class Arm64Regs(ctypes.Structure):
+    """cdac_arm64_regs: x0-x30, sp, pc; valid_mask bit n for xn, then ARM64_REG_*."""
+    _fields_ = [("x", ctypes.c_uint64 * 31), ("sp", ctypes.c_uint64), ("pc", ctypes.c_uint64),
+                ("valid_mask", ctypes.c_uint64)]
+
+
 class Frame(ctypes.Structure):
     _fields_ = [("ip", ctypes.c_uint64), ("sp", ctypes.c_uint64),
                 ("method_desc", ctypes.c_uint64), ("kind", ctypes.c_uint32),
@@ -210,6 +220,10 @@ def _library():
     }
     # Newer calls are bound when the library has them (an older libcdac.so lacks them).
     optional = {
+        "cdac_architecture": [h, ctypes.POINTER(ctypes.c_uint32)],
+        "cdac_unwind_step_arm64": [h, ctypes.POINTER(Arm64Regs), ctypes.POINTER(Arm64Regs)],
+        "cdac_stack_arm64": [h, ctypes.POINTER(Arm64Regs), ctypes.POINTER(Frame),
+                             ctypes.c_size_t, size_p],
         "cdac_exception_text": [h, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_char_p,
                                 ctypes.c_size_t, size_p],
         "cdac_heap_stat": [h, ctypes.POINTER(TypeStat), ctypes.c_size_t, size_p],
@@ -256,8 +270,13 @@ _READ = READ_FN(_read_memory)
 
 
 def _mappings():
-    """The inferior's file mappings, from `info proc mappings` (live and cores alike)."""
-    out = gdb.execute("info proc mappings", to_string=True)
+    """The inferior's file mappings, from `info proc mappings` (live and cores alike), else
+    (a core without an NT_FILE note, as qemu-user writes) from the shared libraries gdb
+    loaded."""
+    try:
+        out = gdb.execute("info proc mappings", to_string=True)
+    except gdb.error:
+        out = ""
     maps = []
     for line in out.splitlines():
         m = re.match(r"\s*(0x[0-9a-f]+)\s+(0x[0-9a-f]+)\s+0x[0-9a-f]+\s+(0x[0-9a-f]+)\s+"
@@ -265,6 +284,66 @@ def _mappings():
         if m:
             maps.append((int(m.group(1), 16), int(m.group(2), 16), int(m.group(3), 16),
                          m.group(4).strip()))
+    return maps or _library_mappings()
+
+
+def _elf_layout(path):
+    """(address of .text, [(vaddr, file offset, file size)] of each PT_LOAD) of a 64-bit
+    little-endian ELF file, or None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return None
+            phoff, shoff = struct.unpack_from("<QQ", head, 32)
+            phentsize, phnum, shentsize, shnum, shstrndx = struct.unpack_from("<HHHHH", head, 54)
+            f.seek(phoff)
+            ph = f.read(phentsize * phnum)
+            loads = []
+            for k in range(phnum):
+                p_type, _, p_offset, p_vaddr, _, p_filesz = struct.unpack_from(
+                    "<IIQQQQ", ph, k * phentsize)
+                if p_type == 1:
+                    loads.append((p_vaddr, p_offset, p_filesz))
+            f.seek(shoff)
+            sh = f.read(shentsize * shnum)
+            if shstrndx >= shnum:
+                return None
+            str_off, str_size = struct.unpack_from("<QQ", sh, shstrndx * shentsize + 24)
+            f.seek(str_off)
+            names = f.read(str_size)
+            for k in range(shnum):
+                name_at = struct.unpack_from("<I", sh, k * shentsize)[0]
+                name = names[name_at:names.find(b"\0", name_at)]
+                if name == b".text":
+                    return struct.unpack_from("<Q", sh, k * shentsize + 16)[0], loads
+    except (OSError, struct.error, ValueError):
+        return None
+    return None
+
+
+def _library_mappings():
+    """Each shared library's PT_LOAD segments where gdb placed it (`info sharedlibrary`
+    gives where its .text landed), widened to pages as the loader maps them."""
+    try:
+        out = gdb.execute("info sharedlibrary", to_string=True)
+    except gdb.error:
+        return []
+    maps = []
+    for line in out.splitlines():
+        m = re.match(r"\s*(0x[0-9a-f]+)\s+0x[0-9a-f]+\s+\S+(?:\s+\(\*\))?\s+(/\S.*)$", line)
+        if not m:
+            continue
+        path = m.group(2).strip()
+        layout = _elf_layout(path)
+        if layout is None:
+            continue
+        text, loads = layout
+        bias = int(m.group(1), 16) - text
+        for vaddr, offset, size in loads:
+            start = (bias + vaddr) & ~0xFFF
+            end = (bias + vaddr + size + 0xFFF) & ~0xFFF
+            maps.append((start, end, offset & ~0xFFF, path))
     return maps
 
 
@@ -279,6 +358,7 @@ class Target:
     failure = None
     names = {}
     keep = None
+    arch = ARCH_X64
 
     @classmethod
     def get(cls):
@@ -301,7 +381,18 @@ class Target:
             cls.key, cls.failure = key, "cdac: " + last_error()
             raise gdb.GdbError(cls.failure)
         cls.handle, cls.key, cls.keep = handle, key, (arr, paths, maps)
+        cls.arch = ARCH_X64
+        if hasattr(LIB, "cdac_architecture"):
+            arch = ctypes.c_uint32(0)
+            if LIB.cdac_architecture(handle, ctypes.byref(arch)) == OK:
+                cls.arch = arch.value
         return handle
+
+    @classmethod
+    def architecture(cls):
+        """The target's CDAC_ARCH_*."""
+        cls.get()
+        return cls.arch
 
     @classmethod
     def mappings(cls):
@@ -356,6 +447,12 @@ class ManagedUnwinder(Unwinder):
         super().__init__("cdac-managed")
 
     def __call__(self, pending_frame):
+        try:
+            arm64 = Target.architecture() == ARCH_ARM64
+        except gdb.GdbError:
+            return None
+        if arm64:
+            return self._arm64(pending_frame)
         pc = int(pending_frame.read_register("rip"))
         caller_frame = pending_frame.level() > 0
         # A return address belongs to the call before it.
@@ -382,6 +479,27 @@ class ManagedUnwinder(Unwinder):
         for name, bit in zip(SAVED, SAVED_BITS):
             if out.valid_mask & bit:
                 info.add_saved_register(name, gdb.Value(getattr(out, name)).cast(u64))
+        return info
+
+    def _arm64(self, pending_frame):
+        pc = int(pending_frame.read_register("pc")) & (2**64 - 1)
+        caller_frame = pending_frame.level() > 0
+        found = method_at(pc - 1 if caller_frame else pc, lines=False)
+        if found is None:
+            return None
+        regs = _arm64_registers(pending_frame)
+        if caller_frame:
+            regs.valid_mask |= ARM64_REG_PC_IS_RETURN
+        out = Arm64Regs()
+        if LIB.cdac_unwind_step_arm64(Target.get(), ctypes.byref(regs), ctypes.byref(out)) != OK:
+            return None
+        info = pending_frame.create_unwind_info(FrameId(out.sp, found[0].start))
+        u64 = gdb.lookup_type("unsigned long")
+        info.add_saved_register("pc", gdb.Value(out.pc).cast(u64))
+        info.add_saved_register("sp", gdb.Value(out.sp).cast(u64))
+        for n in ARM64_SAVED:
+            if out.valid_mask & (1 << n):
+                info.add_saved_register("x%d" % n, gdb.Value(out.x[n]).cast(u64))
         return info
 
 
@@ -423,6 +541,22 @@ class ManagedFrameNames:
             pc = frame.pc()
             found = method_at(pc - 1 if frame.level() > 0 else pc)
             yield ManagedFrame(f, found[1], found[2]) if found else UnnamedFrame(f)
+
+
+def _arm64_registers(frame):
+    """A frame's (or pending frame's) arm64 registers: pc, sp and x0-x30 where gdb has
+    them."""
+    regs = Arm64Regs()
+    regs.pc = int(frame.read_register("pc")) & (2**64 - 1)
+    regs.sp = int(frame.read_register("sp")) & (2**64 - 1)
+    regs.valid_mask = ARM64_REG_PC | ARM64_REG_SP
+    for n in range(31):
+        try:
+            regs.x[n] = int(frame.read_register("x%d" % n)) & (2**64 - 1)
+            regs.valid_mask |= 1 << n
+        except (gdb.error, ValueError):
+            pass
+    return regs
 
 
 def _registers(frame):
@@ -504,10 +638,15 @@ class ClrStack(gdb.Command):
 
     def invoke(self, arg, from_tty):
         frame = gdb.newest_frame()
-        regs = _registers(frame)
         frames = (Frame * 512)()
         count = ctypes.c_size_t(0)
-        status = LIB.cdac_stack(Target.get(), ctypes.byref(regs), frames, 512, ctypes.byref(count))
+        h = Target.get()
+        if Target.architecture() == ARCH_ARM64:
+            status = LIB.cdac_stack_arm64(h, ctypes.byref(_arm64_registers(frame)), frames, 512,
+                                          ctypes.byref(count))
+        else:
+            status = LIB.cdac_stack(h, ctypes.byref(_registers(frame)), frames, 512,
+                                    ctypes.byref(count))
         if status < 0:
             raise gdb.GdbError("cdac: " + last_error())
         for i in range(min(count.value, 512)):

@@ -163,12 +163,13 @@ pub fn headers_from_memory(target: &Target, base: u64) -> Result<Vec<Segment>, S
 }
 
 /// Whether the file at `path` on this machine is the one the target mapped at `base`: its
-/// ELF header matches the target's bytes (when the target has them; a dump without them
-/// cannot tell, and the file is trusted).
+/// ELF header matches the target's bytes (when the target has an ELF header there; a dump
+/// without those bytes cannot tell, and the file is trusted; so is one whose reader gives
+/// zeros for what the dump left out, as gdb does for qemu's cores).
 pub fn file_matches_target(file: &[u8], target: &Target, base: u64) -> bool {
     match (file.get(..64), target.read_bytes(base, 64)) {
-        (Some(disk), Ok(mem)) => disk == mem.as_slice(),
-        (Some(_), Err(_)) => true,
+        (Some(disk), Ok(mem)) if mem.starts_with(b"\x7fELF") => disk == mem.as_slice(),
+        (Some(_), _) => true,
         (None, _) => false,
     }
 }
@@ -184,6 +185,36 @@ mod tests {
             file_offset,
             path: PathBuf::from(path),
         }
+    }
+
+    #[test]
+    fn a_file_matches_unless_the_target_holds_another_elf_header() {
+        use crate::memory::builder::MemoryBuilder;
+        use crate::memory::DataLayout;
+        let mut file = vec![0u8; 64];
+        file[..4].copy_from_slice(b"\x7fELF");
+        file[4] = 2;
+        let mut other = file.clone();
+        other[4] = 1;
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        b.region(0x1000, 64).bytes(0, &file);
+        b.region(0x2000, 64).bytes(0, &other);
+        b.region(0x3000, 64);
+        let t = b.into_target();
+        assert!(file_matches_target(&file, &t, 0x1000), "the same header");
+        assert!(
+            !file_matches_target(&file, &t, 0x2000),
+            "another ELF header"
+        );
+        assert!(
+            file_matches_target(&file, &t, 0x3000),
+            "zeros: left out of the dump"
+        );
+        assert!(file_matches_target(&file, &t, 0x9000), "unreadable");
+        assert!(
+            !file_matches_target(&file[..10], &t, 0x1000),
+            "not a whole header"
+        );
     }
 
     #[test]

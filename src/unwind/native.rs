@@ -158,9 +158,12 @@ impl NativeUnwinder {
         let mut cache = self.is_elf.lock().unwrap_or_else(|p| p.into_inner());
         *cache.entry(index).or_insert_with(|| {
             match self.target.read_bytes(module.base, 4) {
-                Ok(magic) => magic == b"\x7fELF",
-                // Not in the dump: the file on disk tells.
-                Err(_) => crate::memory::map_regular_file(&module.path)
+                Ok(magic) if magic == b"\x7fELF" => true,
+                // Another header (a PE image the runtime mapped).
+                Ok(magic) if magic != [0; 4] => false,
+                // Not in the dump (or zeros where a debugger's reader fills what a dump
+                // left out, as gdb does for qemu's cores): the file on disk tells.
+                _ => crate::memory::map_regular_file(&module.path)
                     .is_ok_and(|map| map.starts_with(b"\x7fELF")),
             }
         })
