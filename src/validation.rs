@@ -1448,17 +1448,34 @@ fn check_helper_frames(
     }
     let list = list.ok_or_else(|| Stop::Skip("no thread list".into()))?;
     let threads = Threads::for_runtime(rt).map_err(|e| Stop::Skip(e.to_string()))?;
-    let mut seen = 0;
+    let waits = monitor_waits(rt);
+    let segments = rt.contracts().gc().ok().and_then(|g| g.segments().ok());
+    let (mut seen, mut waiting, mut objects, mut in_heap) = (0, 0, 0, 0);
     for t in &list.threads {
         let Ok(frames) = threads.frames(t) else {
             continue;
         };
+        let mut innermost = true;
         for frame in frames
             .iter()
             .filter(|fr| fr.kind == Some("HelperMethodFrame_1OBJ"))
         {
             seen += 1;
             let slot = f.ptr(frame.address, "HelperMethodFrame_1OBJ", "GCPtrs")?;
+            // A thread in Monitor.Wait waits in an FCALL whose helper frame protects the
+            // object it waits on: the object of the sync block that lists the thread.
+            if std::mem::take(&mut innermost) {
+                if let Some(&object) = waits.get(&t.address) {
+                    let protected = rt.target().read_pointer(slot)?;
+                    if protected != object {
+                        return Err(fail(format!(
+                            "thread {:#x} waits on {object:#x} in Monitor.Wait, but its HelperMethodFrame_1OBJ at {:#x} protects {protected:#x}",
+                            t.address, frame.address
+                        )));
+                    }
+                    waiting += 1;
+                }
+            }
             if slot.abs_diff(frame.address) > 0x1000 || slot % 8 != 0 {
                 return Err(fail(format!(
                     "the HelperMethodFrame_1OBJ at {:#x} protects slot {slot:#x}, not one next to it",
@@ -1475,6 +1492,26 @@ fn check_helper_frames(
                         frame.address
                     )));
                 }
+                // An object of the GC heap, whose type's EEClass names it back.
+                if let Some(segments) = &segments {
+                    if !segments.iter().any(|s| s.start <= object && object < s.end) {
+                        return Err(fail(format!(
+                            "the HelperMethodFrame_1OBJ at {:#x} protects {object:#x}, which is in no GC heap segment",
+                            frame.address
+                        )));
+                    }
+                    in_heap += 1;
+                }
+                let canonical = method_table_info(rt.target(), rt.descriptor(), mt)?.canonical;
+                let class = f.ptr(canonical, "MethodTable", "EEClassOrCanonMT")?;
+                let back = f.ptr(class, "EEClass", "MethodTable")?;
+                if back != canonical {
+                    return Err(fail(format!(
+                        "the HelperMethodFrame_1OBJ at {:#x} protects {object:#x}, whose MethodTable {mt:#x} has an EEClass {class:#x} naming {back:#x}",
+                        frame.address
+                    )));
+                }
+                objects += 1;
             }
         }
     }
@@ -1484,8 +1521,31 @@ fn check_helper_frames(
         ));
     }
     Ok(format!(
-        "{seen} HelperMethodFrame_1OBJ(s) protect a slot next to them holding null or an object"
+        "{seen} HelperMethodFrame_1OBJ(s) protect a slot next to them: {objects} an object whose MethodTable's EEClass names it back ({in_heap} inside a GC heap segment), the others null; {waiting} the object their thread waits on in Monitor.Wait"
     ))
+}
+
+/// The object each thread waits on in `Monitor.Wait` (by thread address): the objects of
+/// the sync blocks whose wait lists name threads. Empty when sync blocks cannot be read.
+fn monitor_waits(rt: &Runtime) -> std::collections::HashMap<u64, u64> {
+    let mut waits = std::collections::HashMap::new();
+    let Ok(sync) = rt.contracts().sync_blocks() else {
+        return waits;
+    };
+    for index in 1..=1024u32 {
+        let Ok(Some(entry)) = sync.entry(index) else {
+            break;
+        };
+        if entry.object & 1 != 0 || entry.sync_block == 0 {
+            continue;
+        }
+        if let Ok(threads) = sync.pulse_waiters(entry.sync_block) {
+            for t in threads {
+                waits.insert(t, entry.object);
+            }
+        }
+    }
+    waits
 }
 
 fn check_sync_blocks(rt: &Runtime, list: Option<&crate::contracts::thread::ThreadList>) -> Outcome {
