@@ -303,6 +303,10 @@ impl StackWalker {
                 Err(e) => return Err(e),
             }
         }
+        // A signal trampoline outside every module (the vDSO, qemu-user's page).
+        if let Some(next) = C::step_signal(&self.native, frame, mem)? {
+            return Ok(Some((next, FoundBy::SignalContext)));
+        }
         C::step_frame_chain(&frame.ctx, mem).map(|next| {
             next.map(|ctx| {
                 (
@@ -421,6 +425,14 @@ trait WalkArch: CfiContext + Into<Registers> {
 
     /// One step by the frame chain, for native code without CFI.
     fn step_frame_chain(ctx: &Self, mem: &dyn StackMemory) -> Result<Option<Self>, UnwindError>;
+
+    /// One step out of a signal handler whose trampoline no module covers, if the frame
+    /// is at one.
+    fn step_signal(
+        native: &NativeUnwinder,
+        frame: &NativeFrame<Self>,
+        mem: &dyn StackMemory,
+    ) -> Result<Option<NativeFrame<Self>>, UnwindError>;
 }
 
 impl WalkArch for X64Context {
@@ -447,6 +459,15 @@ impl WalkArch for X64Context {
 
     fn step_frame_chain(ctx: &Self, mem: &dyn StackMemory) -> Result<Option<Self>, UnwindError> {
         NativeUnwinder::step_frame_pointer(ctx, mem)
+    }
+
+    // glibc's x64 trampoline (`__restore_rt`) is in libc, found by its CFI step.
+    fn step_signal(
+        _native: &NativeUnwinder,
+        _frame: &NativeFrame<Self>,
+        _mem: &dyn StackMemory,
+    ) -> Result<Option<NativeFrame<Self>>, UnwindError> {
+        Ok(None)
     }
 }
 
@@ -481,6 +502,14 @@ impl WalkArch for Arm64Context {
 
     fn step_frame_chain(ctx: &Self, mem: &dyn StackMemory) -> Result<Option<Self>, UnwindError> {
         aarch64::step_frame_record(ctx, mem)
+    }
+
+    fn step_signal(
+        native: &NativeUnwinder,
+        frame: &NativeFrame<Self>,
+        mem: &dyn StackMemory,
+    ) -> Result<Option<NativeFrame<Self>>, UnwindError> {
+        native.step_signal_arm64(frame, mem)
     }
 }
 

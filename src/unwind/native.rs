@@ -268,8 +268,27 @@ impl NativeUnwinder {
         Ok(Some(X64Context::new(ret, caller_sp, Some(caller_rbp))))
     }
 
-    /// One step from an arm64 `frame` to its caller by its module's CFI. `Ok(None)` at
-    /// the outermost frame; `NoUnwindInfo` where no CFI covers the code.
+    /// One step out of a signal handler: `frame` is at an `rt_sigreturn` trampoline (which
+    /// no module's CFI covers: the kernel's vDSO or qemu-user's page), and its caller is
+    /// the interrupted code, at the exact instruction. `Ok(None)` when it is no trampoline.
+    pub fn step_signal_arm64(
+        &self,
+        frame: &NativeFrame<Arm64Context>,
+        mem: &dyn StackMemory,
+    ) -> Result<Option<NativeFrame<Arm64Context>>, UnwindError> {
+        Ok(
+            super::aarch64::signal::step_sigreturn(&self.target, &frame.ctx, mem)?.map(|ctx| {
+                NativeFrame {
+                    ctx,
+                    ip_is_exact: true,
+                }
+            }),
+        )
+    }
+
+    /// One step from an arm64 `frame` to its caller by its module's CFI, or out of a
+    /// signal handler through its trampoline. `Ok(None)` at the outermost frame;
+    /// `NoUnwindInfo` where neither applies.
     pub fn step_frame_arm64(
         &self,
         frame: &NativeFrame<Arm64Context>,
@@ -282,7 +301,10 @@ impl NativeUnwinder {
             None => None,
         };
         match found {
-            None => Err(UnwindError::NoUnwindInfo { ip }),
+            None => match self.step_signal_arm64(frame, mem)? {
+                Some(next) => Ok(Some(next)),
+                None => Err(UnwindError::NoUnwindInfo { ip }),
+            },
             Some(Stepped::Outermost) => Ok(None),
             Some(Stepped::Caller(ctx, _)) if ctx.pc == 0 => Ok(None),
             Some(Stepped::Caller(ctx, signal)) => {

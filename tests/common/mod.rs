@@ -564,7 +564,7 @@ pub fn crash_dump_on_thread(variant: Variant) -> (serde_json::Value, PathBuf) {
 }
 
 /// The core qemu-user wrote into `dir` (`qemu_<exe>_<time>_<pid>.core`), if any.
-fn qemu_core_in(dir: &Path) -> Option<PathBuf> {
+pub fn qemu_core_in(dir: &Path) -> Option<PathBuf> {
     std::fs::read_dir(dir)
         .ok()?
         .filter_map(Result::ok)
@@ -600,6 +600,16 @@ fn testbed_command(variant: Variant, dir: &Path) -> Command {
     if !variant.is_arm64() {
         return Command::new(&exe);
     }
+    let mut c = qemu_command(&exe, dir);
+    c.env("DOTNET_SYSTEM_GLOBALIZATION_INVARIANT", "1")
+        .env("DOTNET_EnableWriteXorExecute", "0");
+    c
+}
+
+/// qemu-user running the linux-arm64 program `exe` in `dir`, with Debian's arm64 C
+/// libraries; qemu writes the guest's core into `dir` when the guest dies of a signal
+/// (SIGQUIT), and the kernel's core of qemu is kept empty.
+pub fn qemu_command(exe: &Path, dir: &Path) -> Command {
     // The wrapper also gives SIGQUIT and SIGINT back their default action: a shell's
     // background job starts with both ignored, qemu would inherit that, and the guest would
     // never get the SIGQUIT that makes qemu write its core (no shell can undo it).
@@ -615,10 +625,8 @@ fn testbed_command(variant: Variant, dir: &Path) -> Command {
              os.execvp(sys.argv[1], sys.argv[1:])",
         )
         .args(["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"])
-        .arg(&exe)
-        .current_dir(dir)
-        .env("DOTNET_SYSTEM_GLOBALIZATION_INVARIANT", "1")
-        .env("DOTNET_EnableWriteXorExecute", "0");
+        .arg(exe)
+        .current_dir(dir);
     c
 }
 

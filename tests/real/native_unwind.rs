@@ -1,7 +1,10 @@
 //! Native unwinding and symbols on dumps of the real .NET 10 testbed, against gdb: for
 //! every thread of a `gcore` and a `createdump --full` dump, the CFI walk from the
 //! thread's `NT_PRSTATUS` registers names the same native functions, in the same order, as
-//! `gdb -batch -ex 'thread apply all bt'` does before its first `??` frame.
+//! `gdb -batch -ex 'thread apply all bt'` does before its first `??` frame. Signal frames:
+//! a C program parked in a signal handler, on x64 (glibc's `__restore_rt`, against gdb)
+//! and on linux-arm64 under qemu-user (qemu's `rt_sigreturn` trampoline, which gdb-multiarch
+//! does not step through: against the program's own symbols).
 
 use crate::common;
 
@@ -483,6 +486,163 @@ fn signal_frames_are_unwound_into_the_interrupted_code() {
     assert!(matches!(w.end, End::Outermost), "{:?}", w.end);
     assert_eq!(c.matched, c.gdb_frames);
     assert_eq!(c.matched, names.len(), "gdb sees every frame we do");
+}
+
+/// The signal program built for linux-arm64 (clang and Debian's cross binutils and C
+/// library), run under qemu-user, and its core written by qemu (SIGQUIT) while the handler
+/// is parked: the handler returns to qemu's `rt_sigreturn` trampoline, outside every
+/// module, and the walk goes from it through the signal frame into `spin`, at the
+/// instruction the signal interrupted, then `main` and the C start-up below it.
+#[test]
+fn arm64_signal_frames_are_unwound_into_the_interrupted_code() {
+    use cdac::unwind::aarch64::signal::is_sigreturn_trampoline;
+    use cdac::unwind::aarch64::step_frame_record;
+    use cdac::unwind::{Arm64Context, Registers};
+    const LIB: &str = "/usr/aarch64-linux-gnu/lib";
+    let _qemu = common::qemu_lock();
+    let dir = common::scratch("native-unwind-signal-arm64");
+    let src = dir.join("sig.c");
+    let obj = dir.join("sig.o");
+    let exe = dir.join("sig");
+    std::fs::write(&src, SIGNAL_PROGRAM).expect("write C source");
+    let clang = ["clang-14", "clang"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok())
+        .expect("clang (scripts/ensure-tools installs clang-14)");
+    let status = Command::new(clang)
+        .args([
+            "--target=aarch64-linux-gnu",
+            "-I/usr/aarch64-linux-gnu/include",
+        ])
+        .args([
+            "-O2",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-fno-optimize-sibling-calls",
+        ])
+        .args(["-c", "-o"])
+        .arg(&obj)
+        .arg(&src)
+        .status()
+        .expect("run clang");
+    assert!(status.success(), "clang failed");
+    let status = Command::new("aarch64-linux-gnu-ld")
+        // Headers in a segment of their own, as toolchains lay programs out by default:
+        // qemu's core keeps no executable file-backed page, so the program is found by
+        // its header page.
+        .args(["-z", "separate-code"])
+        .args(["-dynamic-linker", "/lib/ld-linux-aarch64.so.1", "-o"])
+        .arg(&exe)
+        .args([format!("{LIB}/crt1.o"), format!("{LIB}/crti.o")])
+        .arg(&obj)
+        .args([format!("-L{LIB}"), "-lc".into(), format!("{LIB}/crtn.o")])
+        .status()
+        .expect("run aarch64-linux-gnu-ld (binutils-aarch64-linux-gnu)");
+    assert!(status.success(), "aarch64-linux-gnu-ld failed");
+    let mut child = common::qemu_command(&exe, &dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the signal program under qemu");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("read ready");
+    assert_eq!(line.trim(), "ready");
+    let status = Command::new("kill")
+        .args(["-QUIT", &child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+    let _ = child.wait();
+    let core = common::qemu_core_in(&dir).expect("qemu wrote a core");
+
+    // The core has no NT_FILE note: its images are found from the loader's list, the C
+    // libraries under the cross sysroot.
+    let opened = CoreDump::open_with_sysroots(&core, &[]).expect("open core");
+    let modules: Vec<String> = cdac::memory::MemorySource::mapped_files(&opened)
+        .iter()
+        .map(|f| f.path.display().to_string())
+        .collect();
+    assert!(
+        modules.iter().any(|p| p.ends_with("/libc.so.6")),
+        "{modules:?}"
+    );
+    let target = Target::new(Arc::new(opened), DataLayout::LE64);
+    let unw = NativeUnwinder::new(&target);
+    // The program's functions by address, from its symbol table (qemu's core names no
+    // file for the main program, and its text has no dynamic symbols).
+    let exe_bytes = std::fs::read(&exe).expect("read the program");
+    let exe_file = object::File::parse(&*exe_bytes).expect("an ELF file");
+    let functions: Vec<(u64, u64, String)> = {
+        use object::{Object, ObjectSymbol, SymbolKind};
+        exe_file
+            .symbols()
+            .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
+            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+            .collect()
+    };
+    let threads = target.source().threads().expect("threads");
+    let Some(Registers::Arm64(ctx)) = threads.first().and_then(|t| t.context) else {
+        panic!("no arm64 registers in the core");
+    };
+    let name = |f: &NativeFrame<Arm64Context>| -> String {
+        if is_sigreturn_trampoline(&target, f.ctx.pc) {
+            return "(rt_sigreturn trampoline)".into();
+        }
+        let at = f.lookup_ip();
+        functions
+            .iter()
+            .find(|(start, size, _)| (*start..start + size).contains(&at))
+            .map(|(_, _, n)| n.clone())
+            .unwrap_or_else(|| format!("{:#x}", f.ctx.pc))
+    };
+    let mut frame = NativeFrame::innermost(ctx);
+    let mut names = vec![name(&frame)];
+    let mut exact_after_trampoline = None;
+    while names.len() < 64 {
+        let next = match unw.step_frame_arm64(&frame, &target) {
+            Ok(Some(next)) => next,
+            Ok(None) => break,
+            Err(UnwindError::NoUnwindInfo { .. }) => {
+                match step_frame_record(&frame.ctx, &target).expect("frame record") {
+                    Some(ctx) => NativeFrame {
+                        ctx,
+                        ip_is_exact: false,
+                    },
+                    None => break,
+                }
+            }
+            Err(e) => panic!("after {names:?}: {e}"),
+        };
+        if is_sigreturn_trampoline(&target, frame.ctx.pc) {
+            exact_after_trampoline = Some(next.ip_is_exact);
+        }
+        frame = next;
+        names.push(name(&frame));
+    }
+    let at = |n: &str| {
+        names
+            .iter()
+            .position(|x| x == n)
+            .unwrap_or_else(|| panic!("no {n} in {names:?}"))
+    };
+    let trampoline = at("(rt_sigreturn trampoline)");
+    assert_eq!(at("parked_in_handler") + 1, at("on_alarm"), "{names:?}");
+    assert_eq!(at("on_alarm") + 1, trampoline, "{names:?}");
+    assert_eq!(at("spin"), trampoline + 1, "{names:?}");
+    assert_eq!(at("main"), trampoline + 2, "{names:?}");
+    assert_eq!(
+        exact_after_trampoline,
+        Some(true),
+        "the interrupted pc is exact"
+    );
+    assert!(
+        names.len() > trampoline + 3,
+        "C start-up below main: {names:?}"
+    );
+    eprintln!("arm64 signal program under qemu: {names:?}");
 }
 
 /// The memory of another source with every mapped file renamed to a path that does not

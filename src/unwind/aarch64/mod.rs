@@ -1,10 +1,12 @@
 //! Unwinding arm64 frames: managed code by the Windows ARM64 unwind data the runtime emits
 //! on every operating system ([`managed`], `unwind_data`), native code by its module's
-//! DWARF CFI (the shared CFI stepper of [`crate::unwind::native`]) or else the frame
-//! record chain ([`step_frame_record`]).
+//! DWARF CFI (the shared CFI stepper of [`crate::unwind::native`]), out of a signal
+//! handler through its `rt_sigreturn` trampoline ([`signal`]), or else the frame record
+//! chain ([`step_frame_record`]).
 
 pub mod managed;
 pub mod packed;
+pub mod signal;
 pub mod unwind_data;
 
 use crate::regs::{arm64_reg, Arm64Context};
