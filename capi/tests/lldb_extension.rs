@@ -161,14 +161,16 @@ fn is_bare_address(frame: &str) -> bool {
         .is_some_and(|t| t.trim().chars().all(|c| c.is_ascii_hexdigit()))
 }
 
-/// The frames of a `cdac clrstack` listing: (ip, `Some((name, IL offset, file:line))` for
-/// managed frames).
-type ClrFrame = (u64, Option<(String, Option<u32>, Option<String>)>);
+/// The frames of a `cdac clrstack` listing: (ip, sp, `Some((name, IL offset, file:line))`
+/// for managed frames).
+type ClrFrame = (u64, u64, Option<(String, Option<u32>, Option<String>)>);
 
 fn clrstack_frames(text: &str) -> Vec<ClrFrame> {
     let mut out = Vec::new();
     for line in text.lines().filter(|l| l.starts_with('#')) {
         // `#N  SP IP` then the frame's text.
+        let sp_text = line.split_whitespace().nth(1).expect("sp");
+        let sp = u64::from_str_radix(sp_text.trim_start_matches("0x"), 16).expect("sp");
         let ip_text = line.split_whitespace().nth(2).expect("ip");
         let ip = u64::from_str_radix(ip_text.trim_start_matches("0x"), 16).expect("ip");
         let rest = line
@@ -176,7 +178,7 @@ fn clrstack_frames(text: &str) -> Vec<ClrFrame> {
             .map_or("", |(_, r)| r)
             .trim();
         if rest.starts_with("(native)") {
-            out.push((ip, None));
+            out.push((ip, sp, None));
             continue;
         }
         let (name_il, file_line) = match rest.rsplit_once(" at ") {
@@ -190,7 +192,7 @@ fn clrstack_frames(text: &str) -> Vec<ClrFrame> {
             ),
             None => (name_il, None),
         };
-        out.push((ip, Some((name.to_string(), il, file_line))));
+        out.push((ip, sp, Some((name.to_string(), il, file_line))));
     }
     out
 }
@@ -208,9 +210,9 @@ fn cli_frames(stacks: &Value, tid: i64) -> Vec<ClrFrame> {
         .expect("frames")
         .iter()
         .map(|f| {
-            let ip = hex(&f["ip"]);
+            let (ip, sp) = (hex(&f["ip"]), hex(&f["sp"]));
             if f["kind"] != "managed" {
-                return (ip, None);
+                return (ip, sp, None);
             }
             let source = f["source"].as_object().map(|s| {
                 format!(
@@ -222,6 +224,7 @@ fn cli_frames(stacks: &Value, tid: i64) -> Vec<ClrFrame> {
             let il = f["il_offset"].as_u64().map(|v| v as u32);
             (
                 ip,
+                sp,
                 Some((f["name"].as_str().expect("name").to_string(), il, source)),
             )
         })
@@ -233,8 +236,8 @@ enum Source<'a> {
     Live,
     Dump(&'a Path),
     /// The core qemu-user wrote of an arm64 testbed: lldb needs the architecture named
-    /// (the core says no OS), and it holds no libc text (no `clone3` or `start_thread`
-    /// to find below the threads' frames).
+    /// (the core says no OS) and the cross sysroot for the C libraries, whose symbols name
+    /// no `clone3` or `start_thread` below the threads' frames.
     QemuCore(&'a Path),
 }
 
@@ -257,6 +260,9 @@ fn check_target(tb: &Testbed, source: Source, extra: &[String]) -> Session {
         ),
         Source::QemuCore(core) => (
             vec![
+                // The arm64 C libraries the core lacks, from Debian's cross sysroot.
+                "-O".into(),
+                "platform select remote-linux --sysroot /usr/aarch64-linux-gnu".into(),
                 "--arch".into(),
                 "aarch64-unknown-linux-gnu".into(),
                 "-c".into(),
@@ -283,7 +289,7 @@ fn check_target(tb: &Testbed, source: Source, extra: &[String]) -> Session {
         if p["kind"] == "spin" && live {
             continue;
         }
-        for (k, (ip, managed)) in cli_frames(&stacks, tid).into_iter().enumerate() {
+        for (k, (ip, _, managed)) in cli_frames(&stacks, tid).into_iter().enumerate() {
             if managed.is_some() && k > 0 && !addrs.contains(&(ip - 1)) {
                 addrs.push(ip - 1);
             }
@@ -441,7 +447,7 @@ fn check_target(tb: &Testbed, source: Source, extra: &[String]) -> Session {
             let names = |fs: &[ClrFrame]| -> Vec<String> {
                 let mut v: Vec<String> = fs
                     .iter()
-                    .filter_map(|(_, m)| Some(m.as_ref()?.0.clone()))
+                    .filter_map(|(_, _, m)| Some(m.as_ref()?.0.clone()))
                     .collect();
                 v.dedup();
                 v
@@ -456,7 +462,7 @@ fn check_target(tb: &Testbed, source: Source, extra: &[String]) -> Session {
             );
             assert!(ours
                 .iter()
-                .any(|(_, m)| m.as_ref().is_some_and(|m| m.2.is_some())));
+                .any(|(_, _, m)| m.as_ref().is_some_and(|m| m.2.is_some())));
         }
         checked += 1;
     }
