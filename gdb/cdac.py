@@ -42,8 +42,8 @@ SAVED = ("rbp", "rbx", "r12", "r13", "r14", "r15")
 SAVED_BITS = (REG_RBP, REG_RBX, REG_R12, REG_R13, REG_R14, REG_R15)
 ARCH_X64, ARCH_ARM64 = 1, 2
 ARM64_REG_SP, ARM64_REG_PC, ARM64_REG_PC_IS_RETURN = 1 << 31, 1 << 32, 1 << 33
-# The registers an arm64 unwind step restores or keeps: x19-x28, fp (x29), lr (x30).
-ARM64_SAVED = tuple(range(19, 31))
+# The registers an arm64 unwind step restores or keeps: x19-x28 and fp (x29).
+ARM64_SAVED = tuple(range(19, 30))
 
 
 class FrameId:

@@ -1455,16 +1455,24 @@ fn check_helper_frames(
         let Ok(frames) = threads.frames(t) else {
             continue;
         };
-        let mut innermost = true;
+        // The thread's innermost Frame: where a thread in Monitor.Wait waits.
+        let innermost = frames.first().map(|fr| fr.address);
         for frame in frames
             .iter()
             .filter(|fr| fr.kind == Some("HelperMethodFrame_1OBJ"))
         {
             seen += 1;
             let slot = f.ptr(frame.address, "HelperMethodFrame_1OBJ", "GCPtrs")?;
-            // A thread in Monitor.Wait waits in an FCALL whose helper frame protects the
-            // object it waits on: the object of the sync block that lists the thread.
-            if std::mem::take(&mut innermost) {
+            if slot.abs_diff(frame.address) > 0x1000 || slot % 8 != 0 {
+                return Err(fail(format!(
+                    "the HelperMethodFrame_1OBJ at {:#x} protects slot {slot:#x}, not one next to it",
+                    frame.address
+                )));
+            }
+            // A thread in Monitor.Wait waits in an FCALL whose helper frame (its innermost
+            // Frame) protects the object it waits on: the object of the sync block that
+            // lists the thread.
+            if innermost == Some(frame.address) {
                 if let Some(&object) = waits.get(&t.address) {
                     let protected = rt.target().read_pointer(slot)?;
                     if protected != object {
@@ -1475,12 +1483,6 @@ fn check_helper_frames(
                     }
                     waiting += 1;
                 }
-            }
-            if slot.abs_diff(frame.address) > 0x1000 || slot % 8 != 0 {
-                return Err(fail(format!(
-                    "the HelperMethodFrame_1OBJ at {:#x} protects slot {slot:#x}, not one next to it",
-                    frame.address
-                )));
             }
             let object = rt.target().read_pointer(slot)?;
             if object != 0 {

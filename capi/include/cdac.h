@@ -339,7 +339,7 @@ int32_t cdac_architecture(cdac_handle *h, uint32_t *arch);
 
 /* cdac_unwind_step of an arm64 target: pc and sp must be valid; pc is looked up as given,
  * or at pc - 1 with CDAC_ARM64_REG_PC_IS_RETURN. `out` receives pc, sp and the registers
- * the unwind data restores or keeps (x19-x30). */
+ * the unwind data restores or keeps (x19-x29; the caller's lr is unknown). */
 int32_t cdac_unwind_step_arm64(cdac_handle *h, const cdac_arm64_regs *in, cdac_arm64_regs *out);
 
 /* cdac_stack of an arm64 target (native frames by CFI or the x29/x30 frame records). */

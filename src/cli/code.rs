@@ -749,7 +749,12 @@ pub fn run_unwind(args: &AddressArgs) -> CliResult {
                 }
             );
         }
-        out!("  prolog ({} instruction(s) from begin):", a.prolog.len());
+        let own = a
+            .prolog
+            .iter()
+            .filter(|t| !t.ends_with(OSR_FRAME_NOTE))
+            .count();
+        out!("  prolog ({own} instruction(s) from begin):");
         let mut offset = 0;
         for text in &a.prolog {
             if text.ends_with(OSR_FRAME_NOTE) {

@@ -168,7 +168,7 @@ pub fn headers_from_memory(target: &Target, base: u64) -> Result<Vec<Segment>, S
 /// zeros for what the dump left out, as gdb does for qemu's cores).
 pub fn file_matches_target(file: &[u8], target: &Target, base: u64) -> bool {
     match (file.get(..64), target.read_bytes(base, 64)) {
-        (Some(disk), Ok(mem)) if mem.starts_with(b"\x7fELF") => disk == mem.as_slice(),
+        (Some(disk), Ok(mem)) if mem.iter().any(|&b| b != 0) => disk == mem.as_slice(),
         (Some(_), _) => true,
         (None, _) => false,
     }
@@ -205,6 +205,13 @@ mod tests {
         assert!(
             !file_matches_target(&file, &t, 0x2000),
             "another ELF header"
+        );
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        b.region(0x1000, 64).bytes(0, b"MZ");
+        let pe = b.into_target();
+        assert!(
+            !file_matches_target(&file, &pe, 0x1000),
+            "another file's header"
         );
         assert!(
             file_matches_target(&file, &t, 0x3000),

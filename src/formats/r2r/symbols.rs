@@ -373,10 +373,14 @@ pub fn r2r_perf_map_from_bytes(
         if m.cold.is_some() {
             cold_parts += 1;
         }
-        for (first, count) in [(Some(m.first), m.count), (m.cold, m.cold_count)] {
+        let parts = [
+            (Some(m.first), m.count, false),
+            (m.cold, m.cold_count, true),
+        ];
+        for (first, count, is_cold) in parts {
             let Some(first) = first else { continue };
             // crossgen2's own maps list the hot part of a split method only.
-            if options.names == NameStyle::Crossgen2 && Some(first) == m.cold {
+            if options.names == NameStyle::Crossgen2 && is_cold {
                 unlisted_cold += count;
                 continue;
             }

@@ -8,10 +8,13 @@
 //! bottom when chained. The epilog undoes it in reverse, ending with `ret`.
 //!
 //! [`PackedUnwind::operations`] lists those instructions in unwinding order, one
-//! [`PackedOp`] each, with the counts the runtime's own unwinder uses to tell where in a
-//! prolog or epilog the pc is: the `mov x29, sp` that ends a chained prolog is not
+//! [`PackedOp`] each, with the prolog and epilog lengths the runtime's own unwinder uses
+//! to tell whether the pc is in one: the `mov x29, sp` that ends a chained prolog is not
 //! counted (it is last, and undoing it changes nothing), and the home-area stores count as
-//! four instructions in the prolog and one in the epilog.
+//! four instructions in the prolog and one in the epilog. Where the pc is inside one, the
+//! instructions not run yet (prolog) or run already (epilog) are skipped one by one; the
+//! runtime's stepping differs there in corners (a chained frame with more than 512 bytes
+//! of locals), where this one undoes what the instructions did.
 //!
 //! The JIT and crossgen2 emit no packed data (every `RUNTIME_FUNCTION` of the .NET 10
 //! linux-arm64 framework points at `.xdata`); code from other compilers may.
@@ -291,7 +294,11 @@ impl PackedOp {
             other => other,
         };
         if self.loads == [None, None] && verb == "ldp" && rest.starts_with('x') {
-            return "(home area)".to_string();
+            // The home area's store that allocated the save area frees it.
+            return match self.add_sp {
+                0 => "(home area)".to_string(),
+                n => format!("add sp, sp, #{n}"),
+            };
         }
         match rest.rsplit_once("[sp, #-") {
             Some((regs, n)) => format!("{verb} {regs}[sp], #{}", n.trim_end_matches(['!', ']'])),
@@ -423,7 +430,12 @@ mod tests {
                 "stp x0, x1, [sp, #-64]!",
             ]
         );
-        assert_eq!(p.operations(true).len(), 2);
+        let epilog: Vec<String> = p
+            .operations(true)
+            .iter()
+            .map(PackedOp::epilog_instruction)
+            .collect();
+        assert_eq!(epilog, ["ldp x29, x30, [sp], #32", "add sp, sp, #64"]);
     }
 
     #[test]
