@@ -271,8 +271,8 @@ _READ = READ_FN(_read_memory)
 
 def _mappings():
     """The inferior's file mappings, from `info proc mappings` (live and cores alike), else
-    (a core without an NT_FILE note, as qemu-user writes) from the shared libraries gdb
-    loaded."""
+    (a core without an NT_FILE note, as qemu-user writes) from the executable and shared
+    libraries gdb loaded."""
     try:
         out = gdb.execute("info proc mappings", to_string=True)
     except gdb.error:
@@ -322,24 +322,34 @@ def _elf_layout(path):
     return None
 
 
-def _library_mappings():
-    """Each shared library's PT_LOAD segments where gdb placed it (`info sharedlibrary`
-    gives where its .text landed), widened to pages as the loader maps them."""
+def _text_starts():
+    """(address of .text, path) of the executable and of each shared library gdb placed
+    (`info files`: the executable's sections first, then each library's `... in PATH`)."""
     try:
-        out = gdb.execute("info sharedlibrary", to_string=True)
+        out = gdb.execute("info files", to_string=True)
     except gdb.error:
         return []
-    maps = []
+    exe = gdb.current_progspace().filename
+    starts = []
     for line in out.splitlines():
-        m = re.match(r"\s*(0x[0-9a-f]+)\s+0x[0-9a-f]+\s+\S+(?:\s+\(\*\))?\s+(/\S.*)$", line)
-        if not m:
-            continue
-        path = m.group(2).strip()
+        m = re.match(r"\s*(0x[0-9a-f]+) - 0x[0-9a-f]+ is \.text(?: in (/\S.*))?$", line)
+        if m:
+            path = m.group(2).strip() if m.group(2) else exe
+            if path:
+                starts.append((int(m.group(1), 16), os.path.abspath(path)))
+    return starts
+
+
+def _library_mappings():
+    """The PT_LOAD segments of the executable and of each shared library where gdb placed
+    them (where their .text landed), widened to pages as the loader maps them."""
+    maps = []
+    for text_at, path in _text_starts():
         layout = _elf_layout(path)
         if layout is None:
             continue
         text, loads = layout
-        bias = int(m.group(1), 16) - text
+        bias = text_at - text
         for vaddr, offset, size in loads:
             start = (bias + vaddr) & ~0xFFF
             end = (bias + vaddr + size + 0xFFF) & ~0xFFF

@@ -313,11 +313,26 @@ fn check(tb: &Testbed, on: On) {
         echo("ip2md"),
     ];
     commands.extend(addrs.iter().map(|a| format!("cdac ip2md {a:#x}")));
+    if qemu {
+        // Without NT_FILE the extension places the executable too (its `.text` from `info
+        // files`), not only the shared libraries.
+        commands.push(
+            "python print('@@exe-mapped', any(p.endswith('/Cdac.Testbed') for (_, _, _, p) in \
+             Target.mappings()))"
+                .into(),
+        );
+    }
     commands.push(echo("end"));
     let program = if qemu { "gdb-multiarch" } else { "gdb" };
     let out = gdb_program(program, &gdb_target, &commands);
     drop(_guard);
 
+    if qemu {
+        assert!(
+            out.contains("@@exe-mapped True"),
+            "{what}: the executable is not mapped"
+        );
+    }
     let times: Vec<&str> = out
         .lines()
         .filter_map(|l| l.strip_prefix("@@time "))
