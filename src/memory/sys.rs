@@ -172,18 +172,31 @@ pub(crate) fn ptrace_getregs(tid: i32) -> io::Result<libc::user_regs_struct> {
     }
 }
 
-/// `waitpid(tid, &status, __WALL)`, retried on EINTR: the raw wait status of thread `tid`.
-pub(crate) fn wait_thread(tid: i32) -> io::Result<i32> {
+/// Waits up to `timeout` for a state change of the traced thread `tid` (`waitpid` with
+/// `__WALL`): `Ok(Some(status))`, or `Ok(None)` when nothing was reported in time. Polls
+/// (`WNOHANG`, sleeping 20 µs growing to 1 ms) rather than blocking: a thread of a process
+/// that died under us may never report, and a caller must never hang.
+pub(crate) fn wait_thread(tid: i32, timeout: std::time::Duration) -> io::Result<Option<i32>> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut pause = std::time::Duration::from_micros(20);
     loop {
         let mut status: libc::c_int = 0;
         // SAFETY: waitpid writes one c_int at the pointer, our local `status`.
-        let rc = unsafe { libc::waitpid(tid, &mut status, libc::__WALL) };
-        if rc >= 0 {
-            return Ok(status);
+        let rc = unsafe { libc::waitpid(tid, &mut status, libc::__WALL | libc::WNOHANG) };
+        if rc > 0 {
+            return Ok(Some(status));
         }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+            continue;
         }
+        if std::time::Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(1));
     }
 }

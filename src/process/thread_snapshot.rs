@@ -34,6 +34,13 @@ pub const TRACER_WAIT: Duration = Duration::from_secs(3);
 /// How often the tracer is looked at meanwhile.
 const TRACER_POLL: Duration = Duration::from_millis(20);
 
+/// How long a seized thread gets to report its stop. It normally takes microseconds; a
+/// thread of a process dying under us may never report, and no snapshot may hang.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// How long the exit report of a thread that is going away is waited for (to reap it).
+const REAP_WAIT: Duration = Duration::from_millis(100);
+
 /// The x64 red zone: leaf functions may keep data in the 128 bytes below rsp.
 pub const RED_ZONE: u64 = 128;
 
@@ -540,8 +547,16 @@ impl Seized {
         if !self.stopped {
             // A seized thread can only be detached once stopped; the interrupt is pending,
             // so it stops promptly.
-            match sys::wait_thread(self.tid) {
-                Ok(status) if libc::WIFSTOPPED(status) => self.stopped = true,
+            match sys::wait_thread(self.tid, STOP_WAIT) {
+                Ok(Some(status)) if libc::WIFSTOPPED(status) => self.stopped = true,
+                Ok(None) => {
+                    // Still running: it cannot be detached; our exit will detach it.
+                    self.exited = true;
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("thread {} did not stop to be detached", self.tid),
+                    ));
+                }
                 _ => {
                     self.exited = true;
                     return Ok(());
@@ -642,15 +657,28 @@ fn snapshot_one(
         return match e.raw_os_error() {
             Some(libc::ESRCH) => {
                 // Exiting: reap its exit report so that it does not linger.
-                let _ = sys::wait_thread(tid);
+                let _ = sys::wait_thread(tid, REAP_WAIT);
                 seized.exited = true;
                 Ok(Outcome::Gone("exited while being stopped".into()))
             }
             _ => Err(ptrace_err("PTRACE_INTERRUPT", e)),
         };
     }
-    let status = match sys::wait_thread(tid) {
-        Ok(s) => s,
+    let status = match sys::wait_thread(tid, STOP_WAIT) {
+        Ok(Some(s)) => s,
+        // No report: a thread of a process that died under us (its group leader can stay
+        // unreported while it is a zombie), or one that will not stop.
+        Ok(None) if exiting(pid, tid) => {
+            seized.exited = true;
+            return Ok(Outcome::Gone("exited while being stopped".into()));
+        }
+        Ok(None) => {
+            let e = io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the thread did not stop within {} s", STOP_WAIT.as_secs()),
+            );
+            return Err(ptrace_err("waitpid", e));
+        }
         Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
             seized.exited = true;
             return Ok(Outcome::Gone("exited while being stopped".into()));
@@ -672,7 +700,7 @@ fn snapshot_one(
         Ok(r) => r,
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
             // Killed while stopped (SIGKILL wakes even a stopped tracee).
-            let _ = sys::wait_thread(tid);
+            let _ = sys::wait_thread(tid, REAP_WAIT);
             seized.exited = true;
             return Ok(Outcome::Gone("killed while stopped".into()));
         }
