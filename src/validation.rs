@@ -1197,8 +1197,7 @@ fn check_gc_heap(
     let layout = gc.object_layout()?;
     let (t, mut checked) = (rt.target(), 0);
     for s in &segments {
-        if s.start > s.end || s.end > s.segment.reserved || s.segment.committed > s.segment.reserved
-        {
+        if !s.is_well_formed() {
             return Err(fail(format!(
                 "segment {:#x}: objects {:#x}..{:#x}, committed to {:#x}, reserved to {:#x}",
                 s.segment.address, s.start, s.end, s.segment.committed, s.segment.reserved

@@ -60,17 +60,37 @@ pub(super) struct SegmentBits {
 }
 
 impl SegmentBits {
-    fn new(segments: &[GcSegment]) -> SegmentBits {
-        let mut v: Vec<(u64, u64, Vec<u64>)> = segments
+    /// Bits for every well-formed segment ([`GcSegment::is_well_formed`]); one read from
+    /// damaged memory is left out (a reference into it counts as outside every segment), so
+    /// that no bitmap is sized by a bogus range. The bitmaps are allocated fallibly: a
+    /// heap too large for this machine's memory is a typed error, not an abort.
+    fn new(segments: &[GcSegment]) -> Result<SegmentBits, ContractError> {
+        let mut v: Vec<(u64, u64, Vec<u64>)> = Vec::new();
+        for s in segments
             .iter()
-            .filter(|s| s.end > s.start)
-            .map(|s| {
-                let words = ((s.end - s.start) / 8).div_ceil(64) as usize;
-                (s.start, s.end, vec![0u64; words])
-            })
-            .collect();
+            .filter(|s| s.is_well_formed() && s.end > s.start)
+        {
+            let words = ((s.end - s.start) / 8).div_ceil(64);
+            let mut bits = Vec::new();
+            usize::try_from(words)
+                .ok()
+                .and_then(|w| bits.try_reserve_exact(w).ok().map(|()| w))
+                .map(|w| bits.resize(w, 0u64))
+                .ok_or_else(|| ContractError::Corrupt {
+                    what: "GC segment",
+                    addr: s.segment.address,
+                    detail: format!(
+                        "no memory here for the mark bits of its {} bytes of objects \
+                         ({:#x}..{:#x})",
+                        s.end - s.start,
+                        s.start,
+                        s.end
+                    ),
+                })?;
+            v.push((s.start, s.end, bits));
+        }
         v.sort_by_key(|s| s.0);
-        SegmentBits { segments: v }
+        Ok(SegmentBits { segments: v })
     }
 
     /// The same segments, every bit clear.
@@ -274,7 +294,7 @@ impl<'r> Marker<'r> {
         let gc = rt.contracts().gc()?;
         let heaps = gc.heaps()?;
         let segments = gc.segments()?;
-        let mut bits = SegmentBits::new(&segments);
+        let mut bits = SegmentBits::new(&segments)?;
         let mut level0 = Vec::new();
         let mut summary = MarkSummary::default();
         for r in &roots.roots {
@@ -409,5 +429,50 @@ impl<'r> Marker<'r> {
         steps.reverse();
         let root = *self.roots.roots.iter().find(|r| r.object == current)?;
         Some(RootPath { root, steps })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contracts::gc::{HeapSegment, SegmentKind};
+
+    fn segment(start: u64, end: u64, reserved: u64) -> GcSegment {
+        GcSegment {
+            heap: 0,
+            kind: SegmentKind::Gen0,
+            segment: HeapSegment {
+                address: 0x1000,
+                allocated: end,
+                committed: reserved,
+                reserved,
+                used: end,
+                mem: start,
+                flags: 0,
+                next: 0,
+                background_allocated: 0,
+                heap: 0,
+            },
+            start,
+            end,
+        }
+    }
+
+    #[test]
+    fn a_segment_read_from_zeroed_memory_gets_no_bits() {
+        // A zeroed heap_segment record with the heap's alloc_allocated as its end: a
+        // bitmap sized by it would be 2 TB (the corrupt corpus's random-pages-zero abort).
+        let zeroed = segment(0, 0x7f06_9280_0270, 0);
+        let healthy = segment(0x7f00_0000_0000, 0x7f00_0000_1000, 0x7f00_0040_0000);
+        let mut bits = SegmentBits::new(&[zeroed, healthy]).expect("bits");
+        assert_eq!(bits.segments.len(), 1);
+        assert_eq!(bits.set(0x7f00_0000_0010), Some(true));
+        assert_eq!(bits.set(0x7f00_0000_0010), Some(false));
+        assert_eq!(
+            bits.set(0x10),
+            None,
+            "the damaged range is outside every segment"
+        );
+        assert!(bits.get(0x7f00_0000_0010));
     }
 }

@@ -12,7 +12,9 @@
 //! damaged code headers still lists nearly every method.
 //!
 //! CI runs the quick set (`scripts/corrupt-corpus --quick`); `CDAC_CORPUS_FULL=1` runs all
-//! variants. Each variant is written, used and deleted before the next.
+//! variants, and `CDAC_CORPUS_SEED=N` damages with seed N instead of the script's default
+//! (the random variants differ per seed). Each variant is written, used and deleted before
+//! the next.
 
 use crate::common;
 
@@ -313,6 +315,10 @@ fn method_count(o: &Outcome) -> Option<usize> {
 fn damaged_dumps_give_bounded_typed_results() {
     let started = Instant::now();
     let full = std::env::var("CDAC_CORPUS_FULL").is_ok_and(|v| v == "1");
+    let seed: Vec<String> = match std::env::var("CDAC_CORPUS_SEED") {
+        Ok(n) => vec!["--seed".into(), n],
+        Err(_) => Vec::new(),
+    };
     let tb = testbed();
     let dump = tb.dump("heap");
     let work = scratch("corrupt-corpus");
@@ -403,7 +409,7 @@ fn damaged_dumps_give_bounded_typed_results() {
 
     // The corpus: listed first, then each variant written, run and deleted in turn.
     let mut list = Command::new(repo().join("scripts/corrupt-corpus"));
-    list.arg(&dump).arg(&corpus).arg("--list");
+    list.arg(&dump).arg(&corpus).arg("--list").args(&seed);
     if !full {
         list.arg("--quick");
     }
@@ -439,7 +445,10 @@ fn damaged_dumps_give_bounded_typed_results() {
     // Writes one variant (a full copy of the dump, damaged).
     let write_variant = |name: &str| {
         let mut cmd = Command::new(repo().join("scripts/corrupt-corpus"));
-        cmd.arg(&dump).arg(&corpus).args(["--only", name]);
+        cmd.arg(&dump)
+            .arg(&corpus)
+            .args(["--only", name])
+            .args(&seed);
         if !full {
             cmd.arg("--quick");
         }

@@ -163,6 +163,17 @@ pub struct GcSegment {
     pub end: u64,
 }
 
+impl GcSegment {
+    /// Whether its object range lies inside its reserved memory (`start <= end <=
+    /// reserved`, and committed no further than reserved), as on every healthy runtime: a
+    /// record read from damaged memory fails this, and nothing may be sized by its range.
+    pub fn is_well_formed(&self) -> bool {
+        self.start <= self.end
+            && self.end <= self.segment.reserved
+            && self.segment.committed <= self.segment.reserved
+    }
+}
+
 /// Reads field `index` of an int array of field offsets; -1 (absent) gives `None`.
 fn field_offset(target: &Target, offsets: u64, index: u64) -> Result<Option<u64>, ContractError> {
     let v = target.read_i32(offsets + index * 4)?;
