@@ -105,3 +105,109 @@ impl HeapStats {
         v
     }
 }
+
+/// What a garbage collection changes and allocation does not: the GC's "structures
+/// invalid" count (not 0 while it moves objects) and each heap's generation table (where
+/// each generation starts: a new list of regions, or a new allocation start, after every
+/// collection). Compared before and after a read of a live process's heap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GcEpoch {
+    /// `gc_structures_invalid_cnt`.
+    pub structures_invalid: i32,
+    /// `(start_segment, allocation_start)` of every generation of every heap.
+    generations: Vec<(u64, u64)>,
+}
+
+impl GcEpoch {
+    /// The epoch of `rt`'s GC now.
+    pub fn read(rt: &Runtime) -> Result<GcEpoch, ContractError> {
+        let gc = rt.contracts().gc()?;
+        let structures_invalid = gc.structures_invalid_count()?;
+        let generations = gc
+            .heaps()?
+            .iter()
+            .flat_map(|h| {
+                h.generations
+                    .iter()
+                    .map(|g| (g.start_segment, g.allocation_start))
+            })
+            .collect();
+        Ok(GcEpoch {
+            structures_invalid,
+            generations,
+        })
+    }
+}
+
+/// How long a read of a live heap is retried while collections keep running under it.
+pub const SETTLE_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A read of the heap and how it settled.
+#[derive(Debug, Clone)]
+pub struct Settled<T> {
+    /// The answer: of the last read.
+    pub value: T,
+    /// Reads made (1 on a dump, or when nothing changed under the first).
+    pub attempts: u32,
+    /// Time from the first read's start to the last one's end.
+    pub elapsed: std::time::Duration,
+    /// Whether the last read saw no collection and called itself whole; false only when
+    /// [`SETTLE_BOUND`] passed first.
+    pub consistent: bool,
+}
+
+/// Reads `rt`'s heap with `read` until the answer is consistent: on a live process, again
+/// (its cached memory dropped) while a garbage collection ran during the read or the read
+/// met something half made (`whole` says it did not), for at most [`SETTLE_BOUND`]; once on
+/// a dump, which cannot change. The GC never stops for cdac: a collection that starts
+/// during a walk moves the objects the walk is about to read. Errors of `read` are its own;
+/// where the GC itself cannot be read, `read` runs once.
+pub fn settled<T, E>(
+    rt: &Runtime,
+    mut read: impl FnMut() -> Result<T, E>,
+    whole: impl Fn(&T) -> bool,
+) -> Result<Settled<T>, E>
+where
+    E: From<ContractError>,
+{
+    let started = std::time::Instant::now();
+    let live = matches!(
+        rt.target().source().kind(),
+        crate::memory::TargetKind::Live { .. }
+    );
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        if live && attempts > 1 {
+            rt.flush();
+        }
+        // Without a GC to ask (no GC contract), the read is what it is: its own errors say
+        // what it could not do.
+        let before = live.then(|| GcEpoch::read(rt).ok()).flatten();
+        let value = read()?;
+        let Some(before) = before else {
+            return Ok(Settled {
+                value,
+                attempts,
+                elapsed: started.elapsed(),
+                consistent: true,
+            });
+        };
+        rt.target().flush();
+        let after = GcEpoch::read(rt)?;
+
+        let consistent = before == after && before.structures_invalid == 0 && whole(&value);
+        if consistent || started.elapsed() >= SETTLE_BOUND {
+            return Ok(Settled {
+                value,
+                attempts,
+                elapsed: started.elapsed(),
+                consistent,
+            });
+        }
+        // A collection in progress ends within milliseconds; do not spin on it.
+        if after.structures_invalid != 0 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+}

@@ -442,8 +442,10 @@ impl MethodNamer {
                     None
                 }
             },
+            // The name comes out as the type's MethodTable: a pointer read while the
+            // GC moved objects leads here, and a read that is thrown away must not warn.
             None => {
-                tracing::warn!("module {module:#x} is not in the AppDomain's assembly list");
+                tracing::debug!("module {module:#x} is not in the AppDomain's assembly list");
                 None
             }
         };

@@ -403,8 +403,8 @@ fn validate_once(rt: &Runtime) -> ValidationReport {
     );
     run(
         "sync-blocks",
-        "every used sync table entry (the first 1024) has a sync block naming that entry and an object whose header names it; a held monitor's holder is a thread of the thread store with the OS id the monitor records; each entry of a sync block's wait list (Monitor.Wait) names that sync block and a thread of the thread store",
-        &["SyncBlock.*", "SyncTableEntry.*", "WaitEventLink.*"],
+        "every sync table entry inside the runtime's count (SyncBlockCache.FreeSyncTableIndex; the first 1024) is used or free, and every used one has a sync block naming that entry and an object whose header names it; a held monitor's holder is a thread of the thread store with the OS id the monitor records; each entry of a sync block's wait list (Monitor.Wait) names that sync block and a thread of the thread store",
+        &["SyncBlock.*", "SyncBlockCache.*", "SyncTableEntry.*", "WaitEventLink.*"],
         check_sync_blocks(rt, list.as_ref()),
     );
     let covered: BTreeSet<&str> = checks
@@ -1561,8 +1561,17 @@ fn check_sync_blocks(rt: &Runtime, list: Option<&crate::contracts::thread::Threa
         Err(e) => return Err(fail(e.to_string())),
     };
     let (mut used, mut held, mut pulse_waiters) = (0u32, 0u32, 0usize);
+    // Inside the runtime's count every entry is in use or free: a count read from the
+    // wrong place (the table's size, say) reaches entries never written.
+    let counted = sync.used_entries().map_err(|e| fail(e.to_string()))?;
     for index in 1..=1024u32 {
         let Some(entry) = sync.entry(index)? else {
+            if counted.is_some_and(|n| index <= n) {
+                return Err(fail(format!(
+                    "sync table entry {index} is empty, inside the runtime's count of {} used entries",
+                    counted.unwrap_or_default()
+                )));
+            }
             break;
         };
         if entry.object & 1 != 0 || entry.sync_block == 0 {

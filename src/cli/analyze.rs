@@ -7,13 +7,15 @@ use clap::Args;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::model::{self, Addr, FrameKind};
+use super::model::{self, Addr, FrameKind, HeapReadsReport};
 use super::stacks::{name_frames, render_frame, source_model, thread_model};
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
 
 use cdac::async_chains::{read_async, AsyncOptions};
 use cdac::contracts::thread::ExceptionInfo;
+use cdac::contracts::ContractError;
 use cdac::exception_report::ExceptionReport;
+use cdac::heap::settled;
 use cdac::locks::read_locks_from;
 use cdac::memory::CrashSignal;
 use cdac::names::MethodNamer;
@@ -95,6 +97,9 @@ pub struct AnalyzeReport {
     /// The thread pool: workers, limits and queued work (as `cdac threadpool` reports it;
     /// a heap that cannot be walked is one of its `problems`).
     pub thread_pool: Option<super::threadpool::ThreadPoolJson>,
+    /// How a live heap was read for the three parts above (absent on a dump).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heap_reads: Option<HeapReadsReport>,
 }
 
 /// The JSON of an exception with the resolved stack traces of it and its inner ones.
@@ -202,8 +207,49 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             .flat_map(|r| r.traces.values())
             .filter(|t| t.is_err())
             .count();
-    let locks = read_locks_from(&rt, true, Some(&stacks))
-        .map(|report| super::locks::build(&report, &mut namer));
+    // The heap's parts (locks, async work, the thread pool) in one settled read: on a live
+    // process, read again while garbage collections run under them.
+    let heap_parts = settled(
+        &rt,
+        || -> Result<_, ContractError> {
+            let mut namer = MethodNamer::for_runtime(&rt);
+            let locks = read_locks_from(&rt, true, Some(&stacks))
+                .map(|report| super::locks::build(&report, &mut namer));
+            // As with the locks, a heap that cannot be walked is a problem of this part only.
+            let async_work = match read_async(&rt, AsyncOptions::default()) {
+                Ok(report) => super::async_chains::build(&report),
+                Err(e) => super::async_chains::AsyncJson {
+                    chains: Vec::new(),
+                    tasks_found: 0,
+                    objects_scanned: 0,
+                    problems: vec![format!("heap walk: {e}")],
+                    threads: None,
+                    reads: None,
+                },
+            };
+            let thread_pool = match read_thread_pool(&rt) {
+                Ok(report) => super::threadpool::build(&report),
+                Err(e) => super::threadpool::ThreadPoolJson {
+                    workers: None,
+                    global: Vec::new(),
+                    local: Vec::new(),
+                    by_method: Vec::new(),
+                    objects_scanned: 0,
+                    problems: vec![format!("heap walk: {e}")],
+                    reads: None,
+                },
+            };
+            Ok((locks, async_work, thread_pool))
+        },
+        |(locks, async_work, thread_pool)| {
+            locks.as_ref().is_ok_and(|l| l.problems.is_empty())
+                && async_work.problems.is_empty()
+                && thread_pool.problems.is_empty()
+        },
+    )?;
+    let reads = HeapReadsReport::of(&rt, &heap_parts);
+    HeapReadsReport::tell(&reads);
+    let (locks, async_work, thread_pool) = heap_parts.value;
     let locks = match locks {
         Ok(l) => Some(l),
         Err(e) => {
@@ -211,28 +257,8 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             None
         }
     };
-    // As with the locks, a heap that cannot be walked is a problem of this part only.
-    let async_work = Some(match read_async(&rt, AsyncOptions::default()) {
-        Ok(report) => super::async_chains::build(&report),
-        Err(e) => super::async_chains::AsyncJson {
-            chains: Vec::new(),
-            tasks_found: 0,
-            objects_scanned: 0,
-            problems: vec![format!("heap walk: {e}")],
-            threads: None,
-        },
-    });
-    let thread_pool = Some(match read_thread_pool(&rt) {
-        Ok(report) => super::threadpool::build(&report),
-        Err(e) => super::threadpool::ThreadPoolJson {
-            workers: None,
-            global: Vec::new(),
-            local: Vec::new(),
-            by_method: Vec::new(),
-            objects_scanned: 0,
-            problems: vec![format!("heap walk: {e}")],
-        },
-    });
+    let async_work = Some(async_work);
+    let thread_pool = Some(thread_pool);
     let outcome = if unreadable == 0 {
         Outcome::Answered
     } else {
@@ -269,6 +295,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             locks,
             async_work,
             thread_pool,
+            heap_reads: reads,
         };
         super::emit_json(&report)?;
         return Ok(outcome);

@@ -8,13 +8,14 @@ use clap::Args;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::model::{self, Addr};
+use super::model::{self, Addr, HeapReadsReport};
 use super::stacks::{name_frames, thread_model, thread_text_with, Named};
 use super::{hex, CliResult, DescriptorArgs, TargetArgs};
 use cdac::async_chains::{
     read_async, running_on_threads, AsyncObject, AsyncOptions, AsyncReport, AsyncThread, BoxMatch,
     RunningAsyncFrame,
 };
+use cdac::heap::settled;
 use cdac::names::MethodNamer;
 use cdac::stacks::{thread_stacks_with, LiveRegisters, StacksOptions};
 use cdac::symbols::ElfSymbols;
@@ -63,6 +64,9 @@ pub struct AsyncJson {
     /// With `--stacks`: the threads running async methods.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads: Option<Vec<AsyncThreadJson>>,
+    /// How a live heap was read (absent on a dump).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reads: Option<HeapReadsReport>,
 }
 
 /// A thread running async methods (`--stacks`).
@@ -236,6 +240,7 @@ pub(super) fn build(report: &AsyncReport) -> AsyncJson {
         objects_scanned: report.objects_scanned,
         problems: report.problems.clone(),
         threads: None,
+        reads: None,
     }
 }
 
@@ -288,15 +293,21 @@ fn add_threads(
 /// Runs `cdac async`.
 pub fn run_async(args: &AsyncArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
-    let report = read_async(
+    let options = AsyncOptions {
+        completed: args.completed,
+        tasks: args.tasks,
+        max_chains: args.max_chains,
+    };
+    let settled = settled(
         &rt,
-        AsyncOptions {
-            completed: args.completed,
-            tasks: args.tasks,
-            max_chains: args.max_chains,
-        },
+        || read_async(&rt, options),
+        |r: &AsyncReport| r.problems.is_empty(),
     )?;
+    let reads = HeapReadsReport::of(&rt, &settled);
+    HeapReadsReport::tell(&reads);
+    let report = settled.value;
     let mut r = build(&report);
+    r.reads = reads;
     let mut thread_texts = Vec::new();
     if args.stacks {
         let stacks = thread_stacks_with(

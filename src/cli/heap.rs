@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::Serialize;
 
 use super::code::parse_address;
-use super::model::Addr;
+use super::model::{Addr, HeapReadsReport};
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs, UsageError};
 use cdac::contracts::gc::{DacVarsSource, GcHeap, GcSegment, HeapObject, ObjectGeneration};
 use cdac::heap::{self as managed_heap, HeapStats};
@@ -115,8 +115,9 @@ pub struct GcReport {
     pub server: bool,
     /// Regions (else segments).
     pub regions: bool,
-    /// Dynamic adaptation (DATAS) on.
-    pub dynamic_adaptation: bool,
+    /// Dynamic adaptation (DATAS) on; null where the GC does not say (server GC on .NET 8
+    /// and 9).
+    pub dynamic_adaptation: Option<bool>,
     /// The GC/DAC interface version, "major.minor".
     pub interface_version: String,
     /// Address of the GC's `GcDacVars`.
@@ -210,6 +211,13 @@ pub struct HeapReport {
     /// The target was read while a garbage collection was moving objects
     /// (`gc_structures_invalid_cnt` not zero): objects may be missing or listed twice.
     pub gc_in_progress: bool,
+    /// Threads whose allocation context could not be read (objects in it may be counted
+    /// as garbage, or the walk may stop there).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocation_context_errors: Vec<String>,
+    /// How a live heap was read (absent on a dump).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reads: Option<HeapReadsReport>,
 }
 
 /// The mark from the roots (`--live`).
@@ -328,23 +336,67 @@ impl Progress {
     }
 }
 
-/// The walk: statistics per type (default) or the object list, with the filters.
+/// The walk: statistics per type (default) or the object list, with the filters; on a
+/// live process read again while garbage collections run under it.
 fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult {
-    let layout = managed_heap::layout(rt)?;
+    let settled = managed_heap::settled(
+        rt,
+        || read_walk(rt, args, type_filter),
+        |r: &HeapReport| {
+            r.problems.is_empty() && !r.gc_in_progress && r.allocation_context_errors.is_empty()
+        },
+    )?;
+    let reads = HeapReadsReport::of(rt, &settled);
+    let mut report = settled.value;
+    report.reads = reads;
     // A dump taken in the middle of a GC: said first, then walked as far as each segment's
     // objects can be trusted (a segment stops at the first that cannot).
+    if report.gc_in_progress {
+        status!(
+            "cdac: warning: the target was taken while a garbage collection was moving objects (gc_structures_invalid_cnt not 0): the heap may be inconsistent, objects may be missing or listed twice"
+        );
+    }
+    for e in &report.allocation_context_errors {
+        status!("cdac: warning: the allocation context of {e}");
+    }
+    HeapReadsReport::tell(&report.reads);
+    if args.json {
+        super::emit_json(&report)?;
+    } else {
+        print_walk(&report)?;
+    }
+    for p in &report.problems {
+        status!(
+            "cdac: warning: the walk of the segment at {} stopped at {}: {}",
+            hex(p.segment_start.0),
+            hex(p.address.0),
+            p.detail
+        );
+    }
+    Ok(if report.gc_in_progress {
+        Outcome::Partial(
+            "the heap could not be read consistently: a garbage collection was moving objects"
+                .into(),
+        )
+    } else if report.problems.is_empty() {
+        Outcome::Answered
+    } else {
+        Outcome::Partial(format!(
+            "{} of {} segment(s) could not be walked to their end",
+            report.problems.len(),
+            report.segments
+        ))
+    })
+}
+
+/// One read of the heap for [`walk`].
+fn read_walk(
+    rt: &Runtime,
+    args: &HeapArgs,
+    type_filter: Option<&Regex>,
+) -> Result<HeapReport, Box<dyn std::error::Error>> {
+    let layout = managed_heap::layout(rt)?;
     let in_gc = rt.contracts().gc()?.structures_invalid_count().unwrap_or(0);
-    if in_gc != 0 {
-        status!(
-            "cdac: warning: the target was taken while a garbage collection was moving objects (gc_structures_invalid_cnt = {in_gc}): the heap may be inconsistent, objects may be missing or listed twice"
-        );
-    }
-    for (thread, e) in &layout.context_errors {
-        status!(
-            "cdac: warning: the allocation context of thread {}: {e}",
-            hex(*thread)
-        );
-    }
     let mut namer = MethodNamer::for_runtime(rt);
     let mut names: std::collections::HashMap<u64, String> = std::collections::HashMap::new();
     let mut name_of = |mt: u64, is_free: bool| -> String {
@@ -448,6 +500,12 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
         segments: layout.segments.len(),
         fragmentation: None,
         gc_in_progress: in_gc != 0,
+        allocation_context_errors: layout
+            .context_errors
+            .iter()
+            .map(|(thread, e)| format!("thread {}: {e}", hex(*thread)))
+            .collect(),
+        reads: None,
         live: marker.as_ref().map(|m| LiveReport {
             marked: m.summary().marked,
             roots: m.roots().roots.len() as u64,
@@ -507,33 +565,7 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
         }
         report.types = Some(types);
     }
-    if args.json {
-        super::emit_json(&report)?;
-    } else {
-        print_walk(&report)?;
-    }
-    for p in &report.problems {
-        status!(
-            "cdac: warning: the walk of the segment at {} stopped at {}: {}",
-            hex(p.segment_start.0),
-            hex(p.address.0),
-            p.detail
-        );
-    }
-    Ok(if report.gc_in_progress {
-        Outcome::Partial(
-            "the heap could not be read consistently: a garbage collection was moving objects"
-                .into(),
-        )
-    } else if report.problems.is_empty() {
-        Outcome::Answered
-    } else {
-        Outcome::Partial(format!(
-            "{} of {} segment(s) could not be walked to their end",
-            report.problems.len(),
-            report.segments
-        ))
-    })
+    Ok(report)
 }
 
 fn print_walk(r: &HeapReport) -> Result<(), Box<dyn std::error::Error>> {
@@ -670,7 +702,11 @@ fn print_segments(r: &SegmentsReport) -> Result<(), Box<dyn std::error::Error>> 
         "GC: {}, {}{}; GC/DAC interface {} at {} (g_dacTable slot {}{})",
         if g.server { "server" } else { "workstation" },
         if g.regions { "regions" } else { "segments" },
-        if g.dynamic_adaptation { ", DATAS" } else { "" },
+        match g.dynamic_adaptation {
+            Some(true) => ", DATAS",
+            Some(false) => "",
+            None => ", DATAS not told (GC/DAC interface before 2.4)",
+        },
         g.interface_version,
         hex(g.dac_vars.0),
         g.dac_table_slot,

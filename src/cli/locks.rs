@@ -8,8 +8,9 @@ use clap::Args;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::model::Addr;
+use super::model::{Addr, HeapReadsReport};
 use super::{hex, CliResult, DescriptorArgs, TargetArgs};
+use cdac::heap::settled;
 use cdac::locks::{read_locks, LockKind, LockOptions, LockReport, ThreadRef};
 use cdac::names::MethodNamer;
 use cdac::stacks::LiveRegisters;
@@ -44,10 +45,25 @@ pub struct LocksReport {
     /// Objects the heap walk visited (absent with `--no-heap`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub objects_scanned: Option<u64>,
+    /// The sync table's used part (absent when it could not be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync_table: Option<SyncTableReport>,
     /// Whether stacks were read (who waits for what).
     pub stacks_read: bool,
     /// What could not be read.
     pub problems: Vec<String>,
+    /// How a live heap was read (absent on a dump, and with `--no-heap`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reads: Option<HeapReadsReport>,
+}
+
+/// The sync table's used part, as SOS `syncblk` totals it.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SyncTableReport {
+    /// Entries in use or free ("Total").
+    pub entries: u32,
+    /// Entries on the free list ("Free").
+    pub free: u32,
 }
 
 /// One lock.
@@ -198,22 +214,35 @@ pub(super) fn build(report: &LockReport, namer: &mut MethodNamer) -> LocksReport
         locks,
         deadlocks,
         objects_scanned: report.objects_scanned,
+        sync_table: report
+            .sync_table
+            .map(|(entries, free)| SyncTableReport { entries, free }),
         stacks_read: report.stacks_read,
         problems: report.problems.clone(),
+        reads: None,
     }
 }
 
 /// Runs `cdac locks`.
 pub fn run_locks(args: &LocksArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
-    let report = read_locks(
+    let options = LockOptions {
+        heap: !args.no_heap,
+        stacks: (!args.no_stacks).then_some(LiveRegisters::Stop),
+    };
+    let settled = settled(
         &rt,
-        LockOptions {
-            heap: !args.no_heap,
-            stacks: (!args.no_stacks).then_some(LiveRegisters::Stop),
-        },
+        || read_locks(&rt, options),
+        |r: &LockReport| r.problems.is_empty(),
     )?;
-    let r = build(&report, &mut MethodNamer::for_runtime(&rt));
+    let reads = if args.no_heap {
+        None
+    } else {
+        HeapReadsReport::of(&rt, &settled)
+    };
+    HeapReadsReport::tell(&reads);
+    let mut r = build(&settled.value, &mut MethodNamer::for_runtime(&rt));
+    r.reads = reads;
     let outcome = super::outcome_of(&r.problems, "some locks could not be read");
     if args.json {
         super::emit_json(&r)?;
@@ -272,6 +301,13 @@ fn print(out: &mut impl Write, r: &LocksReport) -> std::io::Result<()> {
                 w.type_name
             )?;
         }
+    }
+    if let Some(t) = &r.sync_table {
+        writeln!(
+            out,
+            "sync table: {} entries in use or free, {} free",
+            t.entries, t.free
+        )?;
     }
     if !r.stacks_read {
         writeln!(out, "stacks not read: who waits for what is not known")?;

@@ -384,3 +384,49 @@ pub struct Unanswered {
     /// Why.
     pub error: String,
 }
+
+/// How a live heap was read: again while garbage collections ran under the read (absent
+/// on a dump, which is read once).
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct HeapReadsReport {
+    /// Reads made (1 when nothing changed under the first).
+    pub attempts: u32,
+    /// Seconds from the first read's start to the last one's end.
+    pub seconds: f64,
+    /// Whether the last read saw no collection: false only when collections kept running
+    /// for the whole bound (2 s), and the answer may then mix the heap's states.
+    pub consistent: bool,
+}
+
+impl HeapReadsReport {
+    /// The report of a settled read of a live target; `None` on a dump.
+    pub fn of<T>(rt: &cdac::runtime::Runtime, s: &cdac::heap::Settled<T>) -> Option<Self> {
+        matches!(
+            rt.target().source().kind(),
+            cdac::memory::TargetKind::Live { .. }
+        )
+        .then(|| HeapReadsReport {
+            attempts: s.attempts,
+            seconds: s.elapsed.as_secs_f64(),
+            consistent: s.consistent,
+        })
+    }
+
+    /// Says on stderr that the heap was read again, or kept changing.
+    pub fn tell(this: &Option<Self>) {
+        let Some(r) = this else { return };
+        if !r.consistent {
+            status!(
+                "cdac: warning: garbage collections kept moving objects while the heap was read ({} reads in {:.2} s): the answer may mix the heap's states",
+                r.attempts,
+                r.seconds
+            );
+        } else if r.attempts > 1 {
+            status!(
+                "cdac: the heap changed under the read (a garbage collection, or an allocation in progress) and was read again: {} reads in {:.2} s",
+                r.attempts,
+                r.seconds
+            );
+        }
+    }
+}

@@ -8,8 +8,9 @@ use clap::Args;
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::model::Addr;
+use super::model::{Addr, HeapReadsReport};
 use super::{hex, CliResult, DescriptorArgs, TargetArgs};
+use cdac::heap::settled;
 use cdac::thread_pool::{read_thread_pool, ThreadPoolReport, WorkItem};
 
 /// Arguments of `cdac threadpool`.
@@ -40,6 +41,9 @@ pub struct ThreadPoolJson {
     pub objects_scanned: u64,
     /// What could not be read.
     pub problems: Vec<String>,
+    /// How a live heap was read (absent on a dump).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reads: Option<HeapReadsReport>,
 }
 
 /// The pool's workers.
@@ -151,13 +155,22 @@ pub(super) fn build(r: &ThreadPoolReport) -> ThreadPoolJson {
         by_method,
         objects_scanned: r.objects_scanned,
         problems: r.problems.clone(),
+        reads: None,
     }
 }
 
 /// Runs `cdac threadpool`.
 pub fn run_threadpool(args: &ThreadPoolArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
-    let r = build(&read_thread_pool(&rt)?);
+    let settled = settled(
+        &rt,
+        || read_thread_pool(&rt),
+        |r: &ThreadPoolReport| r.problems.is_empty(),
+    )?;
+    let reads = HeapReadsReport::of(&rt, &settled);
+    HeapReadsReport::tell(&reads);
+    let mut r = build(&settled.value);
+    r.reads = reads;
     let outcome = super::outcome_of(&r.problems, "some of the thread pool could not be read");
     if args.json {
         super::emit_json(&r)?;

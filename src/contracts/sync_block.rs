@@ -2,7 +2,14 @@
 //!
 //! An object's header names a sync block by its index in the sync table (`g_pSyncTable`):
 //! an array of 16-byte entries `{SyncBlock*, Object*}`, entry 0 unused, a free entry's
-//! object pointer with its low bit set, and the first `{0, 0}` entry past the used part.
+//! object pointer with its low bit set. The used part ends where the sync block cache's
+//! `m_FreeSyncTableIndex` says: the runtime grows the table into memory it does not clear,
+//! so what lies past that index is whatever the allocator left there (on an ASP.NET Core
+//! service, never a `{0, 0}` entry). The cache is `SyncBlockCache::s_pSyncBlockCache`: the
+//! `SyncBlockCache` global of .NET 11, and on .NET 8, 9 and 10 the `g_dacTable` slot after
+//! `g_pSyncTable`'s (the runtime's `dacvars.h` lists the two together, with nothing between
+//! them on Unix). Without that count (a descriptor that lacks the field) the table is read
+//! up to its first `{0, 0}` entry, as before.
 //! On .NET 8, 9 and 10 a sync block starts with the runtime's monitor (`AwareLock`): its
 //! lock state (bit 0 locked, bits 6.. the threads waiting to enter), recursion (times
 //! entered), holder and the holder's OS thread id, and its own index back into the table;
@@ -30,6 +37,9 @@ const SYNC_BLOCK: &str = "SyncBlock";
 const ENTRY: &str = "SyncTableEntry";
 /// The global holding the address of `g_pSyncTable`.
 const TABLE_GLOBAL: &str = "SyncTableEntries";
+/// The sync block cache's type and the global holding the address of its pointer
+/// (`SyncBlockCache::s_pSyncBlockCache`, .NET 11).
+const CACHE: &str = "SyncBlockCache";
 /// Bit 0 of the lock state: the monitor is held.
 const LOCKED: u32 = 1;
 /// The lock state's waiter count starts at this bit.
@@ -56,6 +66,9 @@ pub struct SyncBlocks {
     /// The address of the variable `g_pSyncTable` (the table moves when it grows).
     table_variable: u64,
     source: TableSource,
+    /// The address of `SyncBlockCache::s_pSyncBlockCache`, when found and the descriptor
+    /// gives `SyncBlockCache.FreeSyncTableIndex`.
+    cache_variable: Option<u64>,
 }
 
 /// One entry of the sync table.
@@ -67,6 +80,20 @@ pub struct SyncTableEntry {
     pub sync_block: u64,
     /// The object it belongs to.
     pub object: u64,
+}
+
+/// The used part of the sync table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncTable {
+    /// Entries with a sync block, in index order.
+    pub entries: Vec<SyncTableEntry>,
+    /// Entries in use or free (SOS `syncblk`'s "Total"): the runtime's count, or where
+    /// cdac cannot read it, the entries before the first `{0, 0}` one.
+    pub total: u32,
+    /// Entries on the free list (SOS's "Free").
+    pub free: u32,
+    /// Whether `total` is the runtime's own count.
+    pub counted_by_runtime: bool,
 }
 
 /// Who holds a monitor, in the form the runtime records it.
@@ -163,9 +190,11 @@ impl SyncBlocks {
             descriptor: d.clone(),
             table_variable: 0,
             source: TableSource::Descriptor,
+            cache_variable: None,
         };
         if let Ok(variable) = d.global_value(TABLE_GLOBAL) {
             made.table_variable = variable;
+            made.cache_variable = made.find_cache(context);
             return Ok(made);
         }
         let Some((table, size)) = context.dac_table else {
@@ -178,6 +207,8 @@ impl SyncBlocks {
                 continue;
             };
             made.table_variable = variable;
+            // The candidate's count bounds the entries its check reads.
+            made.cache_variable = made.find_cache(context);
             if made.looks_like_the_sync_table() {
                 made.source = TableSource::DacTableSlot(slot);
                 return Ok(made);
@@ -212,6 +243,60 @@ impl SyncBlocks {
         matched > 0
     }
 
+    /// Where `SyncBlockCache::s_pSyncBlockCache` is: the descriptor's `SyncBlockCache`
+    /// global, else the `g_dacTable` slot after the one that holds the table's variable.
+    /// `None` when the descriptor does not give `SyncBlockCache.FreeSyncTableIndex` or
+    /// neither place is there.
+    fn find_cache(&self, context: &ContractContext) -> Option<u64> {
+        let d = &context.descriptor;
+        d.ty(CACHE).ok()?.field("FreeSyncTableIndex").ok()?;
+        if let Ok(variable) = d.global_value(CACHE) {
+            return Some(variable);
+        }
+        let (table, size) = context.dac_table?;
+        let slots = size / 8;
+        let slot = (0..slots).find(|s| {
+            self.target
+                .read_pointer(table + s * 8)
+                .is_ok_and(|v| v == self.table_variable)
+        })?;
+        (slot + 1 < slots)
+            .then(|| self.target.read_pointer(table + (slot + 1) * 8).ok())
+            .flatten()
+            .filter(|&v| v != 0)
+    }
+
+    /// The runtime's count of sync table entries ever used (`m_FreeSyncTableIndex - 1`:
+    /// entries 1 to this are in use or on the free list, those past it never were), or
+    /// `None` when cdac cannot find the sync block cache. Read each time (a live table
+    /// grows).
+    pub fn used_entries(&self) -> Result<Option<u32>, ContractError> {
+        let Some(variable) = self.cache_variable else {
+            return Ok(None);
+        };
+        let cache = self.target.read_pointer(variable)?;
+        if cache == 0 {
+            return Err(ContractError::Corrupt {
+                what: "sync block cache",
+                addr: variable,
+                detail: "SyncBlockCache::s_pSyncBlockCache is null".into(),
+            });
+        }
+        let free_index = self.fields().u32(cache, CACHE, "FreeSyncTableIndex")?;
+        let limit = self.target.limits().max_list_length;
+        if free_index == 0 || u64::from(free_index) > limit {
+            return Err(ContractError::Corrupt {
+                what: "sync block cache",
+                addr: cache,
+                detail: format!(
+                    "its next never-used sync table index is {free_index}, not between 1 \
+                     and {limit}"
+                ),
+            });
+        }
+        Ok(Some(free_index - 1))
+    }
+
     /// How the table was found.
     pub fn source(&self) -> TableSource {
         self.source
@@ -234,8 +319,19 @@ impl SyncBlocks {
         Ok(table)
     }
 
-    /// Entry `index`; `None` for the `{0, 0}` entry that ends the used part.
+    /// Entry `index`; `None` past the used part: past the runtime's count of used entries
+    /// ([`SyncBlocks::used_entries`]), or, where that count is unknown, at a `{0, 0}` entry.
     pub fn entry(&self, index: u32) -> Result<Option<SyncTableEntry>, ContractError> {
+        if let Some(used) = self.used_entries()? {
+            if index > used {
+                return Ok(None);
+            }
+        }
+        self.entry_unbounded(index)
+    }
+
+    /// Entry `index` as stored; `None` for a `{0, 0}` entry.
+    fn entry_unbounded(&self, index: u32) -> Result<Option<SyncTableEntry>, ContractError> {
         let f = self.fields();
         let at = self
             .table()?
@@ -252,18 +348,30 @@ impl SyncBlocks {
         }))
     }
 
-    /// The used entries with a sync block, in index order (free entries skipped), at most
-    /// the target's list-length limit.
-    pub fn entries(&self) -> Result<Vec<SyncTableEntry>, ContractError> {
-        let limit = self.target.limits().max_list_length;
-        let mut out = Vec::new();
+    /// The used part of the table: the entries with a sync block, in index order, and
+    /// what SOS's `syncblk` totals (entries in use or free, free ones). At most the
+    /// target's list-length limit of entries.
+    pub fn used_part(&self) -> Result<SyncTable, ContractError> {
+        let used = self.used_entries()?;
+        let limit = used.map_or(self.target.limits().max_list_length, u64::from);
+        let mut table = SyncTable {
+            counted_by_runtime: used.is_some(),
+            ..SyncTable::default()
+        };
         for index in 1u64..=limit {
             let index = u32::try_from(index).unwrap_or(u32::MAX);
-            match self.entry(index)? {
-                None => return Ok(out),
-                Some(e) if e.object & 1 != 0 || e.sync_block == 0 => {}
-                Some(e) => out.push(e),
+            match self.entry_unbounded(index)? {
+                // Inside the runtime's count a `{0, 0}` entry ends nothing.
+                None if used.is_some() => {}
+                None => return Ok(table),
+                Some(e) if e.object & 1 != 0 => table.free += 1,
+                Some(e) if e.sync_block == 0 => {}
+                Some(e) => table.entries.push(e),
             }
+            table.total = index;
+        }
+        if used.is_some() {
+            return Ok(table);
         }
         Err(ContractError::LimitExceeded {
             what: "sync table",
@@ -458,9 +566,10 @@ mod tests {
         let c = context(2);
         let s = registry::create::<SyncBlocks>(&c).expect("found");
         assert_eq!(s.source(), TableSource::DacTableSlot(2));
-        let entries = s.entries().expect("entries");
+        let table = s.used_part().expect("entries");
+        assert_eq!((table.total, table.free), (2, 1));
         assert_eq!(
-            entries,
+            table.entries,
             [SyncTableEntry {
                 index: 2,
                 sync_block: BLOCKS,
@@ -520,6 +629,54 @@ mod tests {
             })
         ));
         assert!(s.of_object(3, 0).is_err(), "past the used part");
+    }
+
+    #[test]
+    fn the_used_part_ends_at_the_caches_count_not_at_a_zero_entry() {
+        // The runtime grows the table into memory it does not clear: past entry 2 lie
+        // entries that are not zero and lead nowhere. The sync block cache (the g_dacTable
+        // slot after g_pSyncTable's) says 3 is the next never-used index.
+        const CACHE_VARIABLE: u64 = 0x5000;
+        const CACHE: u64 = 0x6000;
+        let json = DESCRIPTOR.replace(
+            r#""SyncBlock":{"LockState""#,
+            r#""SyncBlockCache":{"FreeSyncTableIndex":[108,"uint32"]},"SyncBlock":{"LockState""#,
+        );
+        let physical = crate::descriptor::json::parse("test", json.as_bytes()).unwrap();
+        let mut d = DataDescriptor::new(DataLayout::LE64);
+        d.merge("test", &physical, &[]).unwrap();
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        b.region(DAC_TABLE, 32)
+            .pointer(0, 0x10)
+            .pointer(8, 0x9999_0000)
+            .pointer(16, VARIABLE)
+            .pointer(24, CACHE_VARIABLE);
+        b.region(0x10, 8).pointer(0, 0);
+        b.region(VARIABLE, 8).pointer(0, TABLE);
+        b.region(CACHE_VARIABLE, 8).pointer(0, CACHE);
+        b.region(CACHE, 128).u32(108, 3);
+        b.region(TABLE, 96)
+            .pointer(24, 0x11)
+            .pointer(32, BLOCKS)
+            .pointer(40, 0x7f00_0000_1000)
+            .pointer(48, 0xdead_beef_0000) // garbage past the used part
+            .pointer(56, 0x4141_4141_4141)
+            .pointer(64, 0x1234)
+            .pointer(72, 0x5678);
+        b.region(BLOCKS, 96).u32(28, 2);
+        let mut c = ContractContext::new(&b.into_target(), &d);
+        c.dac_table = Some((DAC_TABLE, 32));
+        let s = registry::create::<SyncBlocks>(&c).expect("found");
+        assert_eq!(s.used_entries().expect("count"), Some(2));
+        let table = s.used_part().expect("entries");
+        assert_eq!((table.entries.len(), table.total, table.free), (1, 2, 1));
+        assert!(table.counted_by_runtime);
+        assert_eq!(s.entry(3).expect("read"), None);
+        // Without the cache's layout the table is read to a {0, 0} entry, and the garbage
+        // counts as used.
+        let c = context(2);
+        let s = registry::create::<SyncBlocks>(&c).expect("found");
+        assert_eq!(s.used_entries().expect("no count"), None);
     }
 
     #[test]

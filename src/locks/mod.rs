@@ -95,6 +95,9 @@ pub struct LockReport {
     pub deadlocks: Vec<Deadlock>,
     /// Objects the heap walk visited (`None` when the heap was not walked).
     pub objects_scanned: Option<u64>,
+    /// Sync table entries in use or free, and free (SOS `syncblk`'s "Total" and "Free");
+    /// `None` when the table could not be read.
+    pub sync_table: Option<(u32, u32)>,
     /// Whether stacks were read (without them nobody is known to be waiting).
     pub stacks_read: bool,
     /// What could not be read (the rest is still reported).
@@ -146,9 +149,10 @@ pub fn read_locks_from(
 
     // Monitors with a sync block.
     match rt.contracts().sync_blocks() {
-        Ok(sync) => match sync.entries() {
-            Ok(entries) => {
-                for e in entries {
+        Ok(sync) => match sync.used_part() {
+            Ok(table) => {
+                report.sync_table = Some((table.total, table.free));
+                for e in table.entries {
                     let block = match sync.read(e.sync_block, e.index) {
                         Ok(b) => b,
                         Err(err) => {

@@ -164,6 +164,8 @@ pub fn gcore(pid: i32, path: &Path) {
 /// it runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Variant {
+    /// .NET 11.0.0 (a net10.0 build on the 11.0.0 runtime pack).
+    Net11,
     /// .NET 10.0.14.
     Net10,
     /// .NET 9.0.22.
@@ -185,6 +187,12 @@ pub enum Variant {
     Net10Arm64,
     /// linux-arm64 .NET 9.0.23, run under qemu-user.
     Net9Arm64,
+    /// The web testbed (`testbed/Cdac.Testbed.Web`, ASP.NET Core) on .NET 10.0.14.
+    WebNet10,
+    /// The web testbed on .NET 9.0.22.
+    WebNet9,
+    /// The web testbed on .NET 8.0.33.
+    WebNet8,
 }
 
 impl Variant {
@@ -194,6 +202,7 @@ impl Variant {
     /// The variant's name, as `scripts/testbed-setup` and the manifest spell it.
     pub fn name(self) -> &'static str {
         match self {
+            Variant::Net11 => "net11",
             Variant::Net10 => "net10",
             Variant::Net9 => "net9",
             Variant::Net8 => "net8",
@@ -204,6 +213,26 @@ impl Variant {
             Variant::Net8Latest => "net8-latest",
             Variant::Net10Arm64 => "net10-arm64",
             Variant::Net9Arm64 => "net9-arm64",
+            Variant::WebNet10 => "web-net10",
+            Variant::WebNet9 => "web-net9",
+            Variant::WebNet8 => "web-net8",
+        }
+    }
+
+    /// The web testbed (ASP.NET Core), not the main one.
+    pub fn is_web(self) -> bool {
+        matches!(
+            self,
+            Variant::WebNet10 | Variant::WebNet9 | Variant::WebNet8
+        )
+    }
+
+    /// The executable's file name in the variant's folder.
+    pub fn executable(self) -> &'static str {
+        if self.is_web() {
+            "Cdac.Testbed.Web"
+        } else {
+            "Cdac.Testbed"
         }
     }
 
@@ -215,9 +244,10 @@ impl Variant {
     /// The runtime version the variant runs (`Environment.Version`).
     pub fn runtime_version(self) -> &'static str {
         match self {
-            Variant::Net10 | Variant::Net10Composite => "10.0.14",
-            Variant::Net9 => "9.0.22",
-            Variant::Net8 => "8.0.33",
+            Variant::Net11 => "11.0.0",
+            Variant::Net10 | Variant::Net10Composite | Variant::WebNet10 => "10.0.14",
+            Variant::Net9 | Variant::WebNet9 => "9.0.22",
+            Variant::Net8 | Variant::WebNet8 => "8.0.33",
             Variant::Net8_0_0 => "8.0.0",
             Variant::Net10Latest => "10.0.15",
             Variant::Net9Latest => "9.0.23",
@@ -239,6 +269,10 @@ impl Variant {
             Variant::Net8Latest => 7,
             Variant::Net10Arm64 => 8,
             Variant::Net9Arm64 => 9,
+            Variant::Net11 => 10,
+            Variant::WebNet10 => 11,
+            Variant::WebNet9 => 12,
+            Variant::WebNet8 => 13,
         }
     }
 }
@@ -263,7 +297,9 @@ pub fn testbed_exe(variant: Variant) -> PathBuf {
         "scripts/testbed-setup --variant {} failed",
         variant.name()
     );
-    testbed_dir().join(variant.name()).join("Cdac.Testbed")
+    testbed_dir()
+        .join(variant.name())
+        .join(variant.executable())
 }
 
 /// One running testbed process and its dumps, shared by all tests of a binary.
@@ -356,6 +392,71 @@ impl Testbed {
     }
 }
 
+impl Testbed {
+    /// A web testbed's answer to `GET path` (its body as JSON), over plain HTTP/1.1 to the
+    /// address its manifest gives.
+    pub fn http_get(&self, path: &str) -> serde_json::Value {
+        use std::io::{Read, Write};
+        let url = self.manifest["url"].as_str().expect("a web testbed's url");
+        let host = url.trim_start_matches("http://").trim_end_matches('/');
+        let mut stream = std::net::TcpStream::connect(host).expect("connect to the web testbed");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+        )
+        .expect("send the request");
+        let mut response = Vec::new();
+        stream
+            .read_to_end(&mut response)
+            .expect("read the response");
+        let text = String::from_utf8_lossy(&response);
+        let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+        assert!(head.starts_with("HTTP/1.1 200"), "GET {path}: {head}");
+        // Kestrel answers small bodies with a length, larger ones chunked.
+        let body = if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            let mut out = String::new();
+            let mut rest = body;
+            while let Some((size, after)) = rest.split_once("\r\n") {
+                let n = usize::from_str_radix(size.trim(), 16).expect("chunk size");
+                if n == 0 {
+                    break;
+                }
+                out.push_str(&after[..n]);
+                rest = &after[n + 2..];
+            }
+            out
+        } else {
+            body.to_string()
+        };
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+    }
+
+    /// Drives a web testbed as a service is driven: orders made and kept (the leak), JSON
+    /// answers, 600 objects given sync blocks (the sync table grows past its first 250
+    /// entries), 200 async requests left waiting, the deadlock; then its facts.
+    pub fn drive_web(&self) -> serde_json::Value {
+        assert!(
+            self.variant.is_web(),
+            "{} is no web testbed",
+            self.variant.name()
+        );
+        for _ in 0..20 {
+            self.http_get("/orders?n=250");
+            self.http_get("/json");
+        }
+        self.http_get("/monitors?n=600");
+        self.http_get("/stuck?n=200");
+        self.http_get("/deadlock");
+        self.http_get("/facts")
+    }
+}
+
 impl Drop for Testbed {
     // Only private testbeds are dropped (the shared ones live in statics).
     fn drop(&mut self) {
@@ -385,7 +486,7 @@ pub fn testbed() -> &'static Testbed {
 /// The shared testbed of a variant: built if needed, started once per test binary, and
 /// stopped when the test process exits (the testbed polls its parent).
 pub fn testbed_of(variant: Variant) -> &'static Testbed {
-    static TESTBEDS: [OnceLock<Testbed>; 10] = [const { OnceLock::new() }; 10];
+    static TESTBEDS: [OnceLock<Testbed>; 14] = [const { OnceLock::new() }; 14];
     TESTBEDS[variant.index()].get_or_init(|| start_testbed(variant, &[]))
 }
 

@@ -101,13 +101,15 @@ fn check_info(from: Source<'_>) {
         assert_eq!(net10[key], serde_json::json!([]), "{}: {key}", from.what());
     }
     // No runtime before .NET 11 describes FieldDesc (`cdac obj` reads fields with it), the
-    // sync block's monitor and wait list (`WaitEventLink`), and a thread-local data's back
-    // pointer (a runtime that names none of these types gets cdac's).
+    // sync block's monitor and wait list (`WaitEventLink`), the sync block cache's count of
+    // used table entries, and a thread-local data's back pointer (a runtime that names none
+    // of these types gets cdac's).
     assert_eq!(
         net10["added_types"],
         serde_json::json!([
             "FieldDesc",
             "SyncBlock",
+            "SyncBlockCache",
             "SyncTableEntry",
             "ThreadLocalData",
             "WaitEventLink"

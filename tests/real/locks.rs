@@ -234,8 +234,11 @@ fn facts_hold_net8() {
     facts_hold(Variant::Net8);
 }
 
-/// SOS `syncblk`'s held monitors: (sync block, MonitorHeld, Recursion, owning Thread).
-fn sos_syncblk(dump: &Path) -> Vec<(u64, u64, u64, u64)> {
+/// A monitor as SOS `syncblk` lists it: (sync block, MonitorHeld, Recursion, owning Thread).
+type SosMonitor = (u64, u64, u64, u64);
+
+/// SOS `syncblk`'s held monitors, and its "Total" and "Free" sync table entries.
+fn sos_syncblk(dump: &Path) -> (Vec<SosMonitor>, (u64, u64)) {
     let out = Command::new(common::dotnet_dump())
         .arg("analyze")
         .arg(dump)
@@ -243,7 +246,14 @@ fn sos_syncblk(dump: &Path) -> Vec<(u64, u64, u64, u64)> {
         .output()
         .expect("run dotnet-dump");
     let hex = |s: &str| u64::from_str_radix(s, 16).ok();
-    String::from_utf8_lossy(&out.stdout)
+    let text = String::from_utf8_lossy(&out.stdout);
+    let total = |word: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(word)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {word} line in SOS syncblk: {text}"))
+    };
+    let counts = (total("Total"), total("Free"));
+    let held = text
         .lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -254,11 +264,14 @@ fn sos_syncblk(dump: &Path) -> Vec<(u64, u64, u64, u64)> {
             let thread = hex(f.get(4)?)?;
             (block != 0 && held != 0).then_some((block, held, recursion, thread))
         })
-        .collect()
+        .collect();
+    (held, counts)
 }
 
 /// Every monitor SOS `syncblk` lists as held or waited for is a `sync_block` lock of
-/// `cdac locks` with the same owner, times entered and waiters, and no other.
+/// `cdac locks` with the same owner, times entered and waiters, and no other; the sync
+/// table's entries in use or free, and free ones, are SOS's "Total" and "Free" (the
+/// runtime's own count, not the table up to its first zero entry).
 fn equals_sos(variant: Variant) {
     let tb = testbed_of(variant);
     let dump = tb.dump("full");
@@ -286,8 +299,18 @@ fn equals_sos(variant: Variant) {
             )
         })
         .collect();
-    let theirs: BTreeSet<(u64, u64, u64, u64)> = sos_syncblk(&dump).into_iter().collect();
+    let (held, (total, free)) = sos_syncblk(&dump);
+    let theirs: BTreeSet<SosMonitor> = held.into_iter().collect();
     assert_eq!(ours, theirs, "{}: cdac's, then SOS's", variant.name());
+    assert_eq!(
+        (
+            v["sync_table"]["entries"].as_u64(),
+            v["sync_table"]["free"].as_u64()
+        ),
+        (Some(total), Some(free)),
+        "{}: the sync table's Total and Free",
+        variant.name()
+    );
     assert!(theirs.len() >= 5, "{}: {theirs:?}", variant.name());
 }
 

@@ -50,3 +50,4 @@ mod thread_snapshot;
 mod threads;
 mod tiers;
 mod validation;
+mod web;

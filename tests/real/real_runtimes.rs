@@ -157,11 +157,17 @@ fn check_info(rt: &Runtime, variant: Variant, f: &mut Failures) {
     let overlays: Vec<&str> = rt.overlays().iter().map(|o| o.name.as_str()).collect();
     let kind = rt.descriptor_source().kind();
     let (want_kind, want_em, want_overlay) = match variant {
-        Variant::Net10 | Variant::Net10Composite | Variant::Net10Latest => {
+        Variant::Net10 | Variant::Net10Composite | Variant::Net10Latest | Variant::WebNet10 => {
             ("embedded", 2, Some("net10.0-linux-x64"))
         }
-        Variant::Net9 | Variant::Net9Latest => ("embedded", 1, Some("net9.0-linux-x64")),
-        Variant::Net8 | Variant::Net8_0_0 | Variant::Net8Latest => ("shipped", 1, None),
+        Variant::Net9 | Variant::Net9Latest | Variant::WebNet9 => {
+            ("embedded", 1, Some("net9.0-linux-x64"))
+        }
+        Variant::Net8 | Variant::Net8_0_0 | Variant::Net8Latest | Variant::WebNet8 => {
+            ("shipped", 1, None)
+        }
+        // ExecutionManager "c1" is the algorithm .NET 10 numbered 2.
+        Variant::Net11 => ("embedded", 2, None),
         // No arm64 overlay yet: what the embedded descriptor gives.
         Variant::Net10Arm64 => ("embedded", 2, None),
         Variant::Net9Arm64 => ("embedded", 1, None),

@@ -39,8 +39,10 @@ pub struct GcIdentifiers {
     pub server: bool,
     /// Regions (else segments: `DOTNET_GCName=libclrgc.so`).
     pub regions: bool,
-    /// Dynamic adaptation to the application's size (DATAS) is on.
-    pub dynamic_adaptation: bool,
+    /// Dynamic adaptation to the application's size (DATAS) is on; `None` where the GC
+    /// does not say (server GC with a GC/DAC interface before 2.4: .NET 8 and 9, where
+    /// DATAS is on by default from 9). Workstation GC never adapts.
+    pub dynamic_adaptation: Option<bool>,
 }
 
 /// The GC contract of a runtime.
@@ -80,9 +82,13 @@ impl GcHeap {
         let (vars, source) = GcDacVars::find(target, table, size, slot)?;
         let server = vars.is_server(target)?;
         let regions = segments::uses_regions(target, &vars)?;
-        let dynamic_adaptation = server
-            && vars.dynamic_adaptation_mode != 0
-            && target.read_i32(vars.dynamic_adaptation_mode)? == 1;
+        let dynamic_adaptation = if !server {
+            Some(false)
+        } else if vars.dynamic_adaptation_mode == 0 {
+            None
+        } else {
+            Some(target.read_i32(vars.dynamic_adaptation_mode)? == 1)
+        };
         Ok(GcHeap {
             target: target.clone(),
             descriptor: context.descriptor.clone(),

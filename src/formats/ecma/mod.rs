@@ -212,7 +212,21 @@ impl<'a> Metadata<'a> {
     }
 
     /// The TypeDef that `rid` is nested in (NestedClass table).
+    ///
+    /// A lookup by token: the table is sorted by its nested type (ECMA-335 II.22, and the
+    /// header's sorted mask says so), so one binary search finds the row, and naming a
+    /// few types never indexes a whole assembly. Metadata that is not marked sorted is
+    /// indexed once instead.
     pub fn enclosing_type(&self, rid: u32) -> Option<u32> {
+        if self.index.get().is_none() && self.tables.is_sorted(TableId::NestedClass) {
+            let row = self.first_row_at_or_after(TableId::NestedClass, 0, rid)?;
+            let n = self.nested_class(row).ok()?;
+            let types = self.tables.rows(TableId::TypeDef);
+            // The index's rules: a TypeDef of this table, not itself.
+            return (n.nested == rid && n.enclosing <= types && n.enclosing != rid)
+                .then_some(n.enclosing)
+                .filter(|&e| e != 0);
+        }
         match self.index().enclosing.get(rid as usize) {
             Some(&e) if e != 0 => Some(e),
             _ => None,
@@ -220,7 +234,27 @@ impl<'a> Metadata<'a> {
     }
 
     /// The TypeDef whose method list holds MethodDef `rid`.
+    ///
+    /// TypeDef method lists are ascending runs (ECMA-335 II.22.37): the owner is the last
+    /// TypeDef whose list starts at or before `rid`, found by a binary search when method
+    /// lists are direct (no MethodPtr table) and checked to hold `rid`.
     pub fn method_declaring_type(&self, rid: u32) -> Option<u32> {
+        if self.index.get().is_none() && !self.method_indirect() {
+            let types = self.tables.rows(TableId::TypeDef);
+            let start_of = |t: u32| self.tables.row(TableId::TypeDef, t).map(|r| r.raw(5));
+            // The number of TypeDefs whose list starts at or before `rid`.
+            let (mut lo, mut hi) = (0u32, types);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                match start_of(mid + 1) {
+                    Ok(start) if start <= rid => lo = mid + 1,
+                    Ok(_) => hi = mid,
+                    Err(_) => return None,
+                }
+            }
+            return (lo >= 1 && self.method_list_range(lo).is_ok_and(|r| r.contains(&rid)))
+                .then_some(lo);
+        }
         match self.index().method_owner.get(rid as usize) {
             Some(&t) if t != 0 => Some(t),
             _ => None,
@@ -228,7 +262,31 @@ impl<'a> Metadata<'a> {
     }
 
     /// The generic parameters of a TypeDef or MethodDef, by number.
+    ///
+    /// The GenericParam table is sorted by owner (ECMA-335 II.22.20): the owner's rows are
+    /// found by a binary search on the owner's coded index, when the header marks the
+    /// table sorted.
     pub fn generic_params_of(&self, owner: Token) -> Vec<GenericParamRow> {
+        if self.index.get().is_none() && self.tables.is_sorted(TableId::GenericParam) {
+            let tag = match owner.table() {
+                Some(TableId::TypeDef) => 0,
+                Some(TableId::MethodDef) => 1,
+                _ => return Vec::new(),
+            };
+            let key = (owner.rid() << 1) | tag;
+            let Some(first) = self.first_row_at_or_after(TableId::GenericParam, 2, key) else {
+                return Vec::new();
+            };
+            let rows = self.tables.rows(TableId::GenericParam);
+            let mut params: Vec<GenericParamRow> = (first..=rows)
+                .map_while(|r| {
+                    let raw = self.tables.row(TableId::GenericParam, r).ok()?;
+                    (raw.raw(2) == key).then(|| self.generic_param(r).ok())?
+                })
+                .collect();
+            params.sort_by_key(|p| p.number);
+            return params;
+        }
         self.index()
             .generic_params
             .get(&owner.0)
@@ -238,6 +296,21 @@ impl<'a> Metadata<'a> {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The first row of a sorted `table` whose raw `column` is at least `key` (`None`
+    /// when every row's is smaller, or a row cannot be read).
+    fn first_row_at_or_after(&self, table: TableId, column: usize, key: u32) -> Option<u32> {
+        let (mut lo, mut hi) = (1u32, self.tables.rows(table) + 1);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.tables.row(table, mid).ok()?.raw(column) < key {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        (lo <= self.tables.rows(table)).then_some(lo)
     }
 
     /// The names of a TypeDef's or MethodDef's generic parameters, by number.
