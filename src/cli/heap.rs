@@ -213,7 +213,7 @@ pub struct HeapReport {
     pub gc_in_progress: bool,
     /// Threads whose allocation context could not be read (objects in it may be counted
     /// as garbage, or the walk may stop there).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allocation_context_errors: Vec<String>,
     /// How a live heap was read (absent on a dump).
     #[serde(skip_serializing_if = "Option::is_none")]

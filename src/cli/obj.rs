@@ -61,7 +61,7 @@ pub struct ObjReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub array: Option<ArrayReport>,
     /// Static fields (`--statics`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub statics: Vec<FieldReport>,
     /// What could not be read.
     pub notes: Vec<String>,
