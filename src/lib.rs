@@ -8,6 +8,8 @@
 //! - [`descriptor`]: the runtime's data descriptor (type layouts, globals, contract
 //!   versions), embedded in .NET 9+ runtimes or shipped with `cdac` for .NET 8.
 //! - [`runtime`]: finding the runtime module in a target and loading its descriptor.
+//! - `records` (crate-private): one typed record per runtime type, its offsets resolved once
+//!   per runtime from the descriptor; contracts read records, not names.
 //! - [`contracts`]: versioned algorithms over the runtime's data, each made through
 //!   [`contracts::registry`] and cached by [`runtime::Runtime::contracts`].
 //! - [`formats`]: file formats `cdac` reads and writes.
@@ -86,6 +88,7 @@ pub mod memory;
 pub mod names;
 pub mod process;
 pub mod profile;
+pub(crate) mod records;
 pub mod regs;
 pub mod roots;
 pub mod runtime;

@@ -1396,8 +1396,9 @@ fn check_thread_statics(
     let list = list.ok_or_else(|| Stop::Skip("no thread list".into()))?;
     let (mut with_data, mut arrays) = (0, 0);
     let mut array_mt = None;
+    let threads = rt.contracts().threads().map_err(|e| fail(e.to_string()))?;
     for t in &list.threads {
-        let data = f.ptr(t.address, "Thread", "ThreadLocalDataPtr")?;
+        let data = threads.record(t.address)?.thread_local_data()?;
         if data == 0 {
             continue;
         }

@@ -1,8 +1,10 @@
 //! The Loader contract, the parts that list modules and find their metadata.
 //!
-//! Modules are found through the `AppDomain` global: its `DomainAssemblyList` is an
+//! Modules are found through the `AppDomain` global: its assembly list is an
 //! `ArrayListBase` (a first block of entries inline, then a chain of blocks) of
-//! `DomainAssembly*`s, each leading to its `Assembly` and `Module`. A module's image is
+//! `DomainAssembly*`s (`DomainAssemblyList`, .NET 8 to 10) or `Assembly*`s (`AssemblyList`,
+//! .NET 11: the record [`AppDomainLayout`] says which), each leading to its `Assembly` and
+//! `Module`. A module's image is
 //! `Module.PEAssembly` → `PEAssembly.PEImage` → `PEImage.LoadedImageLayout` (base, size,
 //! flags).
 //!
@@ -30,6 +32,7 @@ use crate::descriptor::DataDescriptor;
 use crate::formats::ecma::pe::{metadata_by_parts, metadata_from_pe, PeLayout};
 use crate::limits::Limit;
 use crate::memory::Target;
+use crate::records::loader::{AppDomainLayout, AssemblyListEntries};
 
 /// `PEImageLayout.Flags`: the image is laid out as the loader maps it (RVA = offset).
 const LAYOUT_FLAG_MAPPED: u32 = 0x1;
@@ -43,7 +46,8 @@ pub struct ModuleInfo {
     pub address: u64,
     /// The `Assembly*` that owns it.
     pub assembly: u64,
-    /// The `DomainAssembly*` the AppDomain's list holds.
+    /// The `DomainAssembly*` the AppDomain's list holds (the `Assembly*` on .NET 11, whose
+    /// list holds assemblies).
     pub domain_assembly: u64,
     /// The image file's path (`None` for dynamic modules or when unreadable).
     pub path: Option<PathBuf>,
@@ -115,7 +119,7 @@ pub fn domain_assemblies(
     if app_domain == 0 {
         return Ok(Vec::new());
     }
-    let list = app_domain.wrapping_add(f.off("AppDomain", "DomainAssemblyList")?);
+    let list = app_domain.wrapping_add(AppDomainLayout::from_descriptor(descriptor)?.assembly_list);
     let count = u64::from(f.u32(list, "ArrayListBase", "Count")?);
     let max_list = target.limits().max_list_length;
     if count > max_list {
@@ -175,8 +179,11 @@ pub fn modules(
     let mut out = Vec::new();
     let mut seen = HashSet::new();
     let described = descriptor.ty("DomainAssembly").is_ok();
+    let entries = AppDomainLayout::from_descriptor(descriptor)?.entries;
     for da in domain_assemblies(target, descriptor)? {
-        let assembly = if described {
+        let assembly = if entries == AssemblyListEntries::Assemblies {
+            da
+        } else if described {
             f.ptr(da, "DomainAssembly", "Assembly")?
         } else {
             // The runtime does not describe the entry: its first pointer is the Assembly.

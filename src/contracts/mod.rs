@@ -25,6 +25,7 @@ pub mod sync_block;
 pub mod thread;
 pub mod unwind_codes;
 pub mod unwind_info;
+pub mod versions;
 
 use crate::descriptor::DescriptorError;
 use crate::limits::Limit;

@@ -22,6 +22,7 @@ use super::runtime_info::RuntimeInfo;
 use super::runtime_type_system::RuntimeTypeSystem;
 use super::sync_block::SyncBlocks;
 use super::thread::Threads;
+use super::versions::{self, Flavor};
 use super::ContractError;
 use crate::descriptor::{ContractVersion, DataDescriptor};
 use crate::memory::Target;
@@ -137,9 +138,10 @@ pub fn unsupported<T>(
     })
 }
 
-/// The version of `name` the runtime advertises, if cdac implements it: `Ok(None)` when
-/// the runtime does not advertise the contract, a typed error when it advertises a version
-/// (or a tag) cdac does not implement.
+/// The version of `name` the runtime advertises, as the algorithm cdac reads it with (the
+/// table of [`versions`](super::versions)): `Ok(None)` when the runtime does not advertise
+/// the contract, a typed error when it advertises a version cdac has no algorithm for, or
+/// one whose algorithm is not among `versions`.
 pub fn advertised_version(
     descriptor: &DataDescriptor,
     name: &'static str,
@@ -148,16 +150,35 @@ pub fn advertised_version(
     let Some(advertised) = descriptor.contract(name) else {
         return Ok(None);
     };
-    match advertised.coreclr_number() {
+    let flavor = flavor_of(descriptor);
+    match versions::algorithm(flavor, name, advertised) {
         Some(n) if versions.contains(&n) => Ok(Some(n)),
         _ => Err(ContractError::UnsupportedVersion {
             contract: name,
-            version: match advertised {
-                ContractVersion::Number(n) => n.to_string(),
-                ContractVersion::Tag(t) => t.clone(),
+            version: advertised.to_string(),
+            supported: match versions::readable(flavor, name, versions).as_slice() {
+                [] => "none".into(),
+                [one] => one.clone(),
+                [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
             },
-            supported: list_versions(versions),
         }),
+    }
+}
+
+/// The runtime flavor a descriptor describes: its `RuntimeFlavor` string (.NET 11), else
+/// NativeAOT when it advertises contracts in NativeAOT's numbering ("n1"), else CoreCLR.
+pub fn flavor_of(descriptor: &DataDescriptor) -> Flavor {
+    if let Ok(text) = descriptor.global_string("RuntimeFlavor") {
+        return Flavor::from_global(Some(text));
+    }
+    let native_aot = descriptor
+        .contracts()
+        .values()
+        .any(|v| matches!(v, ContractVersion::Tag(t) if t.starts_with('n')));
+    if native_aot {
+        Flavor::NativeAot
+    } else {
+        Flavor::CoreClr
     }
 }
 

@@ -3,8 +3,9 @@
 //! managed `System.Exception`.
 //!
 //! Threads are found through the `ThreadStore` global: `ThreadStore.FirstThreadLink` is the
-//! head of a singly linked list whose links sit inside each `Thread` at `Thread.LinkNext`
-//! (a link's `Thread` is the link minus that offset). Each thread records its managed id
+//! head of a singly linked list through `Thread.LinkNext`. Version 1 (.NET 8, 9 and 10)
+//! links point at the next Thread's `LinkNext` field (a link's `Thread` is the link minus
+//! that offset); version 2 (.NET 11's "c1") links point at the Thread itself. Each thread records its managed id
 //! (`Id`), OS thread id (`OSId`), state bits, the head of its explicit Frame chain
 //! (`Frame`, ending in the FRAME_TOP sentinel −1), the exception tracker of the exception
 //! being dispatched (`ExceptionTracker`, leading to an `ExceptionInfo`: `ThrownObject`,
@@ -32,6 +33,10 @@ use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::limits::Limit;
 use crate::memory::Target;
+use crate::records::thread::{
+    AllocContextHome, ExceptionInfoLayout, ExceptionInfoRecord, ThreadLayout, ThreadRecord,
+    ThreadStoreLayout, ThreadStoreRecord,
+};
 
 /// The value ending a Frame chain (FRAME_TOP).
 pub const FRAME_TOP: u64 = u64::MAX;
@@ -242,15 +247,27 @@ pub struct Threads {
     descriptor: DataDescriptor,
     /// Frame tag → kind.
     kinds: Vec<(u64, &'static str)>,
+    /// The algorithm: 1 links point at `LinkNext`, 2 at the Thread.
+    version: u64,
+    store_layout: ThreadStoreLayout,
+    thread_layout: ThreadLayout,
+    /// `None` where the descriptor does not describe `ExceptionInfo` (then no thread has
+    /// an exception in flight that cdac can read).
+    exception_info_layout: Option<ExceptionInfoLayout>,
 }
 
 impl Contract for Threads {
     const NAME: &'static str = "Thread";
-    const VERSIONS: &'static [u64] = &[1];
+    const VERSIONS: &'static [u64] = &[1, 2];
 
     fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
         match version {
-            1 => Threads::v1(&context.target, &context.descriptor, context.dac_table),
+            1 | 2 => Threads::with_version(
+                &context.target,
+                &context.descriptor,
+                context.dac_table,
+                version,
+            ),
             other => registry::unsupported(Self::NAME, other, Self::VERSIONS),
         }
     }
@@ -270,12 +287,13 @@ impl Threads {
         registry::create(&context)
     }
 
-    /// Version 1: learns the Frame kinds from the descriptor's identifiers, or from the
-    /// vtables in `g_dacTable`.
-    fn v1(
+    /// Versions 1 and 2: resolves the records' layouts, and learns the Frame kinds from
+    /// the descriptor's identifiers, or from the vtables in `g_dacTable`.
+    fn with_version(
         target: &Target,
         descriptor: &DataDescriptor,
         dac_table: Option<(u64, u64)>,
+        version: u64,
     ) -> Result<Threads, ContractError> {
         let mut kinds = Vec::new();
         for &kind in FRAME_KINDS {
@@ -305,6 +323,10 @@ impl Threads {
             target: target.clone(),
             descriptor: descriptor.clone(),
             kinds,
+            version,
+            store_layout: ThreadStoreLayout::from_descriptor(descriptor)?,
+            thread_layout: ThreadLayout::from_descriptor(descriptor)?,
+            exception_info_layout: ExceptionInfoLayout::from_descriptor(descriptor).ok(),
         })
     }
 
@@ -333,26 +355,27 @@ impl Threads {
                 detail: "null ThreadStore".into(),
             });
         }
-        let thread_count = f.u32(store, "ThreadStore", "ThreadCount")?;
-        let link = f.ptr(store, "ThreadStore", "FirstThreadLink")?;
-        let first_thread = self.thread_of_link(link)?;
+        let record = ThreadStoreRecord::read(&self.target, &self.store_layout, store)?;
+        let first_thread = self.thread_of_link(record.first_thread_link)?;
         let finalizer_thread = match f.global("FinalizerThread") {
             Ok(g) => Some(self.target.read_pointer(g)?),
             Err(_) => None,
         };
         Ok(ThreadStoreInfo {
             address: store,
-            thread_count,
+            thread_count: record.thread_count,
             first_thread,
             finalizer_thread,
         })
     }
 
+    /// The Thread a list link leads to: the link itself (version 2), or the link minus
+    /// the offset of `LinkNext` (version 1).
     fn thread_of_link(&self, link: u64) -> Result<u64, ContractError> {
-        if link == 0 {
-            return Ok(0);
+        if link == 0 || self.version >= 2 {
+            return Ok(link);
         }
-        let off = self.f().off("Thread", "LinkNext")?;
+        let off = self.thread_layout.link_next;
         link.checked_sub(off).ok_or(ContractError::Corrupt {
             what: "thread list link",
             addr: link,
@@ -409,18 +432,10 @@ impl Threads {
 
     /// One thread.
     pub fn thread(&self, address: u64) -> Result<ThreadInfo, ContractError> {
-        let f = self.f();
         let t = address;
-        let link = f.ptr(t, "Thread", "LinkNext")?;
-        let next = self.thread_of_link(link)?;
-        let os_id = if f.d.ty("Thread")?.field("OSId")?.type_name.as_deref() == Some("uint32") {
-            u64::from(f.u32(t, "Thread", "OSId")?)
-        } else {
-            self.target
-                .read_pointer(t.wrapping_add(f.off("Thread", "OSId")?))?
-        };
-        let tracker_field = t.wrapping_add(f.off("Thread", "ExceptionTracker")?);
-        let exception_tracker = self.target.read_pointer(tracker_field)?;
+        let record = ThreadRecord::read(&self.target, &self.thread_layout, t)?;
+        let next = self.thread_of_link(record.link_next)?;
+        let exception_tracker = record.exception_tracker;
         // A damaged tracker or handle loses the thread its exception, not the list its
         // remaining threads.
         let current_exception = if exception_tracker != 0 {
@@ -432,27 +447,38 @@ impl Threads {
         } else {
             None
         };
-        let last_thrown = if f.has("Thread", "LastThrownObject") {
-            let handle = f.ptr(t, "Thread", "LastThrownObject")?;
-            self.deref_handle(handle).unwrap_or_else(|e| {
+        let last_thrown = match record.last_thrown_object() {
+            Some(handle) => self.deref_handle(handle).unwrap_or_else(|e| {
                 tracing::warn!("thread {t:#x}: last thrown object handle {handle:#x}: {e}");
                 None
-            })
-        } else {
-            None
+            }),
+            None => None,
         };
         Ok(ThreadInfo {
             address: t,
-            managed_id: f.u32(t, "Thread", "Id")?,
-            os_id,
-            state: f.u32(t, "Thread", "State")?,
-            preemptive_gc_disabled: f.u32(t, "Thread", "PreemptiveGCDisabled")? & 1 != 0,
-            frame: f.ptr(t, "Thread", "Frame")?,
+            managed_id: record.id,
+            os_id: record.os_id,
+            state: record.state,
+            preemptive_gc_disabled: record.preemptive_gc_disabled,
+            frame: record.frame,
             exception_tracker,
             current_exception,
             last_thrown,
             next,
         })
+    }
+
+    /// The thread's record, read again (the fields `ThreadInfo` does not keep).
+    pub(crate) fn record(&self, thread: u64) -> Result<ThreadRecord, ContractError> {
+        ThreadRecord::read(&self.target, &self.thread_layout, thread)
+    }
+
+    /// The `ExceptionInfo` at `tracker`.
+    fn tracker(&self, tracker: u64) -> Result<ExceptionInfoRecord, ContractError> {
+        let layout = self
+            .exception_info_layout
+            .ok_or_else(|| crate::records::missing_field("ExceptionInfo", "ThrownObject"))?;
+        ExceptionInfoRecord::read(&self.target, &layout, tracker)
     }
 
     /// The object a GC handle holds (`None` for a null handle or object).
@@ -466,18 +492,12 @@ impl Threads {
 
     /// The exception object an `ExceptionInfo` holds.
     fn tracker_exception(&self, tracker: u64) -> Result<Option<u64>, ContractError> {
-        let f = self.f();
-        let value = f.ptr(tracker, "ExceptionInfo", "ThrownObject")?;
+        let record = self.tracker(tracker)?;
+        let value = record.thrown_object;
         if value == 0 {
             return Ok(None);
         }
-        let typed_handle =
-            f.d.ty("ExceptionInfo")?
-                .field("ThrownObject")?
-                .type_name
-                .as_deref()
-                .is_some_and(|t| t.eq_ignore_ascii_case("GCHandle") || t == "OBJECTHANDLE");
-        if !typed_handle && self.is_exception_object(value) {
+        if !record.thrown_object_is_handle && self.is_exception_object(value) {
             return Ok(Some(value));
         }
         self.deref_handle(value)
@@ -486,16 +506,14 @@ impl Threads {
     /// The exception trackers nested under this one (`PreviousNestedInfo` chain), this one
     /// first. Empty where the runtime does not describe the chain.
     pub fn nested_trackers(&self, tracker: u64) -> Result<Vec<u64>, ContractError> {
-        let f = self.f();
         let mut out = Vec::new();
         if tracker == 0 {
             return Ok(out);
         }
         out.push(tracker);
-        if !f.has("ExceptionInfo", "PreviousNestedInfo") {
+        let Some(mut cur) = self.tracker(tracker)?.previous_nested_info else {
             return Ok(out);
-        }
-        let mut cur = f.ptr(tracker, "ExceptionInfo", "PreviousNestedInfo")?;
+        };
         while cur != 0 {
             if out.len() >= MAX_NESTED || out.contains(&cur) {
                 return Err(ContractError::LimitExceeded {
@@ -507,7 +525,7 @@ impl Threads {
                 });
             }
             out.push(cur);
-            cur = f.ptr(cur, "ExceptionInfo", "PreviousNestedInfo")?;
+            cur = self.tracker(cur)?.previous_nested_info.unwrap_or(0);
         }
         Ok(out)
     }
@@ -535,21 +553,18 @@ impl Threads {
     /// `RuntimeThreadLocals` directly, .NET 8 inline in the Thread (`Thread.AllocContext`).
     pub fn allocation_context(&self, thread: u64) -> Result<Option<(u64, u64)>, ContractError> {
         let f = self.f();
-        let thread_ty = self.descriptor.ty("Thread")?;
-        let context = if thread_ty.has_field("RuntimeThreadLocals") {
-            let locals = f.ptr(thread, "Thread", "RuntimeThreadLocals")?;
-            if locals == 0 {
-                return Ok(None);
-            }
-            let mut at = locals.wrapping_add(f.off("RuntimeThreadLocals", "AllocContext")?);
-            if let Ok(ee) = self.descriptor.ty("EEAllocContext") {
-                if ee.has_field("GCAllocationContext") {
-                    at = at.wrapping_add(ee.offset("GCAllocationContext")?);
+        let context = match self.record(thread)?.alloc_context_home()? {
+            AllocContextHome::None => return Ok(None),
+            AllocContextHome::Inline(at) => at,
+            AllocContextHome::ThreadLocals(locals) => {
+                let mut at = locals.wrapping_add(f.off("RuntimeThreadLocals", "AllocContext")?);
+                if let Ok(ee) = self.descriptor.ty("EEAllocContext") {
+                    if ee.has_field("GCAllocationContext") {
+                        at = at.wrapping_add(ee.offset("GCAllocationContext")?);
+                    }
                 }
+                at
             }
-            at
-        } else {
-            thread.wrapping_add(f.off("Thread", "AllocContext")?)
         };
         let pointer = f.ptr(context, "GCAllocContext", "Pointer")?;
         let limit = f.ptr(context, "GCAllocContext", "Limit")?;
@@ -749,10 +764,11 @@ impl Threads {
         Ok(())
     }
 
-    /// The managed `System.Threading.Thread` object of a thread (its `Thread.GCHandle`),
-    /// `None` when the runtime has not made one (a thread that never ran managed code).
+    /// The managed `System.Threading.Thread` object of a thread (its handle:
+    /// `Thread.ExposedObject`, `GCHandle` before .NET 11), `None` when the runtime has not
+    /// made one (a thread that never ran managed code).
     pub fn thread_object(&self, t: &ThreadInfo) -> Result<Option<u64>, ContractError> {
-        let handle = self.f().ptr(t.address, "Thread", "GCHandle")?;
+        let handle = self.record(t.address)?.exposed_object()?;
         self.deref_handle(handle)
     }
 

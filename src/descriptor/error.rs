@@ -106,8 +106,9 @@ pub enum DescriptorError {
         baseline: String,
     },
 
-    /// A physical format version other than 0.
-    #[error("descriptor {descriptor} has format version {version}; only 0 is supported")]
+    /// A physical format version newer than this reader knows, where cdac cannot read it
+    /// anyway (an overlay or a descriptor file given by the user).
+    #[error("descriptor {descriptor} has format version {version}; cdac reads formats 0 to 2")]
     UnsupportedVersion {
         /// Name of the descriptor (file or module).
         descriptor: String,

@@ -200,7 +200,15 @@ struct DescriptorParts {
     contract_origin: BTreeMap<String, String>,
     sub_descriptors: Vec<SubDescriptorInfo>,
     extras: BTreeMap<String, serde_json::Value>,
+    /// Each merged part's physical format version, by origin.
+    formats: BTreeMap<String, u64>,
 }
+
+/// The newest physical format this reader knows: 0 (.NET 9 and 10), 1, and 2 (.NET 11:
+/// contract versions as strings, fields without types, sub-descriptors). A runtime's own
+/// descriptor of a newer format is read with format 2's grammar and said to be newer
+/// ([`DataDescriptor::newer_formats`]); the open-time checks then tell whether it held.
+pub const NEWEST_FORMAT: u64 = 2;
 
 impl DataDescriptor {
     /// The parts to change, copied first if a clone shares them.
@@ -219,6 +227,7 @@ impl DataDescriptor {
             contract_origin: BTreeMap::new(),
             sub_descriptors: Vec::new(),
             extras: BTreeMap::new(),
+            formats: BTreeMap::new(),
         };
         DataDescriptor {
             parts: std::sync::Arc::new(parts),
@@ -227,19 +236,15 @@ impl DataDescriptor {
 
     /// Adds one physical descriptor, resolving its indirect globals against its own
     /// `pointer_data`. A type, global or contract that an earlier part already defined is
-    /// an error: sub-descriptors extend, they never override.
+    /// an error: sub-descriptors extend, they never override. A format newer than
+    /// [`NEWEST_FORMAT`] is read with that format's grammar and recorded (it is the
+    /// runtime's own description: refusing it would stop every command).
     pub fn merge(
         &mut self,
         origin: &str,
         physical: &PhysicalDescriptor,
         pointer_data: &[u64],
     ) -> Result<(), DescriptorError> {
-        if physical.version != 0 {
-            return Err(DescriptorError::UnsupportedVersion {
-                descriptor: origin.to_string(),
-                version: physical.version.to_string(),
-            });
-        }
         if let Some(b) = physical.baseline.as_deref().filter(|b| *b != "empty") {
             return Err(DescriptorError::UnsupportedBaseline {
                 descriptor: origin.to_string(),
@@ -325,7 +330,27 @@ impl DataDescriptor {
                 .entry(k.clone())
                 .or_insert_with(|| v.clone());
         }
+        self.parts_mut()
+            .formats
+            .insert(origin.to_string(), physical.version);
         Ok(())
+    }
+
+    /// The physical format version of each part merged (the runtime's own descriptor and
+    /// its sub-descriptors), by name.
+    pub fn formats(&self) -> &BTreeMap<String, u64> {
+        &self.parts.formats
+    }
+
+    /// The parts whose format is newer than this reader knows ([`NEWEST_FORMAT`]), with
+    /// their format.
+    pub fn newer_formats(&self) -> Vec<(&str, u64)> {
+        self.parts
+            .formats
+            .iter()
+            .filter(|(_, &v)| v > NEWEST_FORMAT)
+            .map(|(o, &v)| (o.as_str(), v))
+            .collect()
     }
 
     /// Adds what an overlay knows and this descriptor lacks: types, fields of types it has,
@@ -339,7 +364,7 @@ impl DataDescriptor {
         physical: &PhysicalDescriptor,
         pointer_data: &[u64],
     ) -> Result<FillReport, DescriptorError> {
-        if physical.version != 0 {
+        if physical.version > NEWEST_FORMAT {
             return Err(DescriptorError::UnsupportedVersion {
                 descriptor: origin.to_string(),
                 version: physical.version.to_string(),

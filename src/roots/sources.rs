@@ -282,7 +282,8 @@ impl RootSet {
 /// Every thread's thread-static roots, and what could not be read of them.
 fn thread_static_roots(rt: &Runtime) -> Result<(Vec<Root>, Vec<String>), ContractError> {
     let f = crate::contracts::fields::Fields::new(rt.target(), rt.descriptor());
-    let threads = rt.contracts().threads()?.threads()?;
+    let contract = rt.contracts().threads()?;
+    let threads = contract.threads()?;
     let limit = rt.target().limits().max_list_length;
     let (mut roots, mut problems) = (Vec::new(), Vec::new());
     for t in &threads.threads {
@@ -291,7 +292,7 @@ fn thread_static_roots(rt: &Runtime) -> Result<(Vec<Root>, Vec<String>), Contrac
         };
         let read = || -> Result<Vec<Root>, ContractError> {
             let mut out = Vec::new();
-            let data = f.ptr(t.address, "Thread", "ThreadLocalDataPtr")?;
+            let data = contract.record(t.address)?.thread_local_data()?;
             if data == 0 {
                 return Ok(out);
             }

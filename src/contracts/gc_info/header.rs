@@ -68,8 +68,10 @@ pub mod return_kind {
     pub const BYREF_BYREF: u32 = 0xA;
 }
 
-/// Highest GCInfo version this decoder reads.
-pub const MAX_VERSION: u32 = 4;
+/// Highest GCInfo version this decoder reads. Version 5 (.NET 11, R2R 21) changed only
+/// x86's encoding (an async bit in its header); the encoding of x64, arm64 and the other
+/// architectures is version 4's (dotnet/diagnostics' decoder tests only `version < 4`).
+pub const MAX_VERSION: u32 = 5;
 
 /// Cap on the bytes a header may span. The longest possible header (every optional
 /// field, every number at its 64-bit limit) is under 300 bytes.
@@ -143,8 +145,8 @@ impl GcInfoHeader {
 }
 
 /// The GCInfo version of ReadyToRun code from the image's `READYTORUN_HEADER` version:
-/// 1 for R2R 1.x, 2 up to 9.2, 3 for 9.3 up to 10.x, 4 from 11.0 on (versions 2 and 3
-/// share one layout).
+/// 1 for R2R 1.x, 2 up to 9.2, 3 for 9.3 up to 10.x, 4 from 11.0 on, 5 from 21.0 on (.NET
+/// 11; versions 2 and 3 share one layout, and so do 4 and 5 outside x86).
 pub fn r2r_gc_info_version(r2r_major: u16, r2r_minor: u16) -> u32 {
     // As the runtimes map image versions: R2R 1.x wrote the first encoding; 2.0 up to 9.2
     // the second; 9.3 (.NET 9) made safe points interruptible (version 3, same bits); 11.0
@@ -153,7 +155,8 @@ pub fn r2r_gc_info_version(r2r_major: u16, r2r_minor: u16) -> u32 {
         (0..=1, _) => 1,
         (2..=8, _) | (9, 0..=2) => 2,
         (9..=10, _) => 3,
-        _ => 4,
+        (11..=20, _) => 4,
+        _ => 5,
     }
 }
 
@@ -163,7 +166,7 @@ pub fn check_version(version: u32, arch: GcInfoArch) -> Result<(), ContractError
         return Err(ContractError::UnsupportedVersion {
             contract: "GCInfo",
             version: version.to_string(),
-            supported: "GCInfo versions 1 to 4".into(),
+            supported: format!("GCInfo versions 1 to {MAX_VERSION}"),
         });
     }
     if arch == GcInfoArch::Interpreter && version < 4 {
@@ -511,5 +514,7 @@ mod tests {
         assert_eq!(r2r_gc_info_version(10, 0), 3);
         assert_eq!(r2r_gc_info_version(11, 0), 4);
         assert_eq!(r2r_gc_info_version(17, 0), 4);
+        assert_eq!(r2r_gc_info_version(20, 9), 4);
+        assert_eq!(r2r_gc_info_version(21, 0), 5);
     }
 }

@@ -1,0 +1,143 @@
+//! Which of cdac's algorithms reads each contract version a runtime advertises: one table,
+//! from (runtime flavor, contract, version as the runtime writes it) to the algorithm.
+//!
+//! cdac numbers its algorithms as .NET 9 and 10 numbered their contracts (integers: the
+//! ExecutionManager of .NET 10 is 2). .NET 11 froze the contracts and started a new
+//! numbering, written as strings with a flavor letter ("c1" for CoreCLR, "n1" for
+//! NativeAOT): "c1" is whatever algorithm .NET 11 ships, not version 1 of the old line.
+//! ExecutionManager "c1" is the algorithm .NET 10 called 2, PrecodeStubs "c1" the one it
+//! called 3. So a string version is never parsed for a number: it is looked up here, and a
+//! version missing from the table is unsupported (only the commands that need that
+//! contract fail).
+
+use crate::descriptor::ContractVersion;
+
+/// The runtime a descriptor describes, as far as contract numbering goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Flavor {
+    /// CoreCLR (`RuntimeFlavor` "Coreclr", or no such global: .NET 9 and 10).
+    CoreClr,
+    /// NativeAOT (`RuntimeFlavor` "NativeAOT", or contracts written "n…").
+    NativeAot,
+}
+
+impl Flavor {
+    /// The flavor a descriptor's `RuntimeFlavor` string names (any case); CoreCLR when it
+    /// names none.
+    pub fn from_global(text: Option<&str>) -> Flavor {
+        match text.map(str::to_ascii_lowercase).as_deref() {
+            Some("nativeaot") => Flavor::NativeAot,
+            _ => Flavor::CoreClr,
+        }
+    }
+}
+
+/// One row: a version as a runtime writes it, and the algorithm that reads it.
+struct Row {
+    flavor: Flavor,
+    contract: &'static str,
+    written: &'static str,
+    algorithm: u64,
+}
+
+const fn coreclr(contract: &'static str, written: &'static str, algorithm: u64) -> Row {
+    Row {
+        flavor: Flavor::CoreClr,
+        contract,
+        written,
+        algorithm,
+    }
+}
+
+/// The string versions cdac reads, each with its algorithm. Integers (.NET 9 and 10) are
+/// not listed: integer N is algorithm N.
+const STRING_VERSIONS: &[Row] = &[
+    // .NET 11.0.0: same algorithms as .NET 10's where the data only moved (offsets come
+    // from the descriptor); the ones whose meaning changed have algorithms of their own.
+    coreclr("CodeVersions", "c1", 1),
+    coreclr("DebugInfo", "c1", 1),
+    coreclr("Exception", "c1", 1),
+    // .NET 10's version 2: the range section map and the code heaps' constant-time map.
+    coreclr("ExecutionManager", "c1", 2),
+    // The AppDomain's list is `AssemblyList` of `Assembly*` (10: `DomainAssemblyList`): a
+    // rename the AppDomain record states.
+    coreclr("Loader", "c1", 1),
+    coreclr("PlatformMetadata", "c1", 1),
+    // .NET 10's version 3: stub and fixup precodes with their data a page on.
+    coreclr("PrecodeStubs", "c1", 3),
+    coreclr("RuntimeInfo", "c1", 1),
+    coreclr("RuntimeTypeSystem", "c1", 1),
+    // The thread store's list links Threads themselves (10: their link fields), and the
+    // managed object is `ExposedObject`.
+    coreclr("Thread", "c1", 2),
+];
+
+/// The algorithm cdac reads `contract` with, as a runtime of `flavor` advertises it; `None`
+/// when cdac has none for that version.
+pub fn algorithm(flavor: Flavor, contract: &str, written: &ContractVersion) -> Option<u64> {
+    match written {
+        ContractVersion::Number(n) if flavor == Flavor::CoreClr => Some(*n),
+        ContractVersion::Number(_) => None,
+        ContractVersion::Tag(tag) => STRING_VERSIONS
+            .iter()
+            .find(|r| r.flavor == flavor && r.contract == contract && r.written == tag)
+            .map(|r| r.algorithm),
+    }
+}
+
+/// The versions of `contract` cdac reads on `flavor`, as runtimes write them: the string
+/// versions of the table whose algorithm is one of `algorithms`, then the integers (of
+/// CoreCLR, where each is its own algorithm).
+pub fn readable(flavor: Flavor, contract: &str, algorithms: &[u64]) -> Vec<String> {
+    let mut out: Vec<String> = STRING_VERSIONS
+        .iter()
+        .filter(|r| r.flavor == flavor && r.contract == contract)
+        .filter(|r| algorithms.contains(&r.algorithm))
+        .map(|r| r.written.to_string())
+        .collect();
+    if flavor == Flavor::CoreClr {
+        out.extend(algorithms.iter().map(u64::to_string));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_versions_are_looked_up_never_parsed() {
+        let tag = |t: &str| ContractVersion::Tag(t.into());
+        // "c1" is .NET 10's ExecutionManager 2 and PrecodeStubs 3, not version 1.
+        assert_eq!(
+            algorithm(Flavor::CoreClr, "ExecutionManager", &tag("c1")),
+            Some(2)
+        );
+        assert_eq!(
+            algorithm(Flavor::CoreClr, "PrecodeStubs", &tag("c1")),
+            Some(3)
+        );
+        // A version nobody described is unknown, however it is spelled.
+        assert_eq!(algorithm(Flavor::CoreClr, "SyncBlock", &tag("c9")), None);
+        assert_eq!(algorithm(Flavor::CoreClr, "Thread", &tag("c2")), None);
+        assert_eq!(algorithm(Flavor::CoreClr, "Thread", &tag("1")), None);
+        // NativeAOT's "n1" is not CoreCLR's "c1".
+        assert_eq!(algorithm(Flavor::NativeAot, "Thread", &tag("c1")), None);
+        // Integers are .NET 9 and 10's numbering, which cdac's algorithms keep.
+        assert_eq!(
+            algorithm(Flavor::CoreClr, "ExecutionManager", &ContractVersion::Number(1)),
+            Some(1)
+        );
+        assert_eq!(
+            readable(Flavor::CoreClr, "ExecutionManager", &[1, 2]),
+            ["c1", "1", "2"]
+        );
+    }
+
+    #[test]
+    fn the_flavor_is_the_runtimes_word_in_any_case() {
+        assert_eq!(Flavor::from_global(Some("Coreclr")), Flavor::CoreClr);
+        assert_eq!(Flavor::from_global(Some("NativeAOT")), Flavor::NativeAot);
+        assert_eq!(Flavor::from_global(None), Flavor::CoreClr);
+    }
+}
