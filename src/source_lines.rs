@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::contracts::debug_info::{il_offset, DebugInfoFormat, IlOffset};
+use crate::contracts::debug_info::{il_offset, IlOffset};
 use crate::contracts::exception_trace::{
     decode_stack_trace, TraceFrame, TraceLayout, STEF_IP_ADJUSTED,
 };
@@ -65,7 +65,7 @@ pub fn exception_trace_frames(
     let layout = TraceLayout::for_runtime_major(major.unwrap_or(9));
     let trace = decode_stack_trace(rt.target(), stack_trace, layout)?;
     let em = rt.contracts().execution_manager()?;
-    let format = DebugInfoFormat::for_runtime(rt.descriptor(), major);
+    let format = rt.contracts().debug_info()?;
     Ok(trace
         .frames
         .into_iter()

@@ -1046,7 +1046,11 @@ fn check_code(
             )));
         }
         let debug = em.debug_info(&b)?;
-        if debug.address != 0 && matches!(debug.has_flag_byte, Ok(true)) {
+        let flag_byte_format = rt
+            .contracts()
+            .debug_info()
+            .is_ok_and(|f| f.has_flag_byte_format());
+        if debug.address != 0 && flag_byte_format && matches!(debug.has_flag_byte, Ok(true)) {
             let flag = t.read_u8(debug.address)?;
             if flag > 3 {
                 return Err(fail(format!(

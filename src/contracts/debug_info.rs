@@ -1,7 +1,8 @@
 //! Debug info of managed code: the map from native offsets to IL offsets ("bounds") that
 //! the JIT and crossgen2 record for each method, as the DebugInfo contract reads it.
 //!
-//! A blob (address from the ExecutionManager's `GetDebugInfo`) is laid out as:
+//! Up to .NET 10 (cdac's version 1) a blob (address from the ExecutionManager's
+//! `GetDebugInfo`) is laid out as:
 //! 1. for JIT'ed code when the runtime says so (`DebugInfoRef::has_flag_byte`: on-stack
 //!    replacement compiled in, or rich debug info stored; see [`native_map`] for when
 //!    that cannot be read), a flag byte: bit 0, a
@@ -11,6 +12,11 @@
 //!    (when the JIT kept uninstrumented bounds) the marker `0xFFFFFFFF`, the size of the bounds, of the
 //!    uninstrumented bounds, then of the variables;
 //! 3. the bounds, then the rest.
+//!
+//! .NET 11 (DebugInfo "c1", cdac's version 2) has no flag byte: its header is either slim
+//! (the size of the bounds, then of the variables) or fat (a 0, then the sizes of the
+//! bounds, variables, uninstrumented bounds, patchpoint info, rich debug info and async
+//! info), and the chunks follow in that order.
 //!
 //! Nibble encoding: each 4-bit nibble carries 3 bits of the number, most significant
 //! group first, and its bit 3 says that more nibbles follow; a byte's low nibble comes
@@ -24,7 +30,9 @@
 //! - from .NET 10 ([`BoundsEncoding::Packed`]): the count, the bits per native delta − 1,
 //!   the bits per IL offset − 1 (nibble numbers), then from the next whole byte a
 //!   little-endian bit stream of entries, each: 2 source-type bits (bit 0 call
-//!   instruction, bit 1 stack empty), the native delta, the IL offset + 3.
+//!   instruction, bit 1 stack empty), the native delta, the IL offset + 3;
+//! - .NET 11 ([`BoundsEncoding::PackedAsync`]): the same with 3 source-type bits (bit 2:
+//!   an async suspension point).
 //!
 //! IL offsets −1, −2, −3 are the special values NO_MAPPING, PROLOG and EPILOG.
 
@@ -52,6 +60,8 @@ pub enum BoundsEncoding {
     Nibble,
     /// .NET 10: fixed-width bit-packed entries with two source-type bits.
     Packed,
+    /// .NET 11: the same with a third source-type bit (async suspension point).
+    PackedAsync,
 }
 
 /// What the decoder needs to know of the runtime.
@@ -63,6 +73,8 @@ pub struct DebugInfoFormat {
     pub patchpoint_info_size: u64,
     /// Offset of `PatchpointInfo`'s count of locals.
     pub patchpoint_local_count_offset: u64,
+    /// The blob's header is .NET 11's (no flag byte; slim, or a 0 then six chunk sizes).
+    pub chunked_header: bool,
 }
 
 /// `PatchpointInfo` of 64-bit .NET 8 and 9: callee-saved register mask (u64), count of
@@ -73,7 +85,7 @@ const PATCHPOINT_NET10: (u64, u64) = (40, 16);
 
 impl Contract for DebugInfoFormat {
     const NAME: &'static str = "DebugInfo";
-    const VERSIONS: &'static [u64] = &[1];
+    const VERSIONS: &'static [u64] = &[1, 2];
 
     fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
         match version {
@@ -81,6 +93,7 @@ impl Contract for DebugInfoFormat {
                 &context.descriptor,
                 context.major,
             )),
+            2 => Ok(DebugInfoFormat::chunked(&context.descriptor)),
             other => registry::unsupported(Self::NAME, other, Self::VERSIONS),
         }
     }
@@ -121,7 +134,24 @@ impl DebugInfoFormat {
             encoding,
             patchpoint_info_size: size,
             patchpoint_local_count_offset: count,
+            chunked_header: false,
         }
+    }
+
+    /// .NET 11's format (version 2): chunked header, three source-type bits. Patchpoint
+    /// info is a chunk of its own, so its layout is not needed to skip it.
+    pub fn chunked(descriptor: &DataDescriptor) -> DebugInfoFormat {
+        DebugInfoFormat {
+            encoding: BoundsEncoding::PackedAsync,
+            chunked_header: true,
+            ..DebugInfoFormat::for_runtime(descriptor, Some(10))
+        }
+    }
+
+    /// Whether a JIT'ed method's blob may start with a flag byte (versions before .NET
+    /// 11).
+    pub fn has_flag_byte_format(&self) -> bool {
+        !self.chunked_header
     }
 }
 
@@ -169,6 +199,8 @@ pub struct SourceType {
     pub sequence_point: bool,
     /// A call site (nibble encoding only).
     pub call_site: bool,
+    /// An async method's suspension point (.NET 11's encoding only).
+    pub async_suspension: bool,
 }
 
 /// One entry of a method's native-to-IL map.
@@ -279,12 +311,18 @@ pub fn decode_bounds(
                         stack_empty: st & 2 != 0,
                         call_site: st & 4 != 0,
                         call_instruction: st & 16 != 0,
+                        async_suspension: false,
                     },
                 });
             }
             exact(addr, r.next_byte(), bytes)?;
         }
-        BoundsEncoding::Packed => {
+        BoundsEncoding::Packed | BoundsEncoding::PackedAsync => {
+            let source_bits: u32 = if encoding == BoundsEncoding::PackedAsync {
+                3
+            } else {
+                2
+            };
             let native_bits = r.u32()?.saturating_add(1);
             let il_bits = r.u32()?.saturating_add(1);
             if native_bits > 32 || il_bits > 32 {
@@ -293,7 +331,7 @@ pub fn decode_bounds(
                     format!("{native_bits} bits per native delta, {il_bits} per IL offset"),
                 ));
             }
-            let per_entry = 2 + native_bits + il_bits;
+            let per_entry = source_bits + native_bits + il_bits;
             let mut at = r.next_byte();
             let mut acc: u128 = 0;
             let mut have: u32 = 0;
@@ -315,9 +353,10 @@ pub fn decode_bounds(
                 let entry = acc & ((1u128 << per_entry) - 1);
                 acc >>= per_entry;
                 have -= per_entry;
-                let st = (entry & 3) as u32;
-                let delta = ((entry >> 2) & ((1u128 << native_bits) - 1)) as u32;
-                let il = ((entry >> (2 + native_bits)) & ((1u128 << il_bits) - 1)) as u32;
+                let st = (entry & ((1u128 << source_bits) - 1)) as u32;
+                let delta = ((entry >> source_bits) & ((1u128 << native_bits) - 1)) as u32;
+                let il =
+                    ((entry >> (source_bits + native_bits)) & ((1u128 << il_bits) - 1)) as u32;
                 native = native
                     .checked_add(delta)
                     .ok_or_else(|| corrupt(addr, "native offset overflows".into()))?;
@@ -327,6 +366,7 @@ pub fn decode_bounds(
                     source: SourceType {
                         call_instruction: st & 1 != 0,
                         stack_empty: st & 2 != 0,
+                        async_suspension: st & 4 != 0,
                         ..SourceType::default()
                     },
                 });
@@ -365,6 +405,25 @@ fn bounds_location(
 ) -> Result<Option<(u64, u64)>, ContractError> {
     if address == 0 {
         return Ok(None);
+    }
+    if format.chunked_header {
+        // At most 7 numbers of at most 11 nibbles each.
+        let header = read_up_to(target, address, 42)?;
+        let mut r = Nibbles::new(&header, address);
+        let first = r.u32()?;
+        let bounds = if first == 0 {
+            // Fat: bounds, vars, uninstrumented bounds, patchpoint, rich, async sizes.
+            let bounds = r.u32()?;
+            for _ in 0..5 {
+                r.u32()?;
+            }
+            bounds
+        } else {
+            let _vars = r.u32()?;
+            first
+        };
+        let start = address.wrapping_add(r.next_byte() as u64);
+        return Ok(Some((start, u64::from(bounds))));
     }
     let mut at = address;
     if has_flag_byte {
@@ -433,6 +492,9 @@ pub fn native_map(
     format: &DebugInfoFormat,
 ) -> Result<Vec<OffsetMapping>, ContractError> {
     let info = em.debug_info(block)?;
+    if format.chunked_header {
+        return map_at(target, info.address, false, format);
+    }
     match info.has_flag_byte {
         Ok(flag) => map_at(target, info.address, flag, format),
         Err(_) if info.address == 0 => Ok(Vec::new()),
@@ -581,14 +643,24 @@ mod tests {
 
     /// Bit-packs entries (source bits, native delta, IL + 3) as the .NET 10 writer does.
     fn packed(entries: &[(u8, u32, u32)], native_bits: u32, il_bits: u32) -> Vec<u8> {
+        packed_with(entries, 2, native_bits, il_bits)
+    }
+
+    /// Packed bounds with `source_bits` source-type bits per entry (2: .NET 10, 3: 11).
+    fn packed_with(
+        entries: &[(u8, u32, u32)],
+        source_bits: u32,
+        native_bits: u32,
+        il_bits: u32,
+    ) -> Vec<u8> {
         let mut out = nibbles(&[entries.len() as u32, native_bits - 1, il_bits - 1]);
         let (mut acc, mut have) = (0u128, 0u32);
         for &(st, delta, il) in entries {
             let v = u128::from(st)
-                | (u128::from(delta) << 2)
-                | (u128::from(il.wrapping_add(3)) << (2 + native_bits));
+                | (u128::from(delta) << source_bits)
+                | (u128::from(il.wrapping_add(3)) << (source_bits + native_bits));
             acc |= v << have;
-            have += 2 + native_bits + il_bits;
+            have += source_bits + native_bits + il_bits;
             while have >= 8 {
                 out.push(acc as u8);
                 acc >>= 8;
@@ -702,6 +774,44 @@ mod tests {
     }
 
     #[test]
+    fn net11_chunked_headers_and_async_suspension_points() {
+        use crate::memory::builder::MemoryBuilder;
+        use crate::memory::DataLayout;
+        let format = DebugInfoFormat {
+            encoding: BoundsEncoding::PackedAsync,
+            patchpoint_info_size: 40,
+            patchpoint_local_count_offset: 16,
+            chunked_header: true,
+        };
+        // IL 0 at 4; a call at 9 (IL 6) that is an async suspension point (bit 2).
+        // (source bits, native delta, IL offset).
+        let bounds = packed_with(&[(0, 4, 0), (1 | 4, 5, 6)], 3, 8, 8);
+        let map = decode_bounds(&bounds, 0, BoundsEncoding::PackedAsync).unwrap();
+        assert_eq!(map[1].native_offset, 9);
+        assert_eq!(map[1].il_offset, IlOffset::Il(6));
+        assert!(map[1].source.async_suspension && map[1].source.call_instruction);
+        assert!(!map[0].source.async_suspension);
+        // Fat header: 0, bounds, vars, uninstrumented, patchpoint, rich, async sizes; no
+        // flag byte even for JIT'ed code. Slim: bounds, vars.
+        for (header, what) in [
+            (nibbles(&[0, bounds.len() as u32, 3, 0, 48, 5, 2]), "fat"),
+            (nibbles(&[bounds.len() as u32, 3]), "slim"),
+        ] {
+            let mut blob = header.clone();
+            blob.extend(&bounds);
+            let mut b = MemoryBuilder::new(DataLayout::LE64);
+            b.region(0x1000, blob.len()).bytes(0, &blob);
+            let t = b.into_target();
+            let (start, size) = bounds_location(&t, 0x1000, true, &format).unwrap().unwrap();
+            assert_eq!(
+                (start, size),
+                (0x1000 + header.len() as u64, bounds.len() as u64),
+                "{what}"
+            );
+        }
+    }
+
+    #[test]
     fn blob_headers() {
         use crate::memory::builder::MemoryBuilder;
         use crate::memory::DataLayout;
@@ -709,6 +819,7 @@ mod tests {
             encoding: BoundsEncoding::Nibble,
             patchpoint_info_size: 40,
             patchpoint_local_count_offset: 16,
+            chunked_header: false,
         };
         let bounds = nibbles(&[1, 0, 5, 0]);
         let mut b = MemoryBuilder::new(DataLayout::LE64);

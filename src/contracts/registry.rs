@@ -24,7 +24,7 @@ use super::sync_block::SyncBlocks;
 use super::thread::Threads;
 use super::versions::{self, Flavor};
 use super::ContractError;
-use crate::descriptor::{ContractVersion, DataDescriptor};
+use crate::descriptor::DataDescriptor;
 use crate::memory::Target;
 
 /// What a contract is made from: the runtime as the contracts see it.
@@ -117,11 +117,21 @@ pub fn supported_versions(name: &str) -> Option<&'static [u64]> {
 /// "1", "1 and 2", "1, 2 and 3".
 fn list_versions(versions: &[u64]) -> String {
     let text: Vec<String> = versions.iter().map(u64::to_string).collect();
-    match text.split_last() {
+    list_words(&text)
+}
+
+/// "a", "a and b", "a, b and c" ("none" for none).
+fn list_words(words: &[String]) -> String {
+    match words.split_last() {
         None => "none".into(),
         Some((last, [])) => last.clone(),
         Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
     }
+}
+
+/// The versions of `name` cdac reads, as runtimes write them, in words ("c1, 1 and 2").
+pub fn readable_versions(name: &str, versions: &[u64]) -> String {
+    list_words(&versions::readable(name, versions))
 }
 
 /// The error for a version outside a contract's list: what a `match` on the version in
@@ -150,17 +160,12 @@ pub fn advertised_version(
     let Some(advertised) = descriptor.contract(name) else {
         return Ok(None);
     };
-    let flavor = flavor_of(descriptor);
-    match versions::algorithm(flavor, name, advertised) {
+    match versions::algorithm(name, advertised) {
         Some(n) if versions.contains(&n) => Ok(Some(n)),
         _ => Err(ContractError::UnsupportedVersion {
             contract: name,
             version: advertised.to_string(),
-            supported: match versions::readable(flavor, name, versions).as_slice() {
-                [] => "none".into(),
-                [one] => one.clone(),
-                [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
-            },
+            supported: readable_versions(name, versions),
         }),
     }
 }
@@ -174,7 +179,7 @@ pub fn flavor_of(descriptor: &DataDescriptor) -> Flavor {
     let native_aot = descriptor
         .contracts()
         .values()
-        .any(|v| matches!(v, ContractVersion::Tag(t) if t.starts_with('n')));
+        .any(|v| versions::numbering(v) == Flavor::NativeAot);
     if native_aot {
         Flavor::NativeAot
     } else {
@@ -435,7 +440,10 @@ mod tests {
                         }) => {
                             assert_eq!(contract, s.name);
                             assert_eq!(version, shown, "{}", s.name);
-                            assert_eq!(supported, list_versions(s.versions));
+                            assert_eq!(
+                                supported,
+                                readable_versions(s.name, s.versions)
+                            );
                         }
                         other => panic!("{} {json}: {other:?}", s.name),
                     }

@@ -8,6 +8,7 @@ use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::limits::Limit;
 use crate::memory::Target;
+use crate::records::exception_clause::{ClauseLayout, ClauseRecord};
 
 /// Clause flag bits (`CorExceptionFlag` plus the runtime's own).
 pub mod flags {
@@ -105,37 +106,17 @@ pub fn read_jit_clauses(
         });
     }
     let first = eh_info.wrapping_add(descriptor.ty("EEILException")?.offset("Clauses")?);
-    let ty = descriptor.ty("EEExceptionClause")?;
-    let stride = u64::from(ty.size()?);
-    let off = |name: &str| ty.offset(name);
-    let (flags_o, ts, te, hs, he, token) = (
-        off("Flags")?,
-        off("TryStartPC")?,
-        off("TryEndPC")?,
-        off("HandlerStartPC")?,
-        off("HandlerEndPC")?,
-        off("ClassToken")?,
-    );
-    let type_handle = off("TypeHandle")?;
+    let layout = ClauseLayout::jit(descriptor)?;
     (0..count)
         .map(|i| {
-            let c = first.wrapping_add(i * stride);
-            let f = target.read_u32(c.wrapping_add(flags_o))?;
-            let cached = f & flags::CACHED_CLASS != 0;
+            let r = ClauseRecord::read(target, &layout, first.wrapping_add(i * layout.stride))?;
+            // The union holds a TypeHandle once the runtime has resolved the catch type.
+            let cached = r.flags & flags::CACHED_CLASS != 0;
             clause(
-                f,
-                [
-                    target.read_u32(c.wrapping_add(ts))?,
-                    target.read_u32(c.wrapping_add(te))?,
-                    target.read_u32(c.wrapping_add(hs))?,
-                    target.read_u32(c.wrapping_add(he))?,
-                ],
-                target.read_u32(c.wrapping_add(token))?,
-                if cached {
-                    Some(target.read_pointer(c.wrapping_add(type_handle))?)
-                } else {
-                    None
-                },
+                r.flags,
+                r.ranges,
+                r.union,
+                if cached { r.type_handle } else { None },
             )
         })
         .collect()
@@ -158,25 +139,11 @@ pub fn read_r2r_clauses(
             unit: "clauses",
         });
     }
-    let ty = descriptor.ty("R2RExceptionClause")?;
-    let stride = u64::from(ty.size()?);
+    let layout = ClauseLayout::ready_to_run(descriptor)?;
     (0..count)
         .map(|i| {
-            let c = first.wrapping_add(i * stride);
-            let r = |name: &str| -> Result<u32, ContractError> {
-                Ok(target.read_u32(c.wrapping_add(ty.offset(name)?))?)
-            };
-            clause(
-                r("Flags")?,
-                [
-                    r("TryStartPC")?,
-                    r("TryEndPC")?,
-                    r("HandlerStartPC")?,
-                    r("HandlerEndPC")?,
-                ],
-                r("ClassToken")?,
-                None,
-            )
+            let r = ClauseRecord::read(target, &layout, first.wrapping_add(i * layout.stride))?;
+            clause(r.flags, r.ranges, r.union, None)
         })
         .collect()
 }

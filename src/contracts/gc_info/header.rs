@@ -496,7 +496,7 @@ mod tests {
     #[test]
     fn versions_and_architectures_are_checked() {
         let t = target(&[0x4C, 0x01]);
-        for v in [0, 5, 99] {
+        for v in [0, 6, 99] {
             assert!(matches!(
                 decode_header(&t, 0x1000, v, GcInfoArch::Amd64),
                 Err(ContractError::UnsupportedVersion { .. })
