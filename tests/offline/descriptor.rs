@@ -613,15 +613,21 @@ fn version_zero_as_number_or_string_is_accepted() {
 }
 
 #[test]
-fn version_other_than_zero_is_unsupported() {
+fn formats_up_to_2_are_read_and_newer_ones_recorded() {
     for layout in DataLayout::ALL {
-        for (version, shown) in [("1", "1"), (r#""1""#, "1"), ("2", "2")] {
-            let json = format!(r#"{{"version":{version}}}"#);
-            let err = load_single(layout, &json, &[0]).expect_err("version 1");
-            assert!(
-                matches!(&err, DescriptorError::UnsupportedVersion { descriptor, version } if descriptor == "main" && version == shown),
-                "{layout:?} {version}: {err:?}"
-            );
+        for (version, format) in [("1", 1), (r#""1""#, 1), ("2", 2), ("3", 3)] {
+            let json = format!(r#"{{"version":{version},"globals":{{"A":"0x7"}}}}"#);
+            let d = load_single(layout, &json, &[0]).expect("loaded");
+            assert_eq!(d.global_value("A").ok(), Some(7), "{version}");
+            assert_eq!(d.formats().get("main"), Some(&format), "{version}");
+            // A runtime's format newer than cdac knows is read with format 2's grammar
+            // and said to be newer: refusing it would stop every command.
+            let newer: Vec<(&str, u64)> = d.newer_formats();
+            if format > 2 {
+                assert_eq!(newer, [("main", format)]);
+            } else {
+                assert!(newer.is_empty(), "{version}");
+            }
         }
     }
     for bad in ["-1", r#""zero""#, "1.0", "[0]"] {

@@ -48,7 +48,7 @@ fn debug_info_of_every_jitted_method(variant: Variant) {
     let other = DebugInfoFormat {
         encoding: match format.encoding {
             BoundsEncoding::Nibble => BoundsEncoding::Packed,
-            BoundsEncoding::Packed => BoundsEncoding::Nibble,
+            BoundsEncoding::Packed | BoundsEncoding::PackedAsync => BoundsEncoding::Nibble,
         },
         ..format
     };
