@@ -1180,7 +1180,7 @@ fn check_gc_heap(
     threads: &Result<Threads, ContractError>,
     list: Option<&crate::contracts::thread::ThreadList>,
 ) -> Outcome {
-    use crate::contracts::gc::{DacVarsSource, SegmentKind};
+    use crate::contracts::gc::{DacVarsSource, GcSource, SegmentKind};
     let gc = match rt.contracts().gc() {
         Ok(gc) => gc,
         Err(e @ (ContractError::Missing { .. } | ContractError::UnsupportedVersion { .. })) => {
@@ -1188,10 +1188,13 @@ fn check_gc_heap(
         }
         Err(e) => return Err(fail(e.to_string())),
     };
-    if let DacVarsSource::Search {
-        slot,
-        descriptor_slot,
-    } = gc.source()
+    if let GcSource::DacVars(
+        _,
+        DacVarsSource::Search {
+            slot,
+            descriptor_slot,
+        },
+    ) = gc.source()
     {
         return Err(fail(format!(
             "the GC's table is at g_dacTable slot {slot}, not at the descriptor's {descriptor_slot:?}"
@@ -1613,7 +1616,8 @@ fn check_sync_blocks(rt: &Runtime, list: Option<&crate::contracts::thread::Threa
         let Some(list) = list else { continue };
         let thread = holder.find(&list.threads, rt.target(), rt.descriptor());
         match thread {
-            Some(t) if Some(t.os_id) == m.holder_os_id && m.recursion >= 1 => {}
+            // A thin-lock word (.NET 11 keeps one in the block) records no OS id.
+            Some(t) if m.holder_os_id.is_none_or(|os| os == t.os_id) && m.recursion >= 1 => {}
             Some(t) => {
                 return Err(fail(format!(
                     "sync block {index}'s monitor is held {} time(s) by thread {:#x} (OS id {}), but records OS id {:?}",

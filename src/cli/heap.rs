@@ -13,7 +13,9 @@ use serde::Serialize;
 use super::code::parse_address;
 use super::model::{Addr, HeapReadsReport};
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs, UsageError};
-use cdac::contracts::gc::{DacVarsSource, GcHeap, GcSegment, HeapObject, ObjectGeneration};
+use cdac::contracts::gc::{
+    DacVarsSource, GcHeap, GcSegment, GcSource, HeapObject, ObjectGeneration,
+};
 use cdac::heap::{self as managed_heap, HeapStats};
 use cdac::names::MethodNamer;
 use cdac::roots::{Marker, RootOptions, RootSet};
@@ -118,12 +120,18 @@ pub struct GcReport {
     /// Dynamic adaptation (DATAS) on; null where the GC does not say (server GC on .NET 8
     /// and 9).
     pub dynamic_adaptation: Option<bool>,
-    /// The GC/DAC interface version, "major.minor".
-    pub interface_version: String,
-    /// Address of the GC's `GcDacVars`.
-    pub dac_vars: Addr,
-    /// The `g_dacTable` slot that leads to it.
-    pub dac_table_slot: u64,
+    /// Where the GC was described: "GcDacVars" (its table for debuggers, .NET 8 to 10) or
+    /// "sub-descriptor" (.NET 11's GC contract).
+    pub described_by: String,
+    /// The GC/DAC interface version, "major.minor" (the table's only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interface_version: Option<String>,
+    /// Address of the GC's `GcDacVars` (the table's only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dac_vars: Option<Addr>,
+    /// The `g_dacTable` slot that leads to it (the table's only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dac_table_slot: Option<u64>,
     /// True when the slot was found by searching the table, not where the descriptor said.
     pub found_by_search: bool,
     /// `gc_structures_invalid_cnt`: not 0 while a GC rearranged the heap (a walk may then
@@ -646,17 +654,28 @@ fn segments(gc: &GcHeap, json: bool) -> CliResult {
     let heaps = gc.heaps()?;
     let segments = gc.segments()?;
     let ids = gc.identifiers();
-    let vars = gc.dac_vars();
     let invalid = gc.structures_invalid_count()?;
+    let (described_by, interface_version, dac_vars, dac_table_slot, found_by_search) =
+        match gc.source() {
+            GcSource::DacVars(vars, source) => (
+                "GcDacVars",
+                Some(format!("{}.{}", vars.major, vars.minor)),
+                Some(Addr(vars.address)),
+                Some(source.slot()),
+                matches!(source, DacVarsSource::Search { .. }),
+            ),
+            GcSource::SubDescriptor => ("sub-descriptor", None, None, None, false),
+        };
     let report = SegmentsReport {
         gc: GcReport {
             server: ids.server,
             regions: ids.regions,
             dynamic_adaptation: ids.dynamic_adaptation,
-            interface_version: format!("{}.{}", vars.major, vars.minor),
-            dac_vars: Addr(vars.address),
-            dac_table_slot: gc.source().slot(),
-            found_by_search: matches!(gc.source(), DacVarsSource::Search { .. }),
+            described_by: described_by.into(),
+            interface_version,
+            dac_vars,
+            dac_table_slot,
+            found_by_search,
             structures_invalid_count: invalid,
         },
         heaps: heaps
@@ -697,23 +716,27 @@ fn print_segments(r: &SegmentsReport) -> Result<(), Box<dyn std::error::Error>> 
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let g = &r.gc;
+    let described = match (&g.interface_version, g.dac_vars, g.dac_table_slot) {
+        (Some(version), Some(vars), Some(slot)) => format!(
+            "GC/DAC interface {version} at {} (g_dacTable slot {slot}{})",
+            hex(vars.0),
+            if g.found_by_search {
+                ", found by search"
+            } else {
+                ""
+            },
+        ),
+        _ => "described by the GC's sub-descriptor".to_string(),
+    };
     writeln!(
         out,
-        "GC: {}, {}{}; GC/DAC interface {} at {} (g_dacTable slot {}{})",
+        "GC: {}, {}{}; {described}",
         if g.server { "server" } else { "workstation" },
         if g.regions { "regions" } else { "segments" },
         match g.dynamic_adaptation {
             Some(true) => ", DATAS",
             Some(false) => "",
             None => ", DATAS not told (GC/DAC interface before 2.4)",
-        },
-        g.interface_version,
-        hex(g.dac_vars.0),
-        g.dac_table_slot,
-        if g.found_by_search {
-            ", found by search"
-        } else {
-            ""
         },
     )?;
     if g.structures_invalid_count != 0 {

@@ -355,8 +355,7 @@ pub fn decode_bounds(
                 have -= per_entry;
                 let st = (entry & ((1u128 << source_bits) - 1)) as u32;
                 let delta = ((entry >> source_bits) & ((1u128 << native_bits) - 1)) as u32;
-                let il =
-                    ((entry >> (source_bits + native_bits)) & ((1u128 << il_bits) - 1)) as u32;
+                let il = ((entry >> (source_bits + native_bits)) & ((1u128 << il_bits) - 1)) as u32;
                 native = native
                     .checked_add(delta)
                     .ok_or_else(|| corrupt(addr, "native offset overflows".into()))?;

@@ -440,10 +440,7 @@ mod tests {
                         }) => {
                             assert_eq!(contract, s.name);
                             assert_eq!(version, shown, "{}", s.name);
-                            assert_eq!(
-                                supported,
-                                readable_versions(s.name, s.versions)
-                            );
+                            assert_eq!(supported, readable_versions(s.name, s.versions));
                         }
                         other => panic!("{} {json}: {other:?}", s.name),
                     }

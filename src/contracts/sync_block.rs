@@ -21,8 +21,12 @@
 //! each version) and the table's address on .NET 8 from a search of `g_dacTable` that
 //! accepts only a table whose sync blocks name their own entries.
 //!
-//! Not a numbered version: .NET 11's `SyncBlock` contract reads a different monitor (the
-//! managed `System.Threading.Lock`), so a runtime that advertises one is refused by name.
+//! .NET 11 advertises `SyncBlock` "c1" (cdac's version 1): its sync block keeps a handle
+//! to a managed `System.Threading.Lock` (made when the monitor is contended) and the
+//! thin-lock word the object's header held; the runtime describes it all, and the table,
+//! cache and both layouts come from its descriptor. The Lock object's own state (owner,
+//! waiters) is a managed object's fields: [`SyncBlockInfo::lock_object`] hands it to the
+//! reader of those (the locks module). The layouts are records ([`crate::records`]).
 
 use super::fields::Fields;
 use super::registry::{self, Contract, ContractContext};
@@ -30,11 +34,12 @@ use super::thread::ThreadInfo;
 use super::ContractError;
 use crate::descriptor::DataDescriptor;
 use crate::memory::Target;
+use crate::records::sync_block::{
+    read_entry, HolderRecord, MonitorRecord, SyncBlockLayout, SyncBlockRecord, SyncTableEntryLayout,
+};
 
 /// The sync block's type in the descriptor.
 const SYNC_BLOCK: &str = "SyncBlock";
-/// A sync table entry's type in the descriptor.
-const ENTRY: &str = "SyncTableEntry";
 /// The global holding the address of `g_pSyncTable`.
 const TABLE_GLOBAL: &str = "SyncTableEntries";
 /// The sync block cache's type and the global holding the address of its pointer
@@ -69,6 +74,8 @@ pub struct SyncBlocks {
     /// The address of `SyncBlockCache::s_pSyncBlockCache`, when found and the descriptor
     /// gives `SyncBlockCache.FreeSyncTableIndex`.
     cache_variable: Option<u64>,
+    block_layout: SyncBlockLayout,
+    entry_layout: SyncTableEntryLayout,
 }
 
 /// One entry of the sync table.
@@ -153,15 +160,22 @@ pub struct SyncBlockInfo {
     pub monitor: Monitor,
     /// The object's hash code kept here (0: none).
     pub hash_code: u32,
+    /// .NET 11: the `System.Threading.Lock` the monitor was inflated to, whose fields say
+    /// who holds it and who waits (the `monitor` then says only what the thin-lock word
+    /// says).
+    pub lock_object: Option<u64>,
 }
 
 impl Contract for SyncBlocks {
     const NAME: &'static str = "SyncBlock";
-    /// None: .NET 11's version 1 reads `System.Threading.Lock`, not `AwareLock`.
-    const VERSIONS: &'static [u64] = &[];
+    /// 1: .NET 11's "c1" (the managed Lock); .NET 8, 9 and 10 do not name the contract.
+    const VERSIONS: &'static [u64] = &[1];
 
-    fn create(_context: &ContractContext, version: u64) -> Result<Self, ContractError> {
-        registry::unsupported(Self::NAME, version, Self::VERSIONS)
+    fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
+        match version {
+            1 => SyncBlocks::described(context),
+            other => registry::unsupported(Self::NAME, other, Self::VERSIONS),
+        }
     }
 
     /// Missing unless cdac's descriptors give the monitor's layout (.NET 8, 9, 10).
@@ -175,22 +189,35 @@ impl Contract for SyncBlocks {
 }
 
 impl SyncBlocks {
+    /// .NET 11: the table and the cache from the descriptor's globals.
+    fn described(context: &ContractContext) -> Result<SyncBlocks, ContractError> {
+        let d = &context.descriptor;
+        let mut made = SyncBlocks {
+            target: context.target.clone(),
+            descriptor: d.clone(),
+            table_variable: d.global_value(TABLE_GLOBAL)?,
+            source: TableSource::Descriptor,
+            cache_variable: None,
+            block_layout: SyncBlockLayout::from_descriptor(d)?,
+            entry_layout: SyncTableEntryLayout::from_descriptor(d)?,
+        };
+        made.cache_variable = made.find_cache(context);
+        Ok(made)
+    }
+
     /// Finds the sync table: the descriptor's global, else a `g_dacTable` slot that passes
     /// the structural check.
     fn find(context: &ContractContext) -> Result<SyncBlocks, ContractError> {
         let d = &context.descriptor;
-        // The layout must be known before anything is read with it.
-        for field in ["LockState", "Recursion", "HoldingOSThreadId", "SyncIndex"] {
-            d.ty(SYNC_BLOCK)?.field(field)?;
-        }
-        d.ty(ENTRY)?.field("SyncBlock")?;
-        d.ty(ENTRY)?.field("Object")?;
+        // The layouts must be known before anything is read with them.
         let mut made = SyncBlocks {
             target: context.target.clone(),
             descriptor: d.clone(),
             table_variable: 0,
             source: TableSource::Descriptor,
             cache_variable: None,
+            block_layout: SyncBlockLayout::from_descriptor(d)?,
+            entry_layout: SyncTableEntryLayout::from_descriptor(d)?,
         };
         if let Ok(variable) = d.global_value(TABLE_GLOBAL) {
             made.table_variable = variable;
@@ -234,7 +261,7 @@ impl SyncBlocks {
                 Ok(None) => break,
                 Ok(Some(e)) if e.object & 1 != 0 || e.sync_block == 0 => {}
                 Ok(Some(e)) => match self.sync_index(e.sync_block) {
-                    Ok(i) if i == index => matched += 1,
+                    Ok(Some(i)) if i == index => matched += 1,
                     _ => return false,
                 },
                 Err(_) => return false,
@@ -332,12 +359,10 @@ impl SyncBlocks {
 
     /// Entry `index` as stored; `None` for a `{0, 0}` entry.
     fn entry_unbounded(&self, index: u32) -> Result<Option<SyncTableEntry>, ContractError> {
-        let f = self.fields();
         let at = self
             .table()?
-            .wrapping_add(u64::from(index) * f.size(ENTRY)?);
-        let sync_block = f.ptr(at, ENTRY, "SyncBlock")?;
-        let object = f.ptr(at, ENTRY, "Object")?;
+            .wrapping_add(u64::from(index) * self.entry_layout.size);
+        let (sync_block, object) = read_entry(&self.target, &self.entry_layout, at)?;
         if sync_block == 0 && object == 0 {
             return Ok(None);
         }
@@ -403,64 +428,91 @@ impl SyncBlocks {
         self.read(entry.sync_block, index)
     }
 
-    fn sync_index(&self, sync_block: u64) -> Result<u32, ContractError> {
-        Ok(self.fields().u32(sync_block, SYNC_BLOCK, "SyncIndex")? & INDEX_MASK)
+    /// The index a sync block names as its own (.NET 8 to 10; `None` on .NET 11, whose
+    /// blocks do not keep one).
+    fn sync_index(&self, sync_block: u64) -> Result<Option<u32>, ContractError> {
+        match self.record(sync_block)?.monitor {
+            MonitorRecord::AwareLock { sync_index, .. } => Ok(Some(sync_index & INDEX_MASK)),
+            MonitorRecord::ManagedLock { .. } => Ok(None),
+        }
+    }
+
+    fn record(&self, sync_block: u64) -> Result<SyncBlockRecord, ContractError> {
+        SyncBlockRecord::read(&self.target, &self.block_layout, sync_block)
     }
 
     /// The sync block at `address`, expected at `index` of the table.
     pub fn read(&self, address: u64, index: u32) -> Result<SyncBlockInfo, ContractError> {
-        let f = self.fields();
-        let own = self.sync_index(address)?;
-        if own != index {
-            return Err(ContractError::Corrupt {
-                what: "sync block",
-                addr: address,
-                detail: format!("it names sync table entry {own}, not {index}"),
-            });
-        }
-        let state = f.u32(address, SYNC_BLOCK, "LockState")?;
-        let locked = state & LOCKED != 0;
-        let holder = if !locked {
-            None
-        } else if f.has(SYNC_BLOCK, "HoldingThread") {
-            Some(Holder::Thread(f.ptr(
-                address,
-                SYNC_BLOCK,
-                "HoldingThread",
-            )?))
-        } else {
-            Some(Holder::ThinLockId(f.u32(
-                address,
-                SYNC_BLOCK,
-                "HoldingThreadId",
-            )?))
-        };
-        let holder_os_id = if locked {
-            Some(f.ptr(address, SYNC_BLOCK, "HoldingOSThreadId")?)
-        } else {
-            None
-        };
-        let hash_code = if f.has(SYNC_BLOCK, "HashCode") {
-            f.u32(address, SYNC_BLOCK, "HashCode")?
-        } else {
-            0
+        let record = self.record(address)?;
+        let (monitor, lock_object) = match record.monitor {
+            MonitorRecord::AwareLock {
+                lock_state,
+                recursion,
+                holder,
+                holding_os_thread_id,
+                sync_index,
+            } => {
+                let own = sync_index & INDEX_MASK;
+                if own != index {
+                    return Err(ContractError::Corrupt {
+                        what: "sync block",
+                        addr: address,
+                        detail: format!("it names sync table entry {own}, not {index}"),
+                    });
+                }
+                let locked = lock_state & LOCKED != 0;
+                let monitor = Monitor {
+                    locked,
+                    recursion: if locked { recursion } else { 0 },
+                    holder: locked.then_some(match holder {
+                        HolderRecord::Thread(t) => Holder::Thread(t),
+                        HolderRecord::ThinLockId(id) => Holder::ThinLockId(id),
+                    }),
+                    holder_os_id: locked.then_some(holding_os_thread_id),
+                    waiters: lock_state >> WAITER_SHIFT,
+                };
+                (monitor, None)
+            }
+            MonitorRecord::ManagedLock {
+                lock_handle,
+                thin_lock,
+            } => {
+                let lock_object = match lock_handle {
+                    0 => None,
+                    h => Some(self.target.read_pointer(h)?).filter(|&o| o != 0),
+                };
+                (self.thin_lock_monitor(thin_lock), lock_object)
+            }
         };
         Ok(SyncBlockInfo {
             address,
             index,
-            monitor: Monitor {
-                locked,
-                recursion: if locked {
-                    f.u32(address, SYNC_BLOCK, "Recursion")?
-                } else {
-                    0
-                },
-                holder,
-                holder_os_id,
-                waiters: state >> WAITER_SHIFT,
-            },
-            hash_code,
+            monitor,
+            hash_code: record.hash_code,
+            lock_object,
         })
+    }
+
+    /// The monitor a thin-lock word describes (.NET 11 keeps the header's in the block):
+    /// the holder's thin-lock id and its recursion level, by the runtime's masks.
+    fn thin_lock_monitor(&self, word: u32) -> Monitor {
+        let global =
+            |name: &str, default: u64| self.descriptor.global_value(name).unwrap_or(default);
+        let id_mask = global("SyncBlockMaskLockThreadId", 0xFFFF) as u32;
+        let level_mask = global("SyncBlockMaskLockRecursionLevel", 0x3F_0000) as u32;
+        let level_shift = global("SyncBlockRecursionLevelShift", 16) as u32;
+        let id = word & id_mask;
+        Monitor {
+            locked: id != 0,
+            recursion: if id != 0 {
+                ((word & level_mask) >> level_shift) + 1
+            } else {
+                0
+            },
+            holder: (id != 0).then_some(Holder::ThinLockId(id)),
+            holder_os_id: None,
+            waiters: 0,
+        }
     }
 }
 
@@ -474,11 +526,13 @@ impl SyncBlocks {
     /// waits on, else the list is refused. Empty when the descriptors do not give the list.
     pub fn pulse_waiters(&self, address: u64) -> Result<Vec<u64>, ContractError> {
         let f = self.fields();
-        if !f.has(SYNC_BLOCK, "Link") || !f.has("WaitEventLink", "WaitSB") {
+        let Some(mut next) = self.record(address)?.wait_list else {
+            return Ok(Vec::new());
+        };
+        if !f.has("WaitEventLink", "WaitSB") {
             return Ok(Vec::new());
         }
         let link_sb = f.off("WaitEventLink", "LinkSB")?;
-        let mut next = f.ptr(address, SYNC_BLOCK, "Link")?;
         let mut threads = Vec::new();
         let mut seen = std::collections::HashSet::new();
         while next != 0 {

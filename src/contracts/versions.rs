@@ -58,6 +58,9 @@ const STRING_VERSIONS: &[Row] = &[
     // No flag byte, a chunked header, three source-type bits (upstream's DebugInfo 2).
     coreclr("DebugInfo", "c1", 2),
     coreclr("Exception", "c1", 1),
+    // The GC described by its own sub-descriptor (before: its table for debuggers, read
+    // when the runtime names no GC contract).
+    coreclr("GC", "c1", 1),
     // .NET 10's version 2: the range section map and the code heaps' constant-time map.
     coreclr("ExecutionManager", "c1", 2),
     // The AppDomain's list is `AssemblyList` of `Assembly*` (10: `DomainAssemblyList`): a
@@ -68,6 +71,8 @@ const STRING_VERSIONS: &[Row] = &[
     coreclr("PrecodeStubs", "c1", 3),
     coreclr("RuntimeInfo", "c1", 1),
     coreclr("RuntimeTypeSystem", "c1", 1),
+    // Monitors inflated to a managed System.Threading.Lock, the thin-lock word in the block.
+    coreclr("SyncBlock", "c1", 1),
     // The thread store's list links Threads themselves (10: their link fields), and the
     // managed object is `ExposedObject`.
     coreclr("Thread", "c1", 2),

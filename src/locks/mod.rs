@@ -146,8 +146,27 @@ pub fn read_locks_from(
         name: threads.thread_name(t).ok().flatten(),
     };
     let by_os: HashMap<u64, &ThreadInfo> = list.threads.iter().map(|t| (t.os_id, t)).collect();
+    let by_managed: HashMap<u64, &ThreadInfo> = list
+        .threads
+        .iter()
+        .map(|t| (u64::from(t.managed_id), t))
+        .collect();
+    // The thread a System.Threading.Lock names as its owner.
+    let owner_of = |l: &scan::ThreadingLock| -> Option<&ThreadInfo> {
+        if l.owner_id == 0 {
+            return None;
+        }
+        let threads = if l.owner_is_managed_id {
+            &by_managed
+        } else {
+            &by_os
+        };
+        threads.get(&l.owner_id).copied()
+    };
 
-    // Monitors with a sync block.
+    // Monitors with a sync block (and, .NET 11, the Locks they were inflated to, not
+    // listed again as Locks of their own).
+    let mut inflated_locks: Vec<u64> = Vec::new();
     match rt.contracts().sync_blocks() {
         Ok(sync) => match sync.used_part() {
             Ok(table) => {
@@ -162,7 +181,31 @@ pub fn read_locks_from(
                             continue;
                         }
                     };
-                    let m = block.monitor;
+                    let mut m = block.monitor;
+                    let mut lock_owner: Option<&ThreadInfo> = None;
+                    // .NET 11: a contended monitor is a managed Lock, whose fields say who
+                    // holds it; the sync block reports it under the locked object.
+                    if let Some(lock) = block.lock_object {
+                        inflated_locks.push(lock);
+                        let mt = rt.target().read_pointer(lock).unwrap_or(0) & !7;
+                        let read = crate::inspect::Inspector::new(rt)
+                            .and_then(|mut i| scan::threading_lock(&mut i, lock, mt));
+                        match read {
+                            Ok(Some(l)) => {
+                                m.locked = l.owner_id != 0;
+                                m.recursion = if m.locked { l.recursion + 1 } else { 0 };
+                                lock_owner = owner_of(&l);
+                                m.holder_os_id = lock_owner.map(|t| t.os_id);
+                                m.holder = None;
+                                m.waiters = l.waiters;
+                            }
+                            Ok(None) => {}
+                            Err(err) => report.problems.push(format!(
+                                "sync block {}: its System.Threading.Lock {lock:#x}: {err}",
+                                e.index
+                            )),
+                        }
+                    }
                     let pulse_waiters = match sync.pulse_waiters(e.sync_block) {
                         Ok(w) => w,
                         Err(err) => {
@@ -187,9 +230,10 @@ pub fn read_locks_from(
                             },
                         })
                         .collect();
-                    let holder = m
-                        .holder
-                        .and_then(|h| h.find(&list.threads, rt.target(), rt.descriptor()));
+                    let holder = match m.holder {
+                        Some(h) => h.find(&list.threads, rt.target(), rt.descriptor()),
+                        None => lock_owner,
+                    };
                     let method_table = rt.target().read_pointer(e.object).unwrap_or(0) & !7;
                     report.locks.push(LockInfo {
                         object: e.object,
@@ -241,20 +285,25 @@ pub fn read_locks_from(
                         waiting_for_pulse: Vec::new(),
                     });
                 }
-                for l in found.threading {
-                    let holder = by_os.get(&l.owner_os_id).copied();
+                for l in found
+                    .threading
+                    .into_iter()
+                    .filter(|l| !inflated_locks.contains(&l.object))
+                {
+                    let holder = owner_of(&l);
                     report.locks.push(LockInfo {
                         object: l.object,
                         method_table: l.method_table,
                         kind: LockKind::ThreadingLock,
                         owner: holder.map(thread_ref),
-                        holder_unresolved: (holder.is_none() && l.owner_os_id != 0)
-                            .then(|| format!("OS thread id {}", l.owner_os_id)),
-                        times_entered: if l.owner_os_id != 0 {
-                            l.recursion + 1
-                        } else {
-                            0
-                        },
+                        holder_unresolved: (holder.is_none() && l.owner_id != 0).then(|| {
+                            if l.owner_is_managed_id {
+                                format!("managed thread id {}", l.owner_id)
+                            } else {
+                                format!("OS thread id {}", l.owner_id)
+                            }
+                        }),
+                        times_entered: if l.owner_id != 0 { l.recursion + 1 } else { 0 },
                         waiters_counted: l.waiters,
                         waiting: Vec::new(),
                         waiting_for_pulse: Vec::new(),

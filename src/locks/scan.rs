@@ -35,8 +35,11 @@ pub struct ThreadingLock {
     pub object: u64,
     /// Its MethodTable.
     pub method_table: u64,
-    /// The owner's OS thread id (`_owningThreadId`; 0: not held).
-    pub owner_os_id: u64,
+    /// The owner's id (`_owningThreadId`; 0: not held): its OS thread id on .NET 9 and 10,
+    /// its managed thread id on .NET 11 ([`ThreadingLock::owner_is_managed_id`]).
+    pub owner_id: u64,
+    /// Whether `owner_id` is a managed thread id (.NET 11) rather than an OS one.
+    pub owner_is_managed_id: bool,
     /// Times entered beyond the first (`_recursionCount`).
     pub recursion: u32,
     /// Threads waiting to enter, as its state counts them.
@@ -127,11 +130,20 @@ pub fn scan(rt: &Runtime) -> Result<HeapLocks, ContractError> {
 
 /// A Lock's state from its fields (by name, as its metadata declares them); `None` when
 /// nobody holds it or waits for it.
-fn threading_lock(
+pub(super) fn threading_lock(
     inspector: &mut Inspector<'_>,
     object: u64,
     method_table: u64,
 ) -> Result<Option<ThreadingLock>, ContractError> {
+    // CoreLib's Lock records its owner by OS thread id on .NET 9 and 10 and by managed
+    // thread id from .NET 11 (measured: the testbed's Lock deadlock, whose owners' managed
+    // ids are the manifest's).
+    let owner_is_managed_id = inspector
+        .runtime()
+        .contracts()
+        .context()
+        .major
+        .is_some_and(|m| m >= 11);
     let view = inspector.inspect(
         object,
         InspectOptions {
@@ -163,7 +175,8 @@ fn threading_lock(
     Ok(Some(ThreadingLock {
         object,
         method_table,
-        owner_os_id: owner,
+        owner_id: owner,
+        owner_is_managed_id,
         recursion: field("_recursionCount").unwrap_or(0) as u32,
         waiters,
     }))

@@ -15,6 +15,7 @@
 pub(crate) mod exception_clause;
 mod fields;
 pub(crate) mod loader;
+pub(crate) mod sync_block;
 pub(crate) mod thread;
 
 pub(crate) use fields::{missing_field, TypeFields};

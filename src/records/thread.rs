@@ -48,7 +48,8 @@ impl ThreadStoreRecord {
     ) -> Result<Self, ContractError> {
         Ok(ThreadStoreRecord {
             thread_count: target.read_u32(address.wrapping_add(layout.thread_count))?,
-            first_thread_link: target.read_pointer(address.wrapping_add(layout.first_thread_link))?,
+            first_thread_link: target
+                .read_pointer(address.wrapping_add(layout.first_thread_link))?,
         })
     }
 }
@@ -285,8 +286,12 @@ mod tests {
         }
         // A runtime with neither: only the question that needs it fails, naming it.
         let d = descriptor(&format!(r#"{{"types":{{"Thread":{{{FIELDS}}}}}}}"#));
-        let r = ThreadRecord::read(&t, &ThreadLayout::from_descriptor(&d).expect("layout"), 0x1000)
-            .expect("record");
+        let r = ThreadRecord::read(
+            &t,
+            &ThreadLayout::from_descriptor(&d).expect("layout"),
+            0x1000,
+        )
+        .expect("record");
         let e = r.exposed_object().expect_err("no handle field");
         assert!(e.to_string().contains("ExposedObject"), "{e}");
     }
@@ -300,8 +305,12 @@ mod tests {
             r#"{"types":{"Thread":{"Id":16,"OSId":[24,"uint32"],"State":0,
                "PreemptiveGCDisabled":4,"Frame":8,"LinkNext":32,"ExceptionTracker":40}}}"#,
         );
-        let r = ThreadRecord::read(&t, &ThreadLayout::from_descriptor(&d).expect("layout"), 0x1000)
-            .expect("record");
+        let r = ThreadRecord::read(
+            &t,
+            &ThreadLayout::from_descriptor(&d).expect("layout"),
+            0x1000,
+        )
+        .expect("record");
         assert_eq!(r.os_id, 99);
     }
 }

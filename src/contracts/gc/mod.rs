@@ -1,18 +1,19 @@
 //! The GC contract: the managed heap's shape (workstation or server heaps, regions or
-//! segments, generations and their segments), for runtimes that do not describe their GC
-//! (every runtime before .NET 11). Spec: `contracts/GC.md`.
+//! segments, generations and their segments). Spec: `contracts/GC.md`.
 //!
-//! .NET 8, 9 and 10 reach the GC through its table for debuggers, `GcDacVars`, whose address
-//! is a slot of `g_dacTable` (`dac_vars`). No runtime advertises a `GC` contract cdac
-//! implements a version of: .NET 11 advertises `GC` with a tag of its own and describes its
-//! GC in a sub-descriptor, which a later version here will read. So this reader is made
-//! only when the runtime does not name the contract ([`Contract::when_absent`]).
+//! .NET 8, 9 and 10 do not advertise the contract: they reach the GC through its table for
+//! debuggers, `GcDacVars`, whose address is a slot of `g_dacTable` (`dac_vars`), read when
+//! the runtime does not name the contract ([`Contract::when_absent`]). .NET 11 advertises
+//! `GC` "c1" (cdac's version 1) and describes its GC in a sub-descriptor of its own (types
+//! `GCHeap`, `Generation`, `HeapSegment`, globals for each variable, `GCIdentifiers`). Both
+//! resolve into one [`GcVariables`].
 
 mod dac_vars;
 mod finalize;
 mod gc_desc;
 pub mod handles;
 pub mod segments;
+mod variables;
 pub mod walk;
 
 pub use dac_vars::{DacVarsSource, GcDacVars};
@@ -20,6 +21,7 @@ pub use finalize::{FinalizerEntry, FinalizerPart};
 pub use gc_desc::{GcDesc, GcDescCache, CONTAINS_GC_POINTERS};
 pub use handles::{Handle, HandleKind, HandleLayout};
 pub use segments::{GcHeapData, GcSegment, Generation, HeapSegment, SegmentKind};
+pub use variables::GcVariables;
 pub use walk::{
     locate, HeapObject, ObjectGeneration, ObjectLayout, ObjectWalker, WalkProblem, WalkSummary,
 };
@@ -45,23 +47,35 @@ pub struct GcIdentifiers {
     pub dynamic_adaptation: Option<bool>,
 }
 
+/// Where cdac found the GC's variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GcSource {
+    /// The table for debuggers (.NET 8, 9 and 10), and how it was found.
+    DacVars(GcDacVars, DacVarsSource),
+    /// The GC's sub-descriptor (.NET 11), with the GC's `GCIdentifiers`.
+    SubDescriptor,
+}
+
 /// The GC contract of a runtime.
 #[derive(Debug, Clone)]
 pub struct GcHeap {
     target: Target,
     descriptor: DataDescriptor,
-    vars: GcDacVars,
-    source: DacVarsSource,
+    vars: GcVariables,
+    source: GcSource,
     identifiers: GcIdentifiers,
 }
 
 impl Contract for GcHeap {
     const NAME: &'static str = "GC";
-    /// None yet: the one runtime that advertises `GC` (.NET 11) is read differently.
-    const VERSIONS: &'static [u64] = &[];
+    /// 1: .NET 11's "c1", read from the GC's sub-descriptor.
+    const VERSIONS: &'static [u64] = &[1];
 
-    fn create(_context: &ContractContext, version: u64) -> Result<Self, ContractError> {
-        registry::unsupported(Self::NAME, version, Self::VERSIONS)
+    fn create(context: &ContractContext, version: u64) -> Result<Self, ContractError> {
+        match version {
+            1 => GcHeap::from_sub_descriptor(context),
+            other => registry::unsupported(Self::NAME, other, Self::VERSIONS),
+        }
     }
 
     fn when_absent(context: &ContractContext) -> Option<Result<Self, ContractError>> {
@@ -79,37 +93,50 @@ impl GcHeap {
     ) -> Result<GcHeap, ContractError> {
         let target = &context.target;
         let slot = context.descriptor.global_value(DAC_TABLE_SLOT_GLOBAL).ok();
-        let (vars, source) = GcDacVars::find(target, table, size, slot)?;
-        let server = vars.is_server(target)?;
-        let regions = segments::uses_regions(target, &vars)?;
-        let dynamic_adaptation = if !server {
-            Some(false)
-        } else if vars.dynamic_adaptation_mode == 0 {
-            None
-        } else {
-            Some(target.read_i32(vars.dynamic_adaptation_mode)? == 1)
+        let (dac_vars, source) = GcDacVars::find(target, table, size, slot)?;
+        let vars = GcVariables::from_dac_vars(target, &dac_vars)?;
+        Self::with_variables(context, vars, GcSource::DacVars(dac_vars, source))
+    }
+
+    /// Reads the GC's sub-descriptor (.NET 11: merged into the runtime's descriptor).
+    fn from_sub_descriptor(context: &ContractContext) -> Result<GcHeap, ContractError> {
+        let vars = GcVariables::from_descriptor(&context.descriptor)?;
+        Self::with_variables(context, vars, GcSource::SubDescriptor)
+    }
+
+    fn with_variables(
+        context: &ContractContext,
+        vars: GcVariables,
+        source: GcSource,
+    ) -> Result<GcHeap, ContractError> {
+        let target = &context.target;
+        let server = vars.server.is_some();
+        let dynamic_adaptation = match (server, vars.dynamic_adaptation_mode) {
+            (false, _) => Some(false),
+            (true, None) => None,
+            (true, Some(mode)) => Some(target.read_i32(mode)? == 1),
         };
         Ok(GcHeap {
             target: target.clone(),
             descriptor: context.descriptor.clone(),
-            vars,
-            source,
             identifiers: GcIdentifiers {
                 server,
-                regions,
+                regions: vars.regions(),
                 dynamic_adaptation,
             },
+            vars,
+            source,
         })
     }
 
-    /// The GC's table for debuggers.
-    pub fn dac_vars(&self) -> &GcDacVars {
-        &self.vars
+    /// Where the GC's variables were found.
+    pub fn source(&self) -> GcSource {
+        self.source
     }
 
-    /// How the table was found.
-    pub fn source(&self) -> DacVarsSource {
-        self.source
+    /// The GC's variables, resolved.
+    pub fn variables(&self) -> &GcVariables {
+        &self.vars
     }
 
     /// Workstation or server, regions or segments, DATAS.
@@ -120,12 +147,12 @@ impl GcHeap {
     /// `gc_structures_invalid_cnt`: not zero while a GC moves objects, when the heap cannot
     /// be walked reliably.
     pub fn structures_invalid_count(&self) -> Result<i32, ContractError> {
-        Ok(self.target.read_i32(self.vars.gc_structures_invalid_cnt)?)
+        Ok(self.target.read_i32(self.vars.structures_invalid_count)?)
     }
 
     /// The heaps: one under workstation GC.
     pub fn heaps(&self) -> Result<Vec<GcHeapData>, ContractError> {
-        segments::heaps(&self.target, &self.vars, self.identifiers.server)
+        segments::heaps(&self.target, &self.vars)
     }
 
     /// Every segment of every heap, heap by heap.

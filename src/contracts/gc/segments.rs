@@ -4,7 +4,8 @@
 use std::collections::HashSet;
 
 use super::super::ContractError;
-use super::dac_vars::{GcDacVars, GENERATION_COUNT};
+use super::dac_vars::GENERATION_COUNT;
+use super::variables::GcVariables;
 use crate::limits::Limit;
 use crate::memory::Target;
 
@@ -20,12 +21,6 @@ pub mod flags {
 
 /// Bytes of the `dac_heap_segment` prefix cdac reads (version 2, 64-bit).
 const SEGMENT_BYTES: usize = 72;
-/// Index of `generation_table` in a server heap's field offsets (`dac_gcheap_fields.h`).
-const GENERATION_TABLE_FIELD: u64 = 18;
-/// Indexes of the server heap fields read here, in the same list.
-const ALLOC_ALLOCATED_FIELD: u64 = 0;
-const EPHEMERAL_HEAP_SEGMENT_FIELD: u64 = 1;
-const FINALIZE_QUEUE_FIELD: u64 = 2;
 /// Most server heaps a runtime makes (one per logical CPU, at most 1024 in any GC build).
 const MAX_HEAPS: u64 = 1024;
 
@@ -174,68 +169,51 @@ impl GcSegment {
     }
 }
 
-/// Reads field `index` of an int array of field offsets; -1 (absent) gives `None`.
-fn field_offset(target: &Target, offsets: u64, index: u64) -> Result<Option<u64>, ContractError> {
-    let v = target.read_i32(offsets + index * 4)?;
-    Ok(u64::try_from(v).ok())
-}
-
 /// The heaps of the GC: one workstation heap, or `n_heaps` server heaps.
-pub fn heaps(
-    target: &Target,
-    vars: &GcDacVars,
-    server: bool,
-) -> Result<Vec<GcHeapData>, ContractError> {
-    if !server {
-        let generations = generations(target, vars, vars.generation_table)?;
+pub fn heaps(target: &Target, vars: &GcVariables) -> Result<Vec<GcHeapData>, ContractError> {
+    let Some(server) = vars.server else {
+        let w = vars.workstation;
+        let generations = generations(target, vars, w.generation_table)?;
         return Ok(vec![GcHeapData {
             index: 0,
             address: 0,
-            alloc_allocated: target.read_pointer(vars.alloc_allocated)?,
-            ephemeral_heap_segment: target.read_pointer(vars.ephemeral_heap_segment)?,
-            finalize_queue: target.read_pointer(vars.finalize_queue)?,
-            generation_table: vars.generation_table,
+            alloc_allocated: target.read_pointer(w.alloc_allocated)?,
+            ephemeral_heap_segment: target.read_pointer(w.ephemeral_heap_segment)?,
+            finalize_queue: target.read_pointer(w.finalize_queue)?,
+            generation_table: w.generation_table,
             generations,
         }]);
-    }
-    let count = target.read_i32(vars.n_heaps)?;
+    };
+    let count = target.read_i32(server.n_heaps)?;
     let count = u64::try_from(count)
         .ok()
         .filter(|&n| (1..=MAX_HEAPS).contains(&n))
         .ok_or_else(|| ContractError::Corrupt {
             what: "server GC heap count (n_heaps)",
-            addr: vars.n_heaps,
+            addr: server.n_heaps,
             detail: format!("{count} heaps"),
         })?;
-    let array = target.read_pointer(vars.heaps)?;
-    let offsets = vars.gc_heap_field_offsets;
-    let field = |heap: u64, index: u64| -> Result<Option<u64>, ContractError> {
-        Ok(field_offset(target, offsets, index)?.map(|off| heap + off))
-    };
+    let array = target.read_pointer(server.heaps)?;
+    let f = server.fields;
     let mut heaps = Vec::new();
     for (index, heap) in target
         .read_pointers(array, count as usize)?
         .into_iter()
         .enumerate()
     {
-        let pointer_at = |at: Option<u64>| -> Result<u64, ContractError> {
-            match at {
-                Some(a) => Ok(target.read_pointer(a)?),
+        let pointer_at = |off: Option<u64>| -> Result<u64, ContractError> {
+            match off {
+                Some(o) => Ok(target.read_pointer(heap + o)?),
                 None => Ok(0),
             }
         };
-        let generation_table =
-            field(heap, GENERATION_TABLE_FIELD)?.ok_or(ContractError::Corrupt {
-                what: "server GC heap field offsets",
-                addr: offsets,
-                detail: "no generation table offset".into(),
-            })?;
+        let generation_table = heap + f.generation_table;
         heaps.push(GcHeapData {
             index,
             address: heap,
-            alloc_allocated: pointer_at(field(heap, ALLOC_ALLOCATED_FIELD)?)?,
-            ephemeral_heap_segment: pointer_at(field(heap, EPHEMERAL_HEAP_SEGMENT_FIELD)?)?,
-            finalize_queue: pointer_at(field(heap, FINALIZE_QUEUE_FIELD)?)?,
+            alloc_allocated: pointer_at(f.alloc_allocated)?,
+            ephemeral_heap_segment: pointer_at(f.ephemeral_heap_segment)?,
+            finalize_queue: pointer_at(f.finalize_queue)?,
             generation_table,
             generations: generations(target, vars, generation_table)?,
         });
@@ -243,49 +221,38 @@ pub fn heaps(
     Ok(heaps)
 }
 
-/// The generation table at `table`, its fields where the GC's field offsets put them.
+/// The generation table at `table`, its fields where the GC's layout puts them.
 fn generations(
     target: &Target,
-    vars: &GcDacVars,
+    vars: &GcVariables,
     table: u64,
 ) -> Result<Vec<Generation>, ContractError> {
-    let offsets = vars.generation_field_offsets;
-    let alloc_context = field_offset(target, offsets, 0)?;
-    let start_segment = field_offset(target, offsets, 1)?;
-    let allocation_start = field_offset(target, offsets, 2)?;
+    let g = vars.generation;
     let mut out = Vec::new();
-    for g in 0..GENERATION_COUNT {
-        let entry = table + g * vars.generation_size;
+    for index in 0..GENERATION_COUNT {
+        let entry = table + index * g.size;
         let read = |off: Option<u64>, plus: u64| -> Result<u64, ContractError> {
             match off {
-                Some(o) if o + plus + 8 <= vars.generation_size => {
-                    Ok(target.read_pointer(entry + o + plus)?)
-                }
+                Some(o) if o + plus + 8 <= g.size => Ok(target.read_pointer(entry + o + plus)?),
                 Some(o) => Err(ContractError::Corrupt {
                     what: "generation field offsets",
-                    addr: offsets,
+                    addr: table,
                     detail: format!(
                         "field at {o:#x} past the {:#x}-byte generation entry",
-                        vars.generation_size
+                        g.size
                     ),
                 }),
                 None => Ok(0),
             }
         };
         out.push(Generation {
-            start_segment: read(start_segment, 0)?,
-            allocation_start: read(allocation_start, 0)?,
-            alloc_ptr: read(alloc_context, 0)?,
-            alloc_limit: read(alloc_context, 8)?,
+            start_segment: read(g.start_segment, 0)?,
+            allocation_start: read(g.allocation_start, 0)?,
+            alloc_ptr: read(g.alloc_context, 0)?,
+            alloc_limit: read(g.alloc_context, 8)?,
         });
     }
     Ok(out)
-}
-
-/// Whether the GC uses regions: a generation has no allocation start (the field is -1)
-/// with regions, and segments GCs have one.
-pub fn uses_regions(target: &Target, vars: &GcDacVars) -> Result<bool, ContractError> {
-    Ok(field_offset(target, vars.generation_field_offsets, 2)?.is_none())
 }
 
 /// Every segment of `heap`: gen0, gen1, gen2 (frozen ones apart), LOH, POH with regions;
