@@ -28,10 +28,11 @@ use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 
 use crate::contracts::fields::Fields;
+use crate::contracts::gc::GcDesc;
 use crate::contracts::loader::{self, ModuleInfo};
 use crate::contracts::runtime_type_system::{
     method_desc_info, method_table_info, type_instantiation, MethodClassification, MethodDescInfo,
-    TYPE_HANDLE_TYPE_DESC,
+    MethodTableInfo, TYPE_HANDLE_TYPE_DESC,
 };
 use crate::contracts::ContractError;
 use crate::descriptor::DataDescriptor;
@@ -757,6 +758,10 @@ impl<'n> Ctx<'n> {
                 n.push(']');
             }
             n
+        } else if mt.token & 0x00FF_FFFF == 0 && mt.parent != 0 {
+            // No TypeDef: a type the runtime made at run time (.NET 11's async
+            // continuations, subtypes of CoreLib's Continuation with a tailored layout).
+            self.runtime_made_type_name(&mt, depth)?
         } else {
             let md = self.metadata(mt.module)?;
             let rid = mt.token & 0x00FF_FFFF;
@@ -777,6 +782,43 @@ impl<'n> Ctx<'n> {
             }
         };
         self.type_names.borrow_mut().insert(handle, name.clone());
+        Ok(name)
+    }
+
+    /// The name of a type without a TypeDef. A runtime-async continuation is named as the
+    /// runtime names it: `Continuation_` and its data size, then `_offset_count` for each
+    /// run of references in its data (offsets from the data's start, counts in pointers);
+    /// its data follows its parent's fields (the parent's base size, less the header word).
+    /// Any other is named by its parent, marked as made at run time.
+    fn runtime_made_type_name(
+        &self,
+        mt: &MethodTableInfo,
+        depth: usize,
+    ) -> Result<String, NameError> {
+        let parent = self.type_handle_name(mt.parent, depth + 1)?;
+        if parent != "System.Runtime.CompilerServices.Continuation" {
+            return Ok(format!("<type made at run time, from {parent}>"));
+        }
+        let f = Fields::new(&self.namer.target, &self.namer.descriptor);
+        let base = u64::from(f.u32(mt.address, "MethodTable", "BaseSize")?);
+        let parent_base = u64::from(f.u32(mt.parent, "MethodTable", "BaseSize")?);
+        let data_size = base.saturating_sub(parent_base);
+        let data_offset = parent_base.saturating_sub(8);
+        let mut name = format!("Continuation_{data_size}");
+        if let GcDesc::Series(series) = GcDesc::read(&self.namer.target, mt.address, mt.flags)? {
+            let mut runs: Vec<(u64, u64)> = series
+                .iter()
+                .filter(|(offset, _)| *offset >= data_offset)
+                .map(|&(offset, size)| {
+                    let bytes = size.wrapping_add(base as i64).max(0) as u64;
+                    (offset - data_offset, bytes / 8)
+                })
+                .collect();
+            runs.sort_unstable();
+            for (offset, count) in runs {
+                name.push_str(&format!("_{offset}_{count}"));
+            }
+        }
         Ok(name)
     }
 }

@@ -64,6 +64,9 @@ pub struct ValidationReport {
     pub unchecked_shipped: Vec<String>,
     /// How long the checks took, in microseconds.
     pub elapsed_us: u64,
+    /// What the runtime says of itself that cdac may read wrongly: a descriptor format
+    /// newer than it knows, a newer reader recommended (`RecommendedReaderVersion`).
+    pub reader_notes: Vec<String>,
 }
 
 impl ValidationReport {
@@ -89,8 +92,40 @@ impl ValidationReport {
                     c.covers_shipped.join(", ")
                 )
             })
+            .chain(self.reader_notes.iter().cloned())
             .collect()
     }
+}
+
+/// The newest `RecommendedReaderVersion` (a .NET 11 global: the reader the runtime's
+/// contracts were written for) cdac reads as intended.
+pub const READER_VERSION: u64 = 1;
+
+/// What the runtime's descriptor says of the reader it wants: one line per format newer
+/// than cdac knows, and one if it recommends a newer reader than cdac is.
+pub fn reader_notes(rt: &Runtime) -> Vec<String> {
+    let d = rt.descriptor();
+    let mut notes: Vec<String> = d
+        .newer_formats()
+        .into_iter()
+        .map(|(part, format)| {
+            format!(
+                "descriptor {part} has format {format}, newer than the {} cdac knows: it was \
+                 read with format {}'s rules (the checks below say whether they held)",
+                crate::descriptor::NEWEST_FORMAT,
+                crate::descriptor::NEWEST_FORMAT
+            )
+        })
+        .collect();
+    if let Ok(v) = d.global_value("RecommendedReaderVersion") {
+        if v > READER_VERSION {
+            notes.push(format!(
+                "the runtime recommends reader version {v}; this cdac is version {READER_VERSION}: \
+                 contracts it does not know are refused by name, others may have changed meaning"
+            ));
+        }
+    }
+    notes
 }
 
 /// The outcome of one check's body: `Ok(detail)` passed; `Err(Fail(..))` failed;
@@ -156,6 +191,7 @@ pub fn validate(rt: &Runtime) -> ValidationReport {
         std::thread::sleep(std::time::Duration::from_millis(5));
         report = validate_once(rt);
     }
+    report.reader_notes = reader_notes(rt);
     report
 }
 
@@ -422,6 +458,7 @@ fn validate_once(rt: &Runtime) -> ValidationReport {
         shipped_values: shipped.len(),
         unchecked_shipped,
         elapsed_us: started.elapsed().as_micros() as u64,
+        reader_notes: Vec::new(),
     }
 }
 
@@ -1614,7 +1651,7 @@ fn check_sync_blocks(rt: &Runtime, list: Option<&crate::contracts::thread::Threa
         let Some(holder) = m.holder else { continue };
         held += 1;
         let Some(list) = list else { continue };
-        let thread = holder.find(&list.threads, rt.target(), rt.descriptor());
+        let thread = holder.find(&list.threads);
         match thread {
             // A thin-lock word (.NET 11 keeps one in the block) records no OS id.
             Some(t) if m.holder_os_id.is_none_or(|os| os == t.os_id) && m.recursion >= 1 => {}

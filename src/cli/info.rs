@@ -51,6 +51,17 @@ pub struct InfoReport {
     /// For each contract, the descriptor that advertised it: the runtime's own, a
     /// sub-descriptor, a shipped descriptor or an overlay.
     pub contract_origins: BTreeMap<String, String>,
+    /// For each advertised contract, whether cdac reads it: "read" (with the algorithm it
+    /// reads it with), "unsupported version" (with the versions it reads), or "not read"
+    /// (cdac has no reader of that contract).
+    pub contract_support: BTreeMap<String, String>,
+    /// The physical format of each descriptor part (the runtime's and sub-descriptors).
+    pub descriptor_formats: BTreeMap<String, u64>,
+    /// The runtime's `RecommendedReaderVersion` (.NET 11), and this cdac's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recommended_reader_version: Option<u64>,
+    /// The reader version this cdac is.
+    pub reader_version: u64,
     pub types_count: usize,
     pub globals_count: usize,
     pub sub_descriptors: Vec<SubDescriptorReport>,
@@ -206,6 +217,14 @@ pub fn report(rt: &Runtime, threads: bool) -> InfoReport {
                 (k.clone(), value)
             })
             .collect(),
+        contract_support: d
+            .contracts()
+            .keys()
+            .map(|name| (name.clone(), contract_support(d, name)))
+            .collect(),
+        descriptor_formats: d.formats().clone(),
+        recommended_reader_version: d.global_value("RecommendedReaderVersion").ok(),
+        reader_version: cdac::validation::READER_VERSION,
         types_count: d.types().len(),
         globals_count: d.globals().len(),
         sub_descriptors: d
@@ -338,9 +357,16 @@ pub fn run(args: &InfoArgs) -> CliResult {
         .iter()
         .map(|(k, v)| {
             let version = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+            let support = match r.contract_support.get(k).map(String::as_str) {
+                Some(s) if s.starts_with("read") => String::new(),
+                Some(s) => format!(" [{s}]"),
+                None => String::new(),
+            };
             match r.contract_origins.get(k) {
-                Some(origin) if !own(origin) => format!("{k} {version} (from {origin})"),
-                _ => format!("{k} {version}"),
+                Some(origin) if !own(origin) => {
+                    format!("{k} {version}{support} (from {origin})")
+                }
+                _ => format!("{k} {version}{support}"),
             }
         })
         .collect();
@@ -352,6 +378,24 @@ pub fn run(args: &InfoArgs) -> CliResult {
             contracts.join(", ")
         }
     );
+    let formats: Vec<String> = r
+        .descriptor_formats
+        .iter()
+        .map(|(part, f)| format!("{part} {f}"))
+        .collect();
+    if !formats.is_empty() {
+        out!(
+            "formats           {}{}",
+            formats.join(", "),
+            match r.recommended_reader_version {
+                Some(v) => format!(
+                    "; recommended reader version {v} (cdac is {})",
+                    r.reader_version
+                ),
+                None => String::new(),
+            }
+        );
+    }
     out!("types             {}", r.types_count);
     out!("globals           {}", r.globals_count);
     let passed = r.checks.iter().filter(|c| c.status == "passed").count();
@@ -389,4 +433,20 @@ pub fn run(args: &InfoArgs) -> CliResult {
         }
     }
     Ok(Outcome::Answered)
+}
+
+/// Whether cdac reads contract `name` as `d` advertises it, in words.
+fn contract_support(d: &cdac::descriptor::DataDescriptor, name: &str) -> String {
+    use cdac::contracts::registry::{self, advertised_version_of};
+    match registry::supported_versions(name) {
+        None => "not read".into(),
+        Some(versions) => match advertised_version_of(d, name, versions) {
+            Ok(Some(algorithm)) => format!("read (algorithm {algorithm})"),
+            Ok(None) => "read".into(),
+            Err(_) => format!(
+                "unsupported version (cdac reads {})",
+                registry::readable_versions(name, versions)
+            ),
+        },
+    }
 }

@@ -304,7 +304,7 @@ fn header_report(h: &Header, v: &ObjectView) -> HeaderReport {
                     r.recursion = Some(m.recursion.saturating_sub(1));
                     r.owner_thread = v.lock_owner.and_then(|o| nonzero(o.0));
                     r.owner_managed_id = v.lock_owner.map(|o| o.1);
-                    r.owner_os_id = m.holder_os_id;
+                    r.owner_os_id = m.holder_os_id.or(v.lock_owner.map(|o| o.2));
                 }
                 r.hash = (sb.hash_code != 0).then_some(sb.hash_code);
             }

@@ -187,6 +187,18 @@ pub fn flavor_of(descriptor: &DataDescriptor) -> Flavor {
     }
 }
 
+/// [`advertised_version`] for a contract named at run time (the names in [`SUPPORTED`]).
+pub fn advertised_version_of(
+    descriptor: &DataDescriptor,
+    name: &str,
+    versions: &'static [u64],
+) -> Result<Option<u64>, ContractError> {
+    match SUPPORTED.iter().find(|s| s.name == name) {
+        Some(s) => advertised_version(descriptor, s.name, versions),
+        None => Ok(None),
+    }
+}
+
 /// Makes contract `C` for a runtime: checks the version it advertises against
 /// [`Contract::VERSIONS`] and builds that version (or the reader for runtimes that do not
 /// advertise it, where the contract has one).

@@ -108,34 +108,31 @@ pub struct SyncTable {
 pub enum Holder {
     /// The holding `Thread*` (.NET 8 and 9).
     Thread(u64),
-    /// The holding thread's thin-lock id, `Thread.Id` (.NET 10).
+    /// The holding thread's thin-lock id, `Thread.Id`, which is also its managed thread id
+    /// (.NET 10's monitors, thin locks, .NET 11's Locks).
     ThinLockId(u32),
+    /// The holding thread's OS id (.NET 9 and 10's `System.Threading.Lock`).
+    OsThreadId(u64),
 }
 
 impl Holder {
-    /// Whether `thread` is this holder: by its address, or by its thin-lock id (`Thread.Id`).
-    pub fn names(self, thread: &ThreadInfo, target: &Target, descriptor: &DataDescriptor) -> bool {
+    /// Whether `thread` is this holder.
+    pub fn names(self, thread: &ThreadInfo) -> bool {
         match self {
             Holder::Thread(address) => thread.address == address,
-            Holder::ThinLockId(id) => Fields::new(target, descriptor)
-                .u32(thread.address, "Thread", "Id")
-                .is_ok_and(|v| v == id),
+            Holder::ThinLockId(id) => thread.managed_id == id,
+            Holder::OsThreadId(id) => thread.os_id == id,
         }
     }
 
     /// The thread of `threads` this holder names.
-    pub fn find<'t>(
-        self,
-        threads: &'t [ThreadInfo],
-        target: &Target,
-        descriptor: &DataDescriptor,
-    ) -> Option<&'t ThreadInfo> {
-        threads.iter().find(|t| self.names(t, target, descriptor))
+    pub fn find(self, threads: &[ThreadInfo]) -> Option<&ThreadInfo> {
+        threads.iter().find(|t| self.names(t))
     }
 }
 
 /// A sync block's monitor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Monitor {
     /// Some thread holds it.
     pub locked: bool,

@@ -47,6 +47,7 @@ pub use error::DescriptorError;
 pub use json::{ContractVersion, PhysicalDescriptor};
 pub use model::{
     DataDescriptor, Field, FillReport, Global, NameMap, SubDescriptorInfo, TypeLayout,
+    NEWEST_FORMAT,
 };
 
 /// The name of the symbol .NET 9+ runtimes export.

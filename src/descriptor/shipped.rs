@@ -42,6 +42,10 @@ const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../descriptors/net10.0-linux-x64.overlay.json"),
     ),
     (
+        "net11.0-linux-x64.overlay.json",
+        include_str!("../../descriptors/net11.0-linux-x64.overlay.json"),
+    ),
+    (
         "net9.0-linux-arm64.overlay.json",
         include_str!("../../descriptors/net9.0-linux-arm64.overlay.json"),
     ),

@@ -10,6 +10,7 @@
 
 pub(crate) mod delegates;
 pub mod header;
+mod managed_lock;
 pub mod values;
 
 use std::collections::HashMap;
@@ -25,6 +26,7 @@ use crate::names::{FieldMetadata, MethodNamer};
 use crate::runtime::Runtime;
 
 pub use header::{Header, HeaderState};
+pub use managed_lock::ThreadingLock;
 pub use values::Value;
 
 /// Most levels of structs expanded inside one another.
@@ -234,7 +236,18 @@ impl<'r> Inspector<'r> {
         };
         match header.state {
             HeaderState::SyncBlock { index } => match self.sync_block(index, address) {
-                Ok(sb) => {
+                Ok(mut sb) => {
+                    // .NET 11: a contended monitor is a managed Lock; its fields say who
+                    // holds it.
+                    if let Some(lock) = sb.lock_object {
+                        let mt = rt.target().read_pointer(lock).unwrap_or(0) & !7;
+                        match self.threading_lock(lock, mt) {
+                            Ok(l) => sb.monitor = l.map(|l| l.as_monitor()).unwrap_or_default(),
+                            Err(e) => view.notes.push(format!(
+                                "sync block {index}'s System.Threading.Lock {lock:#x}: {e}"
+                            )),
+                        }
+                    }
                     view.sync_block = Some(sb);
                     if let Some(holder) = sb.monitor.holder {
                         match self.holder_thread(holder) {
@@ -665,7 +678,7 @@ impl<'r> Inspector<'r> {
         let rt = self.rt;
         let threads = rt.contracts().threads()?.threads()?;
         Ok(holder
-            .find(&threads.threads, rt.target(), rt.descriptor())
+            .find(&threads.threads)
             .map(|t| (t.address, t.managed_id, t.os_id)))
     }
 }

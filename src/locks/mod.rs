@@ -146,23 +146,8 @@ pub fn read_locks_from(
         name: threads.thread_name(t).ok().flatten(),
     };
     let by_os: HashMap<u64, &ThreadInfo> = list.threads.iter().map(|t| (t.os_id, t)).collect();
-    let by_managed: HashMap<u64, &ThreadInfo> = list
-        .threads
-        .iter()
-        .map(|t| (u64::from(t.managed_id), t))
-        .collect();
     // The thread a System.Threading.Lock names as its owner.
-    let owner_of = |l: &scan::ThreadingLock| -> Option<&ThreadInfo> {
-        if l.owner_id == 0 {
-            return None;
-        }
-        let threads = if l.owner_is_managed_id {
-            &by_managed
-        } else {
-            &by_os
-        };
-        threads.get(&l.owner_id).copied()
-    };
+    let owner_of = |l: &scan::ThreadingLock| l.owner.and_then(|h| h.find(&list.threads));
 
     // Monitors with a sync block (and, .NET 11, the Locks they were inflated to, not
     // listed again as Locks of their own).
@@ -182,24 +167,15 @@ pub fn read_locks_from(
                         }
                     };
                     let mut m = block.monitor;
-                    let mut lock_owner: Option<&ThreadInfo> = None;
                     // .NET 11: a contended monitor is a managed Lock, whose fields say who
                     // holds it; the sync block reports it under the locked object.
                     if let Some(lock) = block.lock_object {
                         inflated_locks.push(lock);
                         let mt = rt.target().read_pointer(lock).unwrap_or(0) & !7;
                         let read = crate::inspect::Inspector::new(rt)
-                            .and_then(|mut i| scan::threading_lock(&mut i, lock, mt));
+                            .and_then(|mut i| i.threading_lock(lock, mt));
                         match read {
-                            Ok(Some(l)) => {
-                                m.locked = l.owner_id != 0;
-                                m.recursion = if m.locked { l.recursion + 1 } else { 0 };
-                                lock_owner = owner_of(&l);
-                                m.holder_os_id = lock_owner.map(|t| t.os_id);
-                                m.holder = None;
-                                m.waiters = l.waiters;
-                            }
-                            Ok(None) => {}
+                            Ok(l) => m = l.map(|l| l.as_monitor()).unwrap_or_default(),
                             Err(err) => report.problems.push(format!(
                                 "sync block {}: its System.Threading.Lock {lock:#x}: {err}",
                                 e.index
@@ -230,10 +206,7 @@ pub fn read_locks_from(
                             },
                         })
                         .collect();
-                    let holder = match m.holder {
-                        Some(h) => h.find(&list.threads, rt.target(), rt.descriptor()),
-                        None => lock_owner,
-                    };
+                    let holder = m.holder.and_then(|h| h.find(&list.threads));
                     let method_table = rt.target().read_pointer(e.object).unwrap_or(0) & !7;
                     report.locks.push(LockInfo {
                         object: e.object,
@@ -266,11 +239,7 @@ pub fn read_locks_from(
                 report.objects_scanned = Some(found.objects);
                 report.problems.extend(found.problems);
                 for l in found.thin {
-                    let holder = Holder::ThinLockId(l.thread_id).find(
-                        &list.threads,
-                        rt.target(),
-                        rt.descriptor(),
-                    );
+                    let holder = Holder::ThinLockId(l.thread_id).find(&list.threads);
                     report.locks.push(LockInfo {
                         object: l.object,
                         method_table: l.method_table,
@@ -296,14 +265,20 @@ pub fn read_locks_from(
                         method_table: l.method_table,
                         kind: LockKind::ThreadingLock,
                         owner: holder.map(thread_ref),
-                        holder_unresolved: (holder.is_none() && l.owner_id != 0).then(|| {
-                            if l.owner_is_managed_id {
-                                format!("managed thread id {}", l.owner_id)
-                            } else {
-                                format!("OS thread id {}", l.owner_id)
+                        holder_unresolved: match (holder, l.owner) {
+                            (None, Some(Holder::ThinLockId(id))) => {
+                                Some(format!("managed thread id {id}"))
                             }
-                        }),
-                        times_entered: if l.owner_id != 0 { l.recursion + 1 } else { 0 },
+                            (None, Some(Holder::OsThreadId(id))) => {
+                                Some(format!("OS thread id {id}"))
+                            }
+                            _ => None,
+                        },
+                        times_entered: if l.owner.is_some() {
+                            l.recursion + 1
+                        } else {
+                            0
+                        },
                         waiters_counted: l.waiters,
                         waiting: Vec::new(),
                         waiting_for_pulse: Vec::new(),

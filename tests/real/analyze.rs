@@ -178,6 +178,11 @@ fn analyze_names_the_crash_on_net10() {
 }
 
 #[test]
+fn analyze_names_the_crash_on_net11() {
+    analyze_crash_of(Variant::Net11);
+}
+
+#[test]
 fn analyze_names_the_crash_on_net9() {
     analyze_crash_of(Variant::Net9);
 }
@@ -359,6 +364,11 @@ fn same_traces_as_the_runtime(a: &Value, dump: &std::path::Path, text: &str, wha
 #[test]
 fn analyze_names_a_background_crash_on_net10() {
     analyze_background_crash_of(Variant::Net10);
+}
+
+#[test]
+fn analyze_names_a_background_crash_on_net11() {
+    analyze_background_crash_of(Variant::Net11);
 }
 
 #[test]

@@ -420,6 +420,11 @@ fn chains_equal_sos_dumpasync_net10() {
 }
 
 #[test]
+fn chains_equal_sos_dumpasync_net11() {
+    chains_equal_sos(Variant::Net11);
+}
+
+#[test]
 fn chains_equal_sos_dumpasync_net9() {
     chains_equal_sos(Variant::Net9);
 }

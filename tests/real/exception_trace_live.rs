@@ -304,6 +304,11 @@ fn exception_traces_net10() {
 }
 
 #[test]
+fn exception_traces_net11() {
+    both(Variant::Net11);
+}
+
+#[test]
 fn exception_traces_net9() {
     both(Variant::Net9);
 }

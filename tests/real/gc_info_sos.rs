@@ -370,6 +370,11 @@ fn gcinfo_equals_sos_net10() {
 }
 
 #[test]
+fn gcinfo_equals_sos_net11() {
+    gcinfo_equals_sos(Variant::Net11);
+}
+
+#[test]
 fn gcinfo_equals_sos_net9() {
     gcinfo_equals_sos(Variant::Net9);
 }

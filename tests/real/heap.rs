@@ -106,8 +106,9 @@ fn theirs_by_start(v: &Value) -> Segments {
 }
 
 /// The segments of a testbed, live, from a full dump and from a gcore, equal ClrMD's; the
-/// GC table is where the descriptor says, of the interface version measured.
-fn segments_equal_clrmd(variant: Variant, interface: &str, slot: u64) {
+/// GC table is where the descriptor says, of the interface version measured (`None`: the
+/// GC is described by its own sub-descriptor, .NET 11).
+fn segments_equal_clrmd(variant: Variant, interface: Option<&str>, slot: u64) {
     let tb = testbed_of(variant);
     let pid = tb.pid.to_string();
     let full = tb.dump("full");
@@ -121,8 +122,17 @@ fn segments_equal_clrmd(variant: Variant, interface: &str, slot: u64) {
         let ours = cdac_segments(&target);
         let theirs = clrmd_segments(&target);
         let gc = &ours["gc"];
-        assert_eq!(gc["interface_version"], interface, "{variant:?} {what}");
-        assert_eq!(gc["dac_table_slot"], slot, "{variant:?} {what}");
+        match interface {
+            Some(interface) => {
+                assert_eq!(gc["described_by"], "GcDacVars", "{variant:?} {what}");
+                assert_eq!(gc["interface_version"], interface, "{variant:?} {what}");
+                assert_eq!(gc["dac_table_slot"], slot, "{variant:?} {what}");
+            }
+            None => {
+                assert_eq!(gc["described_by"], "sub-descriptor", "{variant:?} {what}");
+                assert!(gc["dac_table_slot"].is_null(), "{variant:?} {what}");
+            }
+        }
         assert_eq!(gc["found_by_search"], false, "{variant:?} {what}");
         assert_eq!(gc["server"], theirs["is_server"], "{variant:?} {what}");
         assert_eq!(gc["server"], false, "the testbed runs workstation GC");
@@ -151,17 +161,22 @@ fn segments_equal_clrmd(variant: Variant, interface: &str, slot: u64) {
 
 #[test]
 fn segments_equal_clrmd_net10() {
-    segments_equal_clrmd(Variant::Net10, "2.4", 19);
+    segments_equal_clrmd(Variant::Net10, Some("2.4"), 19);
+}
+
+#[test]
+fn segments_equal_clrmd_net11() {
+    segments_equal_clrmd(Variant::Net11, None, 0);
 }
 
 #[test]
 fn segments_equal_clrmd_net9() {
-    segments_equal_clrmd(Variant::Net9, "2.1", 20);
+    segments_equal_clrmd(Variant::Net9, Some("2.1"), 20);
 }
 
 #[test]
 fn segments_equal_clrmd_net8() {
-    segments_equal_clrmd(Variant::Net8, "2.1", 20);
+    segments_equal_clrmd(Variant::Net8, Some("2.1"), 20);
 }
 
 /// The newest patch of each line (not what the descriptors were made from) keeps the GC's
@@ -300,6 +315,11 @@ fn objects_equal_clrmd_net10() {
 }
 
 #[test]
+fn objects_equal_clrmd_net11() {
+    objects_equal_clrmd(Variant::Net11);
+}
+
+#[test]
 fn objects_equal_clrmd_net9() {
     objects_equal_clrmd(Variant::Net9);
 }
@@ -401,6 +421,11 @@ fn stat_equals_sos_net10() {
 }
 
 #[test]
+fn stat_equals_sos_net11() {
+    stat_equals_sos(Variant::Net11);
+}
+
+#[test]
 fn stat_equals_sos_net9() {
     stat_equals_sos(Variant::Net9);
 }
@@ -426,6 +451,15 @@ type Flavour = (
 #[test]
 fn gc_flavours_equal_clrmd_net10() {
     gc_flavours_equal_clrmd(Variant::Net10, &SERVER_AND_SEGMENTS);
+}
+
+/// Server GC (with DATAS, the default on .NET 9 and 10, and without it: two heaps on two
+/// cores) and the segments GC (`libclrgc.so`): the flavour is named, segments and objects
+/// equal ClrMD's on a full dump, and the handles include the testbed's and ClrMD's (which
+/// misses some under DATAS).
+#[test]
+fn gc_flavours_equal_clrmd_net11() {
+    gc_flavours_equal_clrmd(Variant::Net11, &SERVER_AND_SEGMENTS);
 }
 
 /// .NET 9: server GC (with DATAS, its default there too: one heap on two cores; its GC
@@ -693,6 +727,11 @@ fn handles_and_finalizer_equal_clrmd_net10() {
 }
 
 #[test]
+fn handles_and_finalizer_equal_clrmd_net11() {
+    handles_and_finalizer_equal_clrmd(Variant::Net11);
+}
+
+#[test]
 fn handles_and_finalizer_equal_clrmd_net9() {
     handles_and_finalizer_equal_clrmd(Variant::Net9);
 }
@@ -839,6 +878,11 @@ fn manifest_heap_facts_net10() {
 }
 
 #[test]
+fn manifest_heap_facts_net11() {
+    manifest_heap_facts(Variant::Net11);
+}
+
+#[test]
 fn manifest_heap_facts_net9() {
     manifest_heap_facts(Variant::Net9);
 }
@@ -854,6 +898,49 @@ fn manifest_heap_facts_net8() {
 #[test]
 fn free_space_adds_up_net10() {
     let full = testbed_of(Variant::Net10).dump("full");
+    let target = ["--dump", full.to_str().expect("path")];
+    let stat = cdac_heap(&["--free"], &target);
+    json_schema::assert_matches_schema("heap", &stat);
+    let f = &stat["fragmentation"];
+    let gens = f["generations"].as_object().expect("generations");
+    let sum = |k: &str| -> u64 { gens.values().map(|g| g[k].as_u64().expect(k)).sum() };
+    let free_row = stat["types"]
+        .as_array()
+        .expect("types")
+        .iter()
+        .find(|t| t["name"] == "Free")
+        .expect("free objects");
+    assert_eq!(sum("free"), free_row["total_size"].as_u64().unwrap());
+    assert_eq!(sum("total"), stat["total_size"].as_u64().unwrap());
+    for g in ["gen0", "gen1", "gen2", "loh", "poh", "frozen"] {
+        assert!(gens.contains_key(g), "{g} missing from {gens:?}");
+    }
+    let objects = cdac_heap(&["--objects"], &target);
+    let by_address: BTreeMap<u64, &Value> = objects["object_list"]
+        .as_array()
+        .expect("object_list")
+        .iter()
+        .map(|o| (hex_of(&o["address"]), o))
+        .collect();
+    for b in f["blocks"].as_array().expect("blocks") {
+        let free = by_address[&hex_of(&b["address"])];
+        assert_eq!(free["name"], "Free");
+        assert!(b["size"].as_u64().unwrap() >= 512 * 1024);
+        let (&next, o) = by_address
+            .range(hex_of(&b["address"]) + 1..)
+            .next()
+            .expect("an object after the block");
+        assert_eq!(next, hex_of(&b["followed_by"]));
+        assert_ne!(o["name"], "Free");
+    }
+}
+
+/// `heap --free`: the free bytes per generation add up to the `Free` type's total, the
+/// total bytes per generation to the heap's, and every large block listed is a free object
+/// of at least 512 KiB followed by a live one (all from the same walk and its object list).
+#[test]
+fn free_space_adds_up_net11() {
+    let full = testbed_of(Variant::Net11).dump("full");
     let target = ["--dump", full.to_str().expect("path")];
     let stat = cdac_heap(&["--free"], &target);
     json_schema::assert_matches_schema("heap", &stat);

@@ -152,7 +152,11 @@ pub(crate) fn facts_hold_on(tb: &Testbed, t: &[String], what: &str) {
 
     // The thread parked in Monitor.Wait(Monitors.Cond) while it holds Monitors.Held:
     // it waits for a pulse of a free monitor, and owns the one the enter-blocked thread
-    // waits for.
+    // waits for. (.NET 11 keeps Monitor.Wait's waiters in a managed Condition that does not
+    // name their threads: not read yet, see docs/cli.md.)
+    if tb.variant == Variant::Net11 {
+        return other_locks_hold(tb, &v, &t, what);
+    }
     let waiter = tb.manifest["threads"]
         .as_array()
         .expect("threads")
@@ -182,9 +186,14 @@ pub(crate) fn facts_hold_on(tb: &Testbed, t: &[String], what: &str) {
         v["locks"]
     );
 
-    // The contended monitor: its owner, entered three times, and its three waiters.
-    let c = &facts["contended"];
-    let l = lock_of(&v, &t, c["type"].as_str().expect("type"));
+    other_locks_hold(tb, &v, &t, what);
+}
+
+/// The contended monitor (its owner, entered three times, and its three waiters) and the
+/// thin lock of the heap facts.
+fn other_locks_hold(tb: &Testbed, v: &Value, t: &[String], what: &str) {
+    let c = &tb.manifest["locks"]["contended"];
+    let l = lock_of(v, t, c["type"].as_str().expect("type"));
     assert_eq!(l["kind"], "sync_block", "{what}: {l}");
     assert_eq!(
         l["owner"]["managed_id"], c["owner"]["managed_id"],
@@ -201,7 +210,7 @@ pub(crate) fn facts_hold_on(tb: &Testbed, t: &[String], what: &str) {
 
     // The thin lock of the heap facts, three times by its thread, nobody waiting.
     let thin = &tb.manifest["heap"]["thin_lock"];
-    let l = lock_of(&v, &t, thin["type"].as_str().expect("type"));
+    let l = lock_of(v, t, thin["type"].as_str().expect("type"));
     assert_eq!(l["kind"], "thin_lock", "{what}: {l}");
     assert_eq!(
         l["owner"]["managed_id"], thin["owner_managed_id"],
@@ -213,8 +222,9 @@ pub(crate) fn facts_hold_on(tb: &Testbed, t: &[String], what: &str) {
         "{what}: {l}"
     );
     eprintln!(
-        "{what}: {} locks, {deadlocks} deadlock(s), {} objects scanned",
+        "{what}: {} locks, {} deadlock(s), {} objects scanned",
         v["locks"].as_array().map_or(0, Vec::len),
+        v["deadlocks"].as_array().map_or(0, Vec::len),
         v["objects_scanned"]
     );
 }
@@ -222,6 +232,11 @@ pub(crate) fn facts_hold_on(tb: &Testbed, t: &[String], what: &str) {
 #[test]
 fn facts_hold_net10() {
     facts_hold(Variant::Net10);
+}
+
+#[test]
+fn facts_hold_net11() {
+    facts_hold(Variant::Net11);
 }
 
 #[test]
@@ -291,7 +306,14 @@ fn equals_sos(variant: Variant) {
         .map(|l| {
             (
                 common::hex(&l["sync_block"]),
-                u64::from(l["owner"].is_object()) + 2 * l["waiters_counted"].as_u64().unwrap_or(0),
+                // SOS's MonitorHeld: bit 0 held, the waiters above it; .NET 11's DAC
+                // (the monitor a managed Lock) says only whether it is held.
+                u64::from(l["owner"].is_object())
+                    + if variant == Variant::Net11 {
+                        0
+                    } else {
+                        2 * l["waiters_counted"].as_u64().unwrap_or(0)
+                    },
                 l["times_entered"].as_u64().unwrap_or(0),
                 l["owner"]["thread"]
                     .as_str()
@@ -317,6 +339,11 @@ fn equals_sos(variant: Variant) {
 #[test]
 fn monitors_equal_sos_syncblk_net10() {
     equals_sos(Variant::Net10);
+}
+
+#[test]
+fn monitors_equal_sos_syncblk_net11() {
+    equals_sos(Variant::Net11);
 }
 
 #[test]
@@ -402,6 +429,11 @@ fn analyze_reports_the_deadlocks(variant: Variant) {
 #[test]
 fn analyze_reports_the_deadlocks_net10() {
     analyze_reports_the_deadlocks(Variant::Net10);
+}
+
+#[test]
+fn analyze_reports_the_deadlocks_net11() {
+    analyze_reports_the_deadlocks(Variant::Net11);
 }
 
 #[test]

@@ -15,8 +15,7 @@ use cdac::unwind::{UnwindError, X64Context};
 use common::{hex, testbed_of, Variant};
 
 fn format_of(rt: &Runtime) -> DebugInfoFormat {
-    let major = rt.version().and_then(|v| v.major());
-    DebugInfoFormat::for_runtime(rt.descriptor(), major)
+    rt.contracts().debug_info().expect("the DebugInfo contract")
 }
 
 /// Every live JIT'ed method's debug info decodes, and its mappings lie in the method.
@@ -106,6 +105,11 @@ fn debug_info_of_every_jitted_method(variant: Variant) {
 #[test]
 fn debug_info_net10() {
     debug_info_of_every_jitted_method(Variant::Net10);
+}
+
+#[test]
+fn debug_info_net11() {
+    debug_info_of_every_jitted_method(Variant::Net11);
 }
 
 #[test]
@@ -388,6 +392,11 @@ fn parked_threads_through_native_frames(variant: Variant) {
 #[test]
 fn parked_threads_net10() {
     parked_threads_through_native_frames(Variant::Net10);
+}
+
+#[test]
+fn parked_threads_net11() {
+    parked_threads_through_native_frames(Variant::Net11);
 }
 
 #[test]

@@ -209,6 +209,11 @@ fn facts_hold_net10() {
 }
 
 #[test]
+fn facts_hold_net11() {
+    facts_hold(Variant::Net11);
+}
+
+#[test]
 fn facts_hold_net9() {
     facts_hold(Variant::Net9);
 }
@@ -285,6 +290,11 @@ fn equals_sos(variant: Variant) {
 #[test]
 fn fields_equal_sos_dumpobj_net10() {
     equals_sos(Variant::Net10);
+}
+
+#[test]
+fn fields_equal_sos_dumpobj_net11() {
+    equals_sos(Variant::Net11);
 }
 
 #[test]
@@ -369,6 +379,11 @@ fn sync_blocks_equal_sos(variant: Variant) {
 #[test]
 fn sync_blocks_equal_sos_syncblk_net10() {
     sync_blocks_equal_sos(Variant::Net10);
+}
+
+#[test]
+fn sync_blocks_equal_sos_syncblk_net11() {
+    sync_blocks_equal_sos(Variant::Net11);
 }
 
 #[test]

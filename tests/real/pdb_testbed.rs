@@ -259,6 +259,11 @@ fn testbed_pdb_net10() {
 }
 
 #[test]
+fn testbed_pdb_net11() {
+    check_variant(Variant::Net11);
+}
+
+#[test]
 fn testbed_pdb_net9() {
     check_variant(Variant::Net9);
 }

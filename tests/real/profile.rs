@@ -242,6 +242,11 @@ fn net10_record_names_the_hot_methods_and_their_split() {
 }
 
 #[test]
+fn net11_record_names_the_hot_methods_and_their_split() {
+    check_record(Variant::Net11);
+}
+
+#[test]
 fn net9_record_names_the_hot_methods_and_their_split() {
     check_record(Variant::Net9);
 }

@@ -221,6 +221,8 @@ fn check_perf_map(
     let mut resolved = Vec::new();
     let mut with_debug = 0;
     let mut freed_dynamic = 0;
+    let debug_format = rt.contracts().debug_info().expect("DebugInfo");
+    let flag_byte_format = debug_format.has_flag_byte_format();
     for (start, size, name) in &live {
         // A dynamic method (LCG) is collectible: its code may have been freed since the
         // perf map logged it and its memory reused, with nothing overlapping it in the map
@@ -255,11 +257,12 @@ fn check_perf_map(
                     );
                     md.get_or_insert(b.method_desc);
                     // JIT'ed debug info starts with a flag byte (bit 0: OSR patchpoint info,
-                    // bit 1: rich debug info): its offset and the flag's presence are the
-                    // shipped overlays' on .NET 9 and 10.
+                    // bit 1: rich debug info) up to .NET 10: its offset and the flag's
+                    // presence are the shipped overlays' on .NET 9 and 10. .NET 11's has
+                    // none: its header must decode, with its bounds.
                     if ip == *start {
                         match em.debug_info(&b) {
-                            Ok(d) if d.address != 0 => {
+                            Ok(d) if d.address != 0 && flag_byte_format => {
                                 with_debug += 1;
                                 let flag = rt.target().read_u8(d.address);
                                 f.check(
@@ -267,6 +270,18 @@ fn check_perf_map(
                                         && matches!(flag, Ok(0..=3)),
                                     || format!("{name}: debug info {d:?}, first byte {flag:?}"),
                                 );
+                            }
+                            Ok(d) if d.address != 0 => {
+                                with_debug += 1;
+                                let map = cdac::contracts::debug_info::native_map(
+                                    rt.target(),
+                                    em,
+                                    &b,
+                                    &debug_format,
+                                );
+                                f.check(map.as_ref().is_ok_and(|m| !m.is_empty()), || {
+                                    format!("{name}: debug info {d:?}: {map:?}")
+                                });
                             }
                             Ok(_) => {}
                             Err(e) => f.check(false, || format!("{name}: debug info: {e}")),
@@ -302,7 +317,7 @@ fn check_perf_map(
         )
     });
     eprintln!(
-        "{what}: {} live perf-map methods (and {stale} stale entries) checked at 3 addresses each: {} resolved to their start and size, {named} named as the runtime names them, {with_debug} with debug info led by its flag byte",
+        "{what}: {} live perf-map methods (and {stale} stale entries) checked at 3 addresses each: {} resolved to their start and size, {named} named as the runtime names them, {with_debug} with debug info that reads (led by its flag byte up to .NET 10)",
         live.len(),
         resolved.len(),
     );
@@ -604,13 +619,28 @@ fn net10_live() {
 }
 
 #[test]
+fn net11_live() {
+    check(Variant::Net11, Source::Live);
+}
+
+#[test]
 fn net10_full_dump() {
     check(Variant::Net10, Source::Dump("full"));
 }
 
 #[test]
+fn net11_full_dump() {
+    check(Variant::Net11, Source::Dump("full"));
+}
+
+#[test]
 fn net10_gcore() {
     check(Variant::Net10, Source::Dump("gcore"));
+}
+
+#[test]
+fn net11_gcore() {
+    check(Variant::Net11, Source::Dump("gcore"));
 }
 
 #[test]
@@ -1061,8 +1091,18 @@ fn net10_full_dump_agrees_with_clrmd() {
 }
 
 #[test]
+fn net11_full_dump_agrees_with_clrmd() {
+    against_clrmd(Variant::Net11, "full");
+}
+
+#[test]
 fn net10_gcore_agrees_with_clrmd() {
     against_clrmd(Variant::Net10, "gcore");
+}
+
+#[test]
+fn net11_gcore_agrees_with_clrmd() {
+    against_clrmd(Variant::Net11, "gcore");
 }
 
 #[test]

@@ -109,6 +109,11 @@ fn live_equals_clrmd_net10() {
 }
 
 #[test]
+fn live_equals_clrmd_net11() {
+    live_equals_clrmd(Variant::Net11);
+}
+
+#[test]
 fn live_equals_clrmd_net9() {
     live_equals_clrmd(Variant::Net9);
 }
@@ -325,6 +330,11 @@ fn gcroot_finds_the_holders_net10() {
 }
 
 #[test]
+fn gcroot_finds_the_holders_net11() {
+    gcroot_finds_the_holders(Variant::Net11);
+}
+
+#[test]
 fn gcroot_finds_the_holders_net9() {
     gcroot_finds_the_holders(Variant::Net9);
 }
@@ -440,6 +450,11 @@ fn gcroot_all_equals_sos(variant: Variant, stacks: bool) {
 #[test]
 fn gcroot_all_equals_sos_net10() {
     gcroot_all_equals_sos(Variant::Net10, false);
+}
+
+#[test]
+fn gcroot_all_equals_sos_net11() {
+    gcroot_all_equals_sos(Variant::Net11, false);
 }
 
 #[test]

@@ -348,6 +348,11 @@ fn stack_roots_equal_clrmd_full_dump_net10() {
 }
 
 #[test]
+fn stack_roots_equal_clrmd_full_dump_net11() {
+    stack_roots_equal_clrmd(Variant::Net11, &["cdac-filter"]);
+}
+
+#[test]
 fn stack_roots_equal_clrmd_full_dump_net9() {
     stack_roots_equal_clrmd(Variant::Net9, &[]);
 }
@@ -439,11 +444,134 @@ fn gcroot_finds_an_object_held_by_a_local_net10() {
     assert_eq!(live(&["--no-stacks"]), 0);
 }
 
+/// The testbed's `StackRootMarker` is held by a local of `HoldOnStackBody` only: `gcroot`
+/// finds a stack root on the thread `cdac-stack-root`, in that method's frame, and
+/// `heap --live` counts the object with stack roots and not without.
+#[test]
+fn gcroot_finds_an_object_held_by_a_local_net11() {
+    let tb = testbed_of(Variant::Net11);
+    let facts = &tb.manifest["heap"]["stack_root"];
+    let type_name = facts["type"].as_str().expect("stack_root.type");
+    let dump = tb.dump("full");
+    let pattern = format!("^{}$", type_name.replace('.', "\\."));
+    let objects = cdac_json(&["heap", "--objects", "--type", &pattern, "--json"], &dump);
+    let list = objects["object_list"].as_array().expect("object_list");
+    assert_eq!(list.len(), 1, "one {type_name}: {list:?}");
+    let address = list[0]["address"].as_str().expect("address").to_string();
+
+    let report = cdac_json(&["gcroot", &address, "--json"], &dump);
+    json_schema::assert_matches_schema("gcroot", &report);
+    assert_eq!(report["found"], true, "{report}");
+    assert_eq!(report["root"]["kind"], "stack", "{report}");
+    let path = report["path"].as_array().expect("path");
+    assert_eq!(path.len(), 1, "held directly by the slot: {report}");
+    assert_eq!(path[0]["type_name"].as_str(), Some(type_name));
+    assert!(report["roots"]["stack"].as_u64().expect("stack roots") > 20);
+    // The thread pool's byrefs into a static bucket (`object[]`) resolve to it.
+    assert!(
+        report["interior_stack_slots_resolved"]
+            .as_u64()
+            .expect("interior_stack_slots_resolved")
+            >= 1,
+        "{report}"
+    );
+    assert!(!report["roots_not_read"]
+        .as_array()
+        .expect("roots_not_read")
+        .iter()
+        .any(|s| s.as_str().is_some_and(|s| s.starts_with("stack"))));
+
+    // The root's thread and frame: the thread named cdac-stack-root, in HoldOnStackBody.
+    let stacks = cdac_json(&["stacks", "--gc", "--json"], &dump);
+    let thread = stacks["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .find(|t| thread_name(t) == "cdac-stack-root")
+        .expect("thread cdac-stack-root");
+    assert_eq!(
+        thread["managed"]["managed_id"], facts["thread_managed_id"],
+        "the manifest's thread"
+    );
+    assert_eq!(report["root"]["thread"], thread["os_id"], "{report}");
+    let frame = report["root"]["frame"].as_u64().expect("frame") as usize;
+    let f = &thread["frames"][frame];
+    assert!(
+        f["name"]
+            .as_str()
+            .is_some_and(|n| n.contains(facts["method"].as_str().expect("method"))),
+        "root frame {f}"
+    );
+    let slot_address = common::hex(&report["root"]["address"]);
+    assert!(
+        f["gc"]["slots"]
+            .as_array()
+            .expect("slots")
+            .iter()
+            .any(|s| s["object"].as_str() == Some(&address)
+                && s["address"].as_str().map(|a| common::hex(&Value::from(a)))
+                    == Some(slot_address)),
+        "the frame's slot {slot_address:#x} holds {address}: {f}"
+    );
+
+    // heap --live: kept by the stack root, dropped without stack roots.
+    let live = |extra: &[&str]| {
+        let mut args = vec!["heap", "--live", "--type", &pattern, "--json"];
+        args.extend_from_slice(extra);
+        cdac_json(&args, &dump)["objects"]
+            .as_u64()
+            .expect("objects")
+    };
+    assert_eq!(live(&[]), 1);
+    assert_eq!(live(&["--no-stacks"]), 0);
+}
+
 /// The same on the live testbed: `gcroot --pid` stops each thread for a moment to read its
 /// stack roots, and finds the marker through a stack slot of `cdac-stack-root`.
 #[test]
 fn gcroot_finds_an_object_held_by_a_local_live_net10() {
     let tb = testbed_of(Variant::Net10);
+    let type_name = tb.manifest["heap"]["stack_root"]["type"]
+        .as_str()
+        .expect("stack_root.type");
+    let pid = tb.pid.to_string();
+    let run = |args: &[&str]| -> Value {
+        // gcroot stops each thread with ptrace: not while a dump is being taken.
+        let _tracing = crate::common::tracing_lock();
+        let out = Command::new(crate::common::cdac_exe())
+            .args(args)
+            .args(["--pid", &pid])
+            .output()
+            .expect("run cdac");
+        assert!(
+            out.status.success(),
+            "cdac {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("cdac JSON")
+    };
+    let pattern = format!("^{}$", type_name.replace('.', "\\."));
+    let objects = run(&["heap", "--objects", "--type", &pattern, "--json"]);
+    let list = objects["object_list"].as_array().expect("object_list");
+    assert_eq!(list.len(), 1, "one {type_name}: {list:?}");
+    let address = list[0]["address"].as_str().expect("address").to_string();
+    let report = run(&["gcroot", &address, "--json"]);
+    assert_eq!(report["root"]["kind"], "stack", "{report}");
+    let stacks = run(&["stacks", "--json"]);
+    let thread = stacks["threads"]
+        .as_array()
+        .expect("threads")
+        .iter()
+        .find(|t| thread_name(t) == "cdac-stack-root")
+        .expect("thread cdac-stack-root");
+    assert_eq!(report["root"]["thread"], thread["os_id"], "{report}");
+}
+
+/// The same on the live testbed: `gcroot --pid` stops each thread for a moment to read its
+/// stack roots, and finds the marker through a stack slot of `cdac-stack-root`.
+#[test]
+fn gcroot_finds_an_object_held_by_a_local_live_net11() {
+    let tb = testbed_of(Variant::Net11);
     let type_name = tb.manifest["heap"]["stack_root"]["type"]
         .as_str()
         .expect("stack_root.type");
@@ -703,6 +831,11 @@ fn stack_slots_equal_sos(variant: Variant) {
 #[test]
 fn stack_slots_equal_sos_clrstack_gc_net10() {
     stack_slots_equal_sos(Variant::Net10);
+}
+
+#[test]
+fn stack_slots_equal_sos_clrstack_gc_net11() {
+    stack_slots_equal_sos(Variant::Net11);
 }
 
 #[test]

@@ -312,6 +312,11 @@ fn stacks_on_net10() {
 }
 
 #[test]
+fn stacks_on_net11() {
+    stacks_of(Variant::Net11);
+}
+
+#[test]
 fn stacks_on_net9() {
     stacks_of(Variant::Net9);
 }
@@ -469,6 +474,11 @@ fn source_lines_of(variant: Variant) {
 #[test]
 fn source_lines_on_net10() {
     source_lines_of(Variant::Net10);
+}
+
+#[test]
+fn source_lines_on_net11() {
+    source_lines_of(Variant::Net11);
 }
 
 #[test]

@@ -225,6 +225,11 @@ fn starved_pool_equals_manifest_and_sos_net10() {
 }
 
 #[test]
+fn starved_pool_equals_manifest_and_sos_net11() {
+    starved(Variant::Net11);
+}
+
+#[test]
 fn starved_pool_equals_manifest_and_sos_net9() {
     starved(Variant::Net9);
 }
@@ -238,6 +243,17 @@ fn starved_pool_equals_manifest_and_sos_net8() {
 #[test]
 fn idle_pool_equals_sos_net10() {
     let tb = testbed_of(Variant::Net10);
+    let dump = tb.dump("full");
+    let d = dump.display().to_string();
+    let v = threadpool(&["--dump", &d]);
+    assert_eq!(v["global"].as_array().map(Vec::len), Some(0), "{v}");
+    equals_sos(&v, &dump, "Net10 idle");
+}
+
+/// An idle pool: the counts equal SOS's and nothing is queued.
+#[test]
+fn idle_pool_equals_sos_net11() {
+    let tb = testbed_of(Variant::Net11);
     let dump = tb.dump("full");
     let d = dump.display().to_string();
     let v = threadpool(&["--dump", &d]);

@@ -358,6 +358,12 @@ fn net10_live() {
 }
 
 #[test]
+fn net11_live() {
+    let tb = testbed_of(Variant::Net11);
+    check_all(tb, &open_live(tb));
+}
+
+#[test]
 fn net9_live() {
     let tb = testbed_of(Variant::Net9);
     check_all(tb, &open_live(tb));
@@ -379,6 +385,13 @@ fn net8_0_0_live() {
 #[test]
 fn net10_full_dump() {
     let tb = testbed_of(Variant::Net10);
+    let rt = Runtime::open_dump(tb.dump("full"), &OpenOptions::default()).expect("dump");
+    check_all(tb, &rt);
+}
+
+#[test]
+fn net11_full_dump() {
+    let tb = testbed_of(Variant::Net11);
     let rt = Runtime::open_dump(tb.dump("full"), &OpenOptions::default()).expect("dump");
     check_all(tb, &rt);
 }
@@ -431,6 +444,11 @@ fn check_crash(variant: Variant) {
 #[test]
 fn net10_crash_dump() {
     check_crash(Variant::Net10);
+}
+
+#[test]
+fn net11_crash_dump() {
+    check_crash(Variant::Net11);
 }
 
 #[test]

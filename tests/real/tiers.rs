@@ -588,13 +588,28 @@ fn net10_live() {
 }
 
 #[test]
+fn net11_live() {
+    check(Variant::Net11, Source::Live);
+}
+
+#[test]
 fn net10_full_dump() {
     check(Variant::Net10, Source::Dump("full"));
 }
 
 #[test]
+fn net11_full_dump() {
+    check(Variant::Net11, Source::Dump("full"));
+}
+
+#[test]
 fn net10_gcore() {
     check(Variant::Net10, Source::Dump("gcore"));
+}
+
+#[test]
+fn net11_gcore() {
+    check(Variant::Net11, Source::Dump("gcore"));
 }
 
 #[test]
@@ -633,6 +648,11 @@ fn net10_current_agrees_with_clrmd() {
 }
 
 #[test]
+fn net11_current_agrees_with_clrmd() {
+    check_current_against_clrmd(Variant::Net11);
+}
+
+#[test]
 fn net9_current_agrees_with_clrmd() {
     check_current_against_clrmd(Variant::Net9);
 }
@@ -648,6 +668,11 @@ fn net10_full_dump_agrees_with_sos() {
 }
 
 #[test]
+fn net11_full_dump_agrees_with_sos() {
+    check_against_sos(Variant::Net11);
+}
+
+#[test]
 fn net9_full_dump_agrees_with_sos() {
     check_against_sos(Variant::Net9);
 }
@@ -660,6 +685,11 @@ fn net8_full_dump_agrees_with_sos() {
 #[test]
 fn net10_cpu_workload_runs_current_tier1_code() {
     check_cpu_workload(Variant::Net10);
+}
+
+#[test]
+fn net11_cpu_workload_runs_current_tier1_code() {
+    check_cpu_workload(Variant::Net11);
 }
 
 #[test]

@@ -11,9 +11,10 @@
 //!   CodeVersionManager, `AppDomain.MethodDescVersioningStates` (keyed by the state's
 //!   `MethodDesc`) and `AppDomain.ILCodeVersioningStates`.
 //!
-//! The runtime stores the tier of explicit versions only (`OptimizationTier`); the default
-//! version's is derived ([`tier::default_tier`]), with the call-counting record of the
-//! default version (`call_counting`) telling a method the JIT switched to optimized code.
+//! Up to .NET 10 the runtime stores the tier of explicit versions only (`OptimizationTier`);
+//! the default version's is derived ([`tier::default_tier`]), with the call-counting record
+//! of the default version (`call_counting`) telling a method the JIT switched to optimized
+//! code. .NET 11 stores the default version's too (`MethodDescCodeData.OptimizationTier`).
 //! The spec in our words is `contracts/CodeVersions.md`.
 
 mod call_counting;
@@ -289,6 +290,20 @@ impl CodeVersions {
         ready_to_run: bool,
         impl_flags: Option<u16>,
     ) -> Result<Tier, ContractError> {
+        // .NET 11 records the default version's tier itself (`MethodDescCodeData.
+        // OptimizationTier`); a value outside the enum (not yet set) is derived instead.
+        if !ready_to_run && self.f().has("MethodDescCodeData", "OptimizationTier") {
+            let code_data = self.f().ptr(md, "MethodDesc", "CodeData")?;
+            if code_data != 0 {
+                let value = self
+                    .f()
+                    .u32(code_data, "MethodDescCodeData", "OptimizationTier")?;
+                let tier = Tier::from_node_value(value);
+                if tier != Tier::Unknown {
+                    return Ok(tier);
+                }
+            }
+        }
         // Only an eligible jitted method's tier depends on its call-counting record.
         let call_counting_disabled = if facts.eligible && !ready_to_run {
             let la = self.f().ptr(facts.module, "Module", "LoaderAllocator")?;
