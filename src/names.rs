@@ -590,6 +590,7 @@ impl<'n> Ctx<'n> {
         let options = PerfMapNameOptions {
             type_instantiation: arg_refs.as_deref(),
             net8_truncation: self.namer.net8_truncation,
+            signature: info.async_sig.as_deref(),
             ..PerfMapNameOptions::default()
         };
         Ok(md.perf_map_method_name(rid, &options)?)

@@ -151,7 +151,8 @@ pub struct FrameGc {
     pub active: bool,
     /// A reporting rule that changed what the frame reports:
     /// `unwound_by_exception`, `funclet_parent_reports_nothing`,
-    /// `funclet_parent_no_untracked`, `filter_no_untracked`.
+    /// `funclet_parent_no_untracked`, `filter_no_untracked`,
+    /// `passed_by_filtered_exception`.
     pub note: Option<String>,
     /// The live slots.
     pub slots: Vec<GcSlotValue>,

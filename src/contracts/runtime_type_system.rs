@@ -23,6 +23,13 @@ use crate::memory::Target;
 const MDF_CLASSIFICATION: u16 = 0x7;
 /// `MethodDesc.Flags`: a static method.
 const MDF_STATIC: u16 = 0x80;
+/// `MethodDesc.Flags`: optional slots that follow the MethodDesc, in this order (each only
+/// when its bit is set): a non-vtable slot, a MethodImpl, a native code slot, and (.NET 11)
+/// the `AsyncMethodData`.
+const MDF_HAS_NON_VTABLE_SLOT: u16 = 0x08;
+const MDF_HAS_METHOD_IMPL: u16 = 0x10;
+const MDF_HAS_NATIVE_CODE_SLOT: u16 = 0x20;
+const MDF_HAS_ASYNC_METHOD_DATA: u16 = 0x40;
 /// `MethodDesc.Flags3AndTokenRemainder`: the unboxing stub of a value type's method.
 const MDF3_IS_UNBOXING_STUB: u16 = 0x4000;
 /// `StoredSigMethodDesc.ExtendedFlags`: a lightweight-code-generation (DynamicMethod) method.
@@ -79,6 +86,21 @@ impl MethodClassification {
             _ => MethodClassification::Dynamic,
         }
     }
+
+    /// The descriptor type of a MethodDesc of this classification (the runtime's own
+    /// positional list).
+    pub fn type_name(self) -> &'static str {
+        match self {
+            MethodClassification::Il => "MethodDesc",
+            MethodClassification::FCall => "FCallMethodDesc",
+            MethodClassification::PInvoke => "PInvokeMethodDesc",
+            MethodClassification::EEImpl => "EEImplMethodDesc",
+            MethodClassification::Array => "ArrayMethodDesc",
+            MethodClassification::Instantiated => "InstantiatedMethodDesc",
+            MethodClassification::ComInterop => "CLRToCOMCallMethodDesc",
+            MethodClassification::Dynamic => "DynamicMethodDesc",
+        }
+    }
 }
 
 /// What a MethodDesc says about its method.
@@ -109,6 +131,10 @@ pub struct MethodDescInfo {
     /// The stored signature of dynamic, array and EE-implemented methods (may hold
     /// `ELEMENT_TYPE_INTERNAL` type handles).
     pub stored_sig: Option<Vec<u8>>,
+    /// .NET 11: the signature the runtime gave this MethodDesc in its `AsyncMethodData`
+    /// (an async variant of a Task-returning method returns the task's result type, not
+    /// the task: its metadata signature is the original's).
+    pub async_sig: Option<Vec<u8>>,
 }
 
 /// The RuntimeTypeSystem contract (version 1) of one runtime: MethodDescs and
@@ -203,7 +229,11 @@ pub fn method_desc_info(
         is_lcg: false,
         is_il_stub: false,
         stored_sig: None,
+        async_sig: None,
     };
+    if flags & MDF_HAS_ASYNC_METHOD_DATA != 0 {
+        info.async_sig = async_signature(target, descriptor, md, flags)?;
+    }
     if matches!(
         classification,
         MethodClassification::Dynamic | MethodClassification::EEImpl | MethodClassification::Array
@@ -225,6 +255,46 @@ pub fn method_desc_info(
         }
     }
     Ok(info)
+}
+
+/// The signature a .NET 11 MethodDesc's `AsyncMethodData` holds (`None` where it holds
+/// none, or the descriptor does not describe it): the data follows the MethodDesc's other
+/// optional slots, whose sizes the descriptor gives (`NonVtableSlot`, `MethodImpl`,
+/// `NativeCodeSlot`), after the size of its classification's type.
+fn async_signature(
+    target: &Target,
+    descriptor: &DataDescriptor,
+    md: u64,
+    flags: u16,
+) -> Result<Option<Vec<u8>>, ContractError> {
+    let size_of = |name: &str| descriptor.ty(name).ok().and_then(|t| t.size_if_known());
+    let Some(data) = descriptor.ty("AsyncMethodData").ok() else {
+        return Ok(None);
+    };
+    let Some(base) = size_of(MethodClassification::from_bits(flags).type_name()) else {
+        return Ok(None);
+    };
+    let mut at = md + u64::from(base);
+    for (bit, slot) in [
+        (MDF_HAS_NON_VTABLE_SLOT, "NonVtableSlot"),
+        (MDF_HAS_METHOD_IMPL, "MethodImpl"),
+        (MDF_HAS_NATIVE_CODE_SLOT, "NativeCodeSlot"),
+    ] {
+        if flags & bit != 0 {
+            match size_of(slot) {
+                Some(size) => at += u64::from(size),
+                None => return Ok(None),
+            }
+        }
+    }
+    // `Signature` is a pointer and a 32-bit length.
+    let sig_at = at + data.offset("Signature")?;
+    let sig = target.read_pointer(sig_at)?;
+    let len = target.read_u32(sig_at + u64::from(target.pointer_size()))?;
+    if sig == 0 || len == 0 || len > MAX_SIG_BYTES {
+        return Ok(None);
+    }
+    Ok(Some(target.read_bytes(sig, len as usize)?))
 }
 
 /// What a MethodTable says about its type.

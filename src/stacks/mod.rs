@@ -209,13 +209,6 @@ pub fn thread_stacks_with(
     } else {
         None
     };
-    let mut scan = |os: i32, stack: Option<&Stack>, mem: &dyn crate::memory::StackMemory| match (
-        scanner.as_mut(),
-        stack,
-    ) {
-        (Some(s), Some(st)) => Some(s.scan(os, st, mem)),
-        _ => None,
-    };
     let mut warnings = Vec::new();
     let mut namer = MethodNamer::for_runtime(rt);
     // The runtime's threads, by OS id.
@@ -275,6 +268,13 @@ pub fn thread_stacks_with(
     };
     let frames_of = |os: i32| -> &[ExplicitFrame] {
         managed.get(&os).map(|(_, f)| f.as_slice()).unwrap_or(&[])
+    };
+    let mut scan = |os: i32, stack: Option<&Stack>, mem: &dyn crate::memory::StackMemory| match (
+        scanner.as_mut(),
+        stack,
+    ) {
+        (Some(s), Some(st)) => Some(s.scan(os, st, mem, frames_of(os))),
+        _ => None,
     };
     let target = rt.target();
     let mut threads = Vec::new();

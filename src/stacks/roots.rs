@@ -13,6 +13,7 @@ use crate::contracts::execution_manager::ExecutionManager;
 use crate::contracts::gc_info::{
     self, FrameRegisters, GcInfo, GcInfoArch, GcSlotOptions, SlotAddress,
 };
+use crate::contracts::thread::ExplicitFrame;
 use crate::contracts::ContractError;
 use crate::memory::{StackMemory, Target};
 use crate::runtime::Runtime;
@@ -65,6 +66,12 @@ pub enum FrameNote {
     FuncletParentNoUntracked,
     /// A filter funclet: its untracked slots are the parent frame's, reported there.
     FilterNoUntracked,
+    /// While a filter runs under the managed exception dispatcher, the frame the exception
+    /// interrupted (reached through its `SoftwareExceptionFrame`), below the filter's
+    /// method frame. The runtime reports nothing for it: on .NET 11.0.0 its GC moved the
+    /// exception and left that frame's slot holding the old address, and SOS lists none
+    /// of its slots. .NET 9 throws through a HelperMethodFrame and reports the frame.
+    PassedByFilteredException,
 }
 
 /// The roots of one managed frame.
@@ -120,14 +127,27 @@ impl StackRootScanner {
 
     /// The roots of every managed frame of `stack` (walked with registers) of thread
     /// `thread`; `mem` reads the stack as it was when the registers were taken.
-    pub fn scan(&mut self, thread: i32, stack: &Stack, mem: &dyn StackMemory) -> Vec<FrameRoots> {
+    /// `explicit` are the thread's explicit Frames (an exception Frame marks the managed
+    /// frame above it as interrupted by the exception).
+    pub fn scan(
+        &mut self,
+        thread: i32,
+        stack: &Stack,
+        mem: &dyn StackMemory,
+        explicit: &[ExplicitFrame],
+    ) -> Vec<FrameRoots> {
         let frames = &stack.frames;
+        let interrupted = interrupted_frames(frames, explicit);
         let filter_funclet: Vec<bool> = frames
             .iter()
             .enumerate()
             .map(|(i, f)| f.is_funclet() && self.is_filter_funclet(f, i == 0))
             .collect();
-        let FuncletRoles { parent_of, unwound } = funclet_roles(frames, &filter_funclet);
+        let FuncletRoles {
+            parent_of,
+            unwound,
+            passed_by_filtered,
+        } = funclet_roles(frames, &filter_funclet, &interrupted);
         let mut out = Vec::new();
         for (i, f) in frames.iter().enumerate() {
             let FrameCode::Managed { .. } = f.code else {
@@ -143,6 +163,11 @@ impl StackRootScanner {
             };
             if unwound[i] {
                 fr.note = Some(FrameNote::UnwoundByException);
+                out.push(fr);
+                continue;
+            }
+            if passed_by_filtered[i] {
+                fr.note = Some(FrameNote::PassedByFilteredException);
                 out.push(fr);
                 continue;
             }
@@ -299,17 +324,42 @@ struct FuncletRoles {
     parent_of: Vec<Option<usize>>,
     /// Per frame: unwound by the exception a catch/finally/fault funclet handles.
     unwound: Vec<bool>,
+    /// Per frame: passed by the exception a running filter looks at, below a managed
+    /// dispatcher (see [`FrameNote::PassedByFilteredException`]).
+    passed_by_filtered: Vec<bool>,
+}
+
+/// Per frame: a managed frame reached through an exception Frame (a managed throw's
+/// `SoftwareExceptionFrame`, a fault's `FaultingExceptionFrame`): the first managed frame
+/// whose SP lies above such a Frame, with no other managed frame between them.
+fn interrupted_frames(frames: &[StackFrame], explicit: &[ExplicitFrame]) -> Vec<bool> {
+    let mut out = vec![false; frames.len()];
+    for x in explicit.iter().filter(|x| {
+        matches!(
+            x.kind,
+            Some("SoftwareExceptionFrame" | "FaultingExceptionFrame")
+        )
+    }) {
+        let above = frames
+            .iter()
+            .position(|f| matches!(f.code, FrameCode::Managed { .. }) && f.sp > x.address);
+        if let Some(i) = above {
+            out[i] = true;
+        }
+    }
+    out
 }
 
 /// The funclet roles of `frames` (linked by `parent_frame`); `filter[i]` says that frame
-/// `i` runs a filter. A filter runs in the exception's first pass: nothing is unwound
+/// `i` runs a filter, `interrupted[i]` that an exception Frame leads to it. A filter runs in the exception's first pass: nothing is unwound
 /// and its parent reports as usual. Any other funclet runs in the second pass: the
 /// exception unwound the run of managed frames right below the parent (from the throw
 /// site); managed frames nearer the funclet, before native code, are the dispatcher that
 /// called it (.NET 9's `EH.DispatchEx`) and stay live.
-fn funclet_roles(frames: &[StackFrame], filter: &[bool]) -> FuncletRoles {
+fn funclet_roles(frames: &[StackFrame], filter: &[bool], interrupted: &[bool]) -> FuncletRoles {
     let mut parent_of: Vec<Option<usize>> = vec![None; frames.len()];
     let mut unwound = vec![false; frames.len()];
+    let mut passed_by_filtered = vec![false; frames.len()];
     for (i, f) in frames.iter().enumerate() {
         let FrameCode::Managed {
             funclet: true,
@@ -323,18 +373,38 @@ fn funclet_roles(frames: &[StackFrame], filter: &[bool]) -> FuncletRoles {
             continue;
         }
         parent_of[p] = Some(i);
+        let last_native = (i + 1..p)
+            .rev()
+            .find(|&k| matches!(frames[k].code, FrameCode::Native));
         if filter.get(i).copied().unwrap_or(false) {
+            // Under a managed dispatcher (one of its frames lies between the filter and
+            // the last native frame), a passed frame the exception interrupted reports
+            // nothing. .NET 9 throws through a HelperMethodFrame: no frame is interrupted.
+            let Some(native) = last_native else { continue };
+            let dispatcher =
+                (i + 1..native).any(|k| matches!(frames[k].code, FrameCode::Managed { .. }));
+            if dispatcher {
+                for (k, passed) in passed_by_filtered
+                    .iter_mut()
+                    .enumerate()
+                    .take(p)
+                    .skip(native + 1)
+                {
+                    *passed = interrupted.get(k).copied().unwrap_or(false);
+                }
+            }
             continue;
         }
-        let from = (i + 1..p)
-            .rev()
-            .find(|&k| matches!(frames[k].code, FrameCode::Native))
-            .map_or(i + 1, |k| k + 1);
+        let from = last_native.map_or(i + 1, |k| k + 1);
         for u in unwound.iter_mut().take(p).skip(from) {
             *u = true;
         }
     }
-    FuncletRoles { parent_of, unwound }
+    FuncletRoles {
+        parent_of,
+        unwound,
+        passed_by_filtered,
+    }
 }
 
 /// The code offset whose GC state applies to a frame at `offset`. A frame that is not
@@ -430,20 +500,46 @@ mod tests {
     #[test]
     fn a_catch_unwinds_the_managed_run_below_its_parent_not_the_dispatcher() {
         let frames = catch_stack();
-        let roles = funclet_roles(&frames, &[false; 9]);
+        let roles = funclet_roles(&frames, &[false; 9], &[false; 9]);
         assert_eq!(roles.parent_of[7], Some(1));
         let unwound: Vec<usize> = (0..9).filter(|&i| roles.unwound[i]).collect();
         assert_eq!(unwound, vec![5, 6]);
     }
 
     #[test]
-    fn a_filter_unwinds_nothing() {
+    fn a_filter_unwinds_nothing_and_silences_the_frame_its_exception_interrupted() {
         let frames = catch_stack();
         let mut filter = [false; 9];
         filter[1] = true;
-        let roles = funclet_roles(&frames, &filter);
+        let mut interrupted = [false; 9];
+        interrupted[5] = true;
+        let roles = funclet_roles(&frames, &filter, &interrupted);
         assert_eq!(roles.parent_of[7], Some(1));
         assert!(roles.unwound.iter().all(|&u| !u));
+        let passed: Vec<usize> = (0..9).filter(|&i| roles.passed_by_filtered[i]).collect();
+        assert_eq!(passed, vec![5]);
+        // Thrown through a helper frame (.NET 9): nothing interrupted, nothing silenced.
+        let roles = funclet_roles(&frames, &filter, &[false; 9]);
+        assert!(roles.passed_by_filtered.iter().all(|&u| !u));
+    }
+
+    #[test]
+    fn a_filter_called_by_native_dispatch_silences_nothing() {
+        // .NET 8: only native frames between the filter and the thrower.
+        let frames = vec![
+            managed(1, false, None),
+            managed(2, true, Some(5)),
+            native(),
+            native(),
+            managed(4, false, None),
+            managed(2, false, None),
+        ];
+        let mut filter = [false; 6];
+        filter[1] = true;
+        let mut interrupted = [false; 6];
+        interrupted[4] = true;
+        let roles = funclet_roles(&frames, &filter, &interrupted);
+        assert!(roles.passed_by_filtered.iter().all(|&u| !u));
     }
 
     #[test]
@@ -454,7 +550,7 @@ mod tests {
             managed(2, true, Some(2)),
             managed(2, false, None),
         ];
-        let roles = funclet_roles(&frames, &[false; 3]);
+        let roles = funclet_roles(&frames, &[false; 3], &[false; 3]);
         assert_eq!(roles.parent_of[2], Some(1));
         assert!(roles.unwound.iter().all(|&u| !u));
     }
@@ -467,14 +563,14 @@ mod tests {
             managed(5, false, None),
             managed(2, false, None),
         ];
-        let roles = funclet_roles(&frames, &[false; 4]);
+        let roles = funclet_roles(&frames, &[false; 4], &[false; 4]);
         assert_eq!(roles.unwound, vec![false, true, true, false]);
     }
 
     #[test]
     fn a_bad_parent_link_is_ignored() {
         let frames = vec![managed(2, true, Some(9)), managed(2, true, Some(0))];
-        let roles = funclet_roles(&frames, &[false; 2]);
+        let roles = funclet_roles(&frames, &[false; 2], &[false; 2]);
         assert!(roles.parent_of.iter().all(Option::is_none));
         assert!(roles.unwound.iter().all(|&u| !u));
     }

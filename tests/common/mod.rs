@@ -599,10 +599,15 @@ pub fn tracing_lock() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// Entries `(start, size, name)` of a runtime perf map. Records are split on newlines and
-/// on NUL bytes (the runtime sometimes writes a NUL where a newline belongs).
+/// on NUL bytes (the runtime sometimes writes a NUL where a newline belongs). A last record
+/// without its terminator is still being written (.NET 11 buffers the map) and is left out.
 pub fn perf_map(path: &Path) -> Vec<(u64, u64, String)> {
     let bytes = std::fs::read(path).expect("perf map");
-    bytes
+    let end = bytes
+        .iter()
+        .rposition(|&b| b == b'\n' || b == 0)
+        .map_or(0, |i| i + 1);
+    bytes[..end]
         .split(|&b| b == b'\n' || b == 0)
         .filter_map(|line| {
             let line = std::str::from_utf8(line).ok()?;

@@ -360,9 +360,12 @@ fn sync_blocks_equal_sos(variant: Variant) {
         assert_eq!(h["kind"], "sync_block", "{what}: {h}");
         assert_eq!(h["sync_block_index"], *index, "{what}: {h}");
         assert_eq!(common::hex(&h["sync_block"]), *block, "{what}: {h}");
-        // MonitorHeld: 1 when held, plus 2 per waiting thread.
+        // MonitorHeld: 1 when held, plus 2 per waiting thread (.NET 11's DAC says only
+        // whether it is held: its monitors are managed Locks).
         assert_eq!(h["locked"], held & 1 == 1, "{what}: {h}");
-        assert_eq!(h["waiters"].as_u64(), Some(held >> 1), "{what}: {h}");
+        if variant != Variant::Net11 {
+            assert_eq!(h["waiters"].as_u64(), Some(held >> 1), "{what}: {h}");
+        }
         if let Some(os) = os {
             assert_eq!(common::hex(&h["owner_thread"]), *thread, "{what}: {h}");
             assert_eq!(h["owner_os_id"].as_u64(), Some(*os), "{what}: {h}");

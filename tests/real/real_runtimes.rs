@@ -855,6 +855,9 @@ struct Explained {
     /// one): the runtime's lookup, and so the DAC's, attributes it to the method before;
     /// cdac checks the method's extent and says it is in no method.
     padding: usize,
+    /// A JIT'ed code version the perf map has not logged (yet: .NET 11 buffers later
+    /// tiers), of a method it logs under another version's address.
+    unlogged_version: usize,
     /// ClrMD's `start` is the method's current entry point (a later JIT'ed tier, or a
     /// precode), not the start of the code holding the address: the MethodDesc agrees.
     other_code_version: usize,
@@ -990,9 +993,11 @@ fn check_ip2md_against_clrmd(
     dump: &std::path::Path,
     blind_check: Option<(&HashMap<u64, u64>, &dyn ExecutionManager)>,
     named: &std::collections::HashSet<u64>,
+    logged_names: &std::collections::HashSet<String>,
     explained: &mut Explained,
     f: &mut Failures,
 ) -> usize {
+    let mut namer = cdac::names::MethodNamer::for_runtime(rt);
     let listing = enumerate_code(rt.target(), rt.descriptor()).expect("enumerate");
     // (address, the MethodDesc of the method it follows when it is past one's end)
     let mut addresses = Vec::new();
@@ -1034,7 +1039,16 @@ fn check_ip2md_against_clrmd(
                     // The runtime writes a garbled record for the DynamicMethod with the
                     // non-ASCII name (its start and size are not hex): its MethodDesc is
                     // the manifest's instead.
-                    JitType::Jit => perf.contains_key(&b.start) || named.contains(&b.method_desc),
+                    JitType::Jit
+                        if perf.contains_key(&b.start) || named.contains(&b.method_desc) =>
+                    {
+                        true
+                    }
+                    JitType::Jit => {
+                        let logged = logged_names.contains(&namer.name(b.method_desc));
+                        explained.unlogged_version += usize::from(logged);
+                        logged
+                    }
                     _ => full
                         .code_block(*ip)
                         .ok()
@@ -1071,13 +1085,25 @@ fn against_clrmd(variant: Variant, kind: &'static str) {
         .map(|(start, size, _)| (start, size))
         .collect();
     let blind_check = full_em.as_deref().map(|em| (&perf, em));
+    let logged_names: std::collections::HashSet<String> = perf_map(&tb.perf_map_for(None))
+        .into_iter()
+        .map(|(_, _, name)| without_tier(&name).to_string())
+        .collect();
     let named = tb.manifest["type_system"]["dynamic_methods"]
         .as_array()
         .unwrap()
         .iter()
         .map(|m| hex(&m["method_desc"]))
         .collect();
-    let ips = check_ip2md_against_clrmd(&rt, &dump, blind_check, &named, &mut explained, &mut f);
+    let ips = check_ip2md_against_clrmd(
+        &rt,
+        &dump,
+        blind_check,
+        &named,
+        &logged_names,
+        &mut explained,
+        &mut f,
+    );
     eprintln!(
         "{what}: ClrMD's {modules} modules and {methods} methods with code checked, {ips} \
          addresses resolved alike; explained differences: {explained:?}"

@@ -68,11 +68,12 @@ fn cdac_roots(thread: &Value) -> BTreeSet<Key> {
     out
 }
 
-/// cdac's interior roots of one thread whose value points outside the thread's stack
-/// (the runtime does not report byrefs to the stack: `PromoteCarefully`), by slot, with
-/// the value. The stack is taken as from the innermost frame's SP to 1 MiB above the
-/// outermost frame's.
-fn cdac_interior(thread: &Value) -> BTreeMap<String, u64> {
+/// cdac's interior roots of one thread whose value points into the GC heap (`heap`,
+/// ranges `[start, reserved)` of its segments: ClrMD keeps only byrefs it can place in an
+/// object) and outside the thread's stack (the runtime does not report byrefs to the
+/// stack: `PromoteCarefully`), by slot, with the value. The stack is taken as from the
+/// innermost frame's SP to 1 MiB above the outermost frame's.
+fn cdac_interior(thread: &Value, heap: &[(u64, u64)]) -> BTreeMap<String, u64> {
     let frames = thread["frames"].as_array().expect("frames");
     let sps: Vec<u64> = frames.iter().map(|f| common::hex(&f["sp"])).collect();
     let (low, high) = (
@@ -91,6 +92,9 @@ fn cdac_interior(thread: &Value) -> BTreeMap<String, u64> {
             if !s["interior"].as_bool().expect("interior")
                 || value == 0
                 || (low..high).contains(&value)
+                || !heap
+                    .iter()
+                    .any(|&(start, end)| (start..end).contains(&value))
             {
                 continue;
             }
@@ -215,6 +219,13 @@ fn stack_roots_equal_clrmd(variant: Variant, crash_allowed_on: &[&str]) {
     let dump = tb.dump("full");
     let v = cdac_json(&["stacks", "--gc", "--json"], &dump);
     json_schema::assert_matches_schema("stacks", &v);
+    let segments = cdac_json(&["heap", "--segments", "--json"], &dump);
+    let heap: Vec<(u64, u64)> = segments["segments"]
+        .as_array()
+        .expect("segments")
+        .iter()
+        .map(|s| (common::hex(&s["start"]), common::hex(&s["reserved"])))
+        .collect();
     let (mut compared, mut roots, mut explicit_left_out, mut interior_roots) = (0, 0, 0, 0);
     let mut dac_skipped_funclet = Vec::new();
     let mut crashed = Vec::new();
@@ -270,7 +281,7 @@ fn stack_roots_equal_clrmd(variant: Variant, crash_allowed_on: &[&str]) {
                 explicit_left_out += explicit;
                 // Interior roots: the same slots; ClrMD gives the containing object, at or
                 // below the byref (within 1 MiB: the testbed has no larger object there).
-                let ours_interior = cdac_interior(t);
+                let ours_interior = cdac_interior(t, &heap);
                 interior_roots += interior.len();
                 let same_slots = ours_interior.keys().eq(interior.keys());
                 let contained = ours_interior.iter().all(|(slot, &value)| {

@@ -44,6 +44,10 @@ const MDF_HAS_METHOD_IMPL: u16 = 0x10;
 const MDF_HAS_NATIVE_CODE_SLOT: u16 = 0x20;
 /// `MethodDesc.Flags3AndTokenRemainder`: eligible for tiered compilation.
 const MDF3_ELIGIBLE_FOR_TIERING: u16 = 0x8000;
+/// `MethodDesc.Flags3AndTokenRemainder`: the entry point is stable.
+const MDF3_HAS_STABLE_ENTRY_POINT: u16 = 0x1000;
+/// `MethodDesc.Flags3AndTokenRemainder`: the stable entry point is a precode.
+const MDF3_HAS_PRECODE: u16 = 0x2000;
 /// `NativeCodeVersionNode.Flags`: the active version of its IL version.
 const NODE_IS_ACTIVE_CHILD: u32 = 0x1;
 /// `MethodDescVersioningState.Flags`: the default version is the active one.
@@ -100,6 +104,9 @@ struct MethodFacts {
     classification: MethodClassification,
     eligible: bool,
     native_code_slot: Option<u64>,
+    /// Without a native-code slot, the non-vtable slot when it holds the code itself (a
+    /// stable entry point that is not a precode: a precompiled P/Invoke stub, say).
+    stable_code_slot: Option<u64>,
 }
 
 /// Reads code versions (see the module documentation). It caches the tables it reads
@@ -175,12 +182,13 @@ impl CodeVersions {
         let (active_il, current_unknown) = self.active_il_version(&facts)?;
         let current = |il: u64, active: bool| active_il.map(|a| active && il == a);
         let mut versions = Vec::new();
-        let default_code = match facts.native_code_slot {
+        let code_slot = facts.native_code_slot.or(facts.stable_code_slot);
+        let default_code = match code_slot {
             Some(slot) => Some(self.f().t.read_pointer(slot)?).filter(|&c| c != 0),
             None => None,
         };
         let default_active = self.default_is_active(state)?;
-        let default_tier = match (facts.native_code_slot, default_code) {
+        let default_tier = match (code_slot, default_code) {
             (None, _) => Tier::Unknown,
             (Some(_), code) => {
                 self.default_tier(md, &facts, code.is_some_and(is_ready_to_run), impl_flags)?
@@ -241,7 +249,7 @@ impl CodeVersions {
                 current: current(node.il_version_id, node.active),
             }));
         }
-        if let Some(slot) = facts.native_code_slot {
+        if let Some(slot) = facts.native_code_slot.or(facts.stable_code_slot) {
             if self.f().t.read_pointer(slot)? != start {
                 return Ok(None);
             }
@@ -262,8 +270,9 @@ impl CodeVersions {
         let info = method_desc_info(f.t, f.d, md)?;
         let flags = f.u16(md, "MethodDesc", "Flags")?;
         let flags3 = f.u16(md, "MethodDesc", "Flags3AndTokenRemainder")?;
+        let end = md.wrapping_add(f.size(size_type(info.classification))?);
         let native_code_slot = if flags & MDF_HAS_NATIVE_CODE_SLOT != 0 {
-            let mut at = md.wrapping_add(f.size(size_type(info.classification))?);
+            let mut at = end;
             if flags & MDF_HAS_NON_VTABLE_SLOT != 0 {
                 at = at.wrapping_add(f.size("NonVtableSlot")?);
             }
@@ -274,12 +283,20 @@ impl CodeVersions {
         } else {
             None
         };
+        // The runtime's rule for a MethodDesc without a native-code slot: its code is its
+        // stable entry point unless that is a precode.
+        let stable_code_slot = (native_code_slot.is_none()
+            && flags & MDF_HAS_NON_VTABLE_SLOT != 0
+            && flags3 & (MDF3_HAS_STABLE_ENTRY_POINT | MDF3_HAS_PRECODE)
+                == MDF3_HAS_STABLE_ENTRY_POINT)
+            .then_some(end);
         Ok(MethodFacts {
             module: info.module,
             token: info.token,
             classification: info.classification,
             eligible: flags3 & MDF3_ELIGIBLE_FOR_TIERING != 0,
             native_code_slot,
+            stable_code_slot,
         })
     }
 
@@ -291,8 +308,13 @@ impl CodeVersions {
         impl_flags: Option<u16>,
     ) -> Result<Tier, ContractError> {
         // .NET 11 records the default version's tier itself (`MethodDescCodeData.
-        // OptimizationTier`); a value outside the enum (not yet set) is derived instead.
+        // OptimizationTier`) where it is not the initial one. Left unset (all ones), it
+        // is derived as before, except that nothing else can say the JIT switched to
+        // optimized code: 11 has no call-counting record for that (every unset eligible
+        // default version of the testbed is `[QuickJitted]` in its perf map).
+        let mut records_tier = false;
         if !ready_to_run && self.f().has("MethodDescCodeData", "OptimizationTier") {
+            records_tier = true;
             let code_data = self.f().ptr(md, "MethodDesc", "CodeData")?;
             if code_data != 0 {
                 let value = self
@@ -305,7 +327,9 @@ impl CodeVersions {
             }
         }
         // Only an eligible jitted method's tier depends on its call-counting record.
-        let call_counting_disabled = if facts.eligible && !ready_to_run {
+        let call_counting_disabled = if records_tier {
+            Some(false)
+        } else if facts.eligible && !ready_to_run {
             let la = self.f().ptr(facts.module, "Module", "LoaderAllocator")?;
             match self.call_counting.default_disabled(
                 &Fields::new(&self.target, &self.descriptor),

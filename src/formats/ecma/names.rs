@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use super::error::{MetadataError, Result};
-use super::signature::{ArrayShape, CallKind, MethodSig, Primitive, TypeSig};
+use super::signature::{decode_method_sig, ArrayShape, CallKind, MethodSig, Primitive, TypeSig};
 use super::tables::{TableId, Token};
 use super::Metadata;
 
@@ -425,6 +425,9 @@ pub struct PerfMapNameOptions<'x> {
     /// Reproduce the .NET 8 truncation described at [`net8_printf_drops_last_byte`]
     /// (off by default: only early .NET 8 builds have it).
     pub net8_truncation: bool,
+    /// A signature blob to print instead of the MethodDef's (a signature the runtime keeps
+    /// for the method itself: .NET 11's async variants).
+    pub signature: Option<&'x [u8]>,
 }
 
 /// Builds a perf-map method name from its parts (also for methods without metadata rows,
@@ -552,7 +555,11 @@ impl<'a> Metadata<'a> {
         };
         let row = self.method_def(method_rid)?;
         let name = self.strings.get_lossy(row.name)?;
-        let sig = self.method_signature(method_rid)?;
+        let sig = match options.signature {
+            Some(blob) => decode_method_sig(blob)
+                .map_err(|source| MetadataError::Signature { blob: 0, source })?,
+            None => self.method_signature(method_rid)?,
+        };
         format_perf_map_name(
             &self.il(),
             &assembly,

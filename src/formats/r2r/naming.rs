@@ -120,6 +120,7 @@ impl<'m, 'a> Namer<'_, 'm, 'a> {
                             type_instantiation: (!args.is_empty()).then_some(&args[..]),
                             assembly_name: None,
                             net8_truncation: self.net8_truncation,
+                            signature: None,
                         },
                     )
                     .ok()
