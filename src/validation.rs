@@ -1225,6 +1225,9 @@ fn check_gc_heap(
         }
         Err(e) => return Err(fail(e.to_string())),
     };
+    // A table found by search where the descriptor names a slot means the named slot is
+    // wrong; where it names none (a GC without its sub-descriptor), the search is the way.
+    let mut found_by_search = None;
     if let GcSource::DacVars(
         _,
         DacVarsSource::Search {
@@ -1233,9 +1236,14 @@ fn check_gc_heap(
         },
     ) = gc.source()
     {
-        return Err(fail(format!(
-            "the GC's table is at g_dacTable slot {slot}, not at the descriptor's {descriptor_slot:?}"
-        )));
+        match descriptor_slot {
+            Some(named) => {
+                return Err(fail(format!(
+                    "the GC's table is at g_dacTable slot {slot}, not at the descriptor's {named}"
+                )))
+            }
+            None => found_by_search = Some(slot),
+        }
     }
     let segments = gc.segments()?;
     let layout = gc.object_layout()?;
@@ -1293,8 +1301,11 @@ fn check_gc_heap(
         _ => {}
     }
     let ids = gc.identifiers();
+    let found = found_by_search.map_or(String::new(), |slot| {
+        format!(" (its table found at g_dacTable slot {slot}: the descriptor names none)")
+    });
     Ok(format!(
-        "{} GC, {}; {handle_types} handle types; {} segments in bounds, {checked} first objects with a MethodTable; {inside} of {contexts} thread allocation contexts in small-object segments",
+        "{} GC, {}{found}; {handle_types} handle types; {} segments in bounds, {checked} first objects with a MethodTable; {inside} of {contexts} thread allocation contexts in small-object segments",
         if ids.server { "server" } else { "workstation" },
         if ids.regions { "regions" } else { "segments" },
         segments.len()

@@ -52,8 +52,8 @@ pub struct InfoReport {
     /// sub-descriptor, a shipped descriptor or an overlay.
     pub contract_origins: BTreeMap<String, String>,
     /// For each advertised contract, whether cdac reads it: "read" (with the algorithm it
-    /// reads it with), "unsupported version" (with the versions it reads), or "not read"
-    /// (cdac has no reader of that contract).
+    /// reads it with), "unsupported version" (with the versions it reads), "own reader:
+    /// HOW" (cdac reads that data by its own means), or "not used" (no command needs it).
     pub contract_support: BTreeMap<String, String>,
     /// The physical format of each descriptor part (the runtime's and sub-descriptors).
     pub descriptor_formats: BTreeMap<String, u64>,
@@ -359,6 +359,7 @@ pub fn run(args: &InfoArgs) -> CliResult {
             let version = v.as_str().map_or_else(|| v.to_string(), str::to_string);
             let support = match r.contract_support.get(k).map(String::as_str) {
                 Some(s) if s.starts_with("read") => String::new(),
+                Some(s) if s.starts_with("own reader") => " [own reader]".into(),
                 Some(s) => format!(" [{s}]"),
                 None => String::new(),
             };
@@ -439,7 +440,10 @@ pub fn run(args: &InfoArgs) -> CliResult {
 fn contract_support(d: &cdac::descriptor::DataDescriptor, name: &str) -> String {
     use cdac::contracts::registry::{self, advertised_version_of};
     match registry::supported_versions(name) {
-        None => "not read".into(),
+        None => match registry::read_by_own_means(name) {
+            Some(how) => format!("own reader: {how}"),
+            None => "not used".into(),
+        },
         Some(versions) => match advertised_version_of(d, name, versions) {
             Ok(Some(algorithm)) => format!("read (algorithm {algorithm})"),
             Ok(None) => "read".into(),

@@ -106,6 +106,43 @@ pub const SUPPORTED: &[Supported] = &[
     entry::<Threads>(),
 ];
 
+/// Contracts whose data cdac reads without a reader of the contract itself, each with how:
+/// their algorithms are fixed by formats cdac decodes on its own (GC info, metadata,
+/// unwinding) or reached through contracts it implements.
+pub const READ_BY_OWN_MEANS: &[(&str, &str)] = &[
+    (
+        "EcmaMetadata",
+        "metadata read from each module's image (src/formats/ecma)",
+    ),
+    ("GCInfo", "GC info decoded by cdac (src/contracts/gc_info)"),
+    (
+        "ManagedTypeSource",
+        "managed types found by name in the loaded modules",
+    ),
+    (
+        "Object",
+        "objects read through RuntimeTypeSystem (src/inspect)",
+    ),
+    ("ReJIT", "IL code versions read by CodeVersions"),
+    (
+        "SHash",
+        "the hash tables CodeVersions and the Loader use, read where used",
+    ),
+    ("Signature", "signatures decoded by cdac's ECMA-335 reader"),
+    (
+        "StackWalk",
+        "stacks walked by cdac (unwind data, CFI, explicit Frames: src/stacks)",
+    ),
+];
+
+/// How cdac reads a contract it has no reader of, when it reads that data at all.
+pub fn read_by_own_means(name: &str) -> Option<&'static str> {
+    READ_BY_OWN_MEANS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, how)| *how)
+}
+
 /// The versions of contract `name` cdac implements, if any.
 pub fn supported_versions(name: &str) -> Option<&'static [u64]> {
     SUPPORTED

@@ -11,6 +11,7 @@ mod callback_target;
 mod common;
 mod corrupt_corpus;
 mod coverage_net8;
+mod degrade_net11;
 mod ecma_metadata;
 #[path = "../em_mock/mod.rs"]
 mod em_mock;
