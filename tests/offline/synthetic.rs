@@ -39,7 +39,7 @@ fn check_synthetic(rt: &Runtime, host: &SyntheticHost, what: &str) {
     // The GC sub-descriptor's contract and globals are merged in.
     assert_eq!(
         d.contract("GC"),
-        Some(&ContractVersion::Number(1)),
+        Some(&ContractVersion::Number(9)),
         "{what}"
     );
     let subs = d.sub_descriptors();
