@@ -994,6 +994,7 @@ fn check_ip2md_against_clrmd(
     blind_check: Option<(&HashMap<u64, u64>, &dyn ExecutionManager)>,
     named: &std::collections::HashSet<u64>,
     logged_names: &std::collections::HashSet<String>,
+    live: Option<&dyn ExecutionManager>,
     explained: &mut Explained,
     f: &mut Failures,
 ) -> usize {
@@ -1044,8 +1045,17 @@ fn check_ip2md_against_clrmd(
                     {
                         true
                     }
+                    // Code the perf map does not name yet: .NET 11 buffers its perf map,
+                    // so a method compiled while gdb was dumping may not be written out.
+                    // JIT'ed code stays where it is: the live process must have the same
+                    // code there.
                     JitType::Jit => {
-                        let logged = logged_names.contains(&namer.name(b.method_desc));
+                        let logged = logged_names.contains(&namer.name(b.method_desc))
+                            || live.is_some_and(|em| {
+                                em.code_block(*ip).ok().flatten().is_some_and(|l| {
+                                    (l.method_desc, l.start) == (b.method_desc, b.start)
+                                })
+                            });
                         explained.unlogged_version += usize::from(logged);
                         logged
                     }
@@ -1095,12 +1105,17 @@ fn against_clrmd(variant: Variant, kind: &'static str) {
         .iter()
         .map(|m| hex(&m["method_desc"]))
         .collect();
+    let live_rt = (variant == Variant::Net11).then(|| open(tb, Source::Live));
+    let live_em = live_rt
+        .as_ref()
+        .map(|r| execution_manager(r.target(), r.descriptor()).unwrap());
     let ips = check_ip2md_against_clrmd(
         &rt,
         &dump,
         blind_check,
         &named,
         &logged_names,
+        live_em.as_deref(),
         &mut explained,
         &mut f,
     );
