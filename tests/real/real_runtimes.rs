@@ -985,6 +985,16 @@ fn without_generic_args(s: &str) -> String {
     out
 }
 
+/// What else tells that code cdac finds and ClrMD does not is real.
+struct OtherWitnesses<'a> {
+    /// MethodDescs of the dynamic methods the testbed made (its manifest).
+    named: &'a std::collections::HashSet<u64>,
+    /// Method names the perf map logged.
+    logged_names: &'a std::collections::HashSet<String>,
+    /// The live process the dump was taken of (for a runtime whose perf map is buffered).
+    live: Option<&'a dyn ExecutionManager>,
+}
+
 /// `GetMethodByInstructionPointer` against `ip2md` for an address inside every method cdac
 /// lists and one just past each: the same MethodDesc, and the same start wherever ClrMD's
 /// answer is the code holding the address.
@@ -992,9 +1002,7 @@ fn check_ip2md_against_clrmd(
     rt: &Runtime,
     dump: &std::path::Path,
     blind_check: Option<(&HashMap<u64, u64>, &dyn ExecutionManager)>,
-    named: &std::collections::HashSet<u64>,
-    logged_names: &std::collections::HashSet<String>,
-    live: Option<&dyn ExecutionManager>,
+    known: &OtherWitnesses<'_>,
     explained: &mut Explained,
     f: &mut Failures,
 ) -> usize {
@@ -1041,7 +1049,7 @@ fn check_ip2md_against_clrmd(
                     // non-ASCII name (its start and size are not hex): its MethodDesc is
                     // the manifest's instead.
                     JitType::Jit
-                        if perf.contains_key(&b.start) || named.contains(&b.method_desc) =>
+                        if perf.contains_key(&b.start) || known.named.contains(&b.method_desc) =>
                     {
                         true
                     }
@@ -1050,8 +1058,8 @@ fn check_ip2md_against_clrmd(
                     // JIT'ed code stays where it is: the live process must have the same
                     // code there.
                     JitType::Jit => {
-                        let logged = logged_names.contains(&namer.name(b.method_desc))
-                            || live.is_some_and(|em| {
+                        let logged = known.logged_names.contains(&namer.name(b.method_desc))
+                            || known.live.is_some_and(|em| {
                                 em.code_block(*ip).ok().flatten().is_some_and(|l| {
                                     (l.method_desc, l.start) == (b.method_desc, b.start)
                                 })
@@ -1113,9 +1121,11 @@ fn against_clrmd(variant: Variant, kind: &'static str) {
         &rt,
         &dump,
         blind_check,
-        &named,
-        &logged_names,
-        live_em.as_deref(),
+        &OtherWitnesses {
+            named: &named,
+            logged_names: &logged_names,
+            live: live_em.as_deref(),
+        },
         &mut explained,
         &mut f,
     );
