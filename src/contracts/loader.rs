@@ -3,7 +3,7 @@
 //! Modules are found through the `AppDomain` global: its assembly list is an
 //! `ArrayListBase` (a first block of entries inline, then a chain of blocks) of
 //! `DomainAssembly*`s (`DomainAssemblyList`, .NET 8 to 10) or `Assembly*`s (`AssemblyList`,
-//! .NET 11: the record [`AppDomainLayout`] says which), each leading to its `Assembly` and
+//! .NET 11: the record `AppDomainLayout` says which), each leading to its `Assembly` and
 //! `Module`. A module's image is
 //! `Module.PEAssembly` → `PEAssembly.PEImage` → `PEImage.LoadedImageLayout` (base, size,
 //! flags).

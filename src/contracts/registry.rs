@@ -186,7 +186,7 @@ pub fn unsupported<T>(
 }
 
 /// The version of `name` the runtime advertises, as the algorithm cdac reads it with (the
-/// table of [`versions`](super::versions)): `Ok(None)` when the runtime does not advertise
+/// table of [`versions`]): `Ok(None)` when the runtime does not advertise
 /// the contract, a typed error when it advertises a version cdac has no algorithm for, or
 /// one whose algorithm is not among `versions`.
 pub fn advertised_version(

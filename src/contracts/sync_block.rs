@@ -26,7 +26,7 @@
 //! thin-lock word the object's header held; the runtime describes it all, and the table,
 //! cache and both layouts come from its descriptor. The Lock object's own state (owner,
 //! waiters) is a managed object's fields: [`SyncBlockInfo::lock_object`] hands it to the
-//! reader of those (the locks module). The layouts are records ([`crate::records`]).
+//! reader of those (the locks module). The layouts are records (`crate::records`).
 
 use super::fields::Fields;
 use super::registry::{self, Contract, ContractContext};
