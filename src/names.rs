@@ -387,6 +387,27 @@ impl MethodNamer {
             .map(|m| (path, 0x0600_0000 | m))
     }
 
+    /// A method as `Ns.Type.Method` (the declaring type's runtime name, a dot, the
+    /// method's metadata name), as async stacks name their methods. `None` for methods
+    /// without a MethodDef (dynamic, array) or when the type or metadata cannot be read.
+    pub fn qualified_name(&mut self, md: u64) -> Option<String> {
+        let info = method_desc_info(&self.target, &self.descriptor, md).ok()?;
+        if matches!(
+            info.classification,
+            MethodClassification::Dynamic | MethodClassification::Array
+        ) {
+            return None;
+        }
+        let declaring = self.type_name(info.method_table)?;
+        let blob = self.blobs.get(&info.module)?.as_ref()?;
+        let name = Metadata::parse(blob)
+            .ok()?
+            .method_name(info.token & 0x00FF_FFFF)
+            .ok()?
+            .to_string();
+        Some(format!("{declaring}.{name}"))
+    }
+
     /// The metadata `ImplFlags` of each MethodDesc's method (`NoOptimization`,
     /// `AggressiveOptimization`, ...), in order: 0 for dynamic and array methods, which have
     /// no MethodDef; `None` when the MethodDesc or its module's metadata cannot be read.

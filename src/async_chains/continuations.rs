@@ -2,7 +2,8 @@
 //! how the continuation was registered: a state machine box (an `await` with
 //! `ConfigureAwait(false)`), a `TaskContinuation` holding a Task (`m_task`) or an Action
 //! (`m_action`), an Action whose target is a box or a `ContinuationWrapper` around
-//! another Action, or a `List<object>` of several of these. Each is followed to the Task
+//! another Action, a `RuntimeAsyncTaskContinuation` (runtime-async methods awaiting the
+//! Task: its `RuntimeAsyncTask`), or a `List<object>` of several of these. Each is followed to the Task
 //! or object that will run.
 
 use crate::inspect::{FieldView, Inspector, Value};
@@ -78,6 +79,10 @@ fn resolve_one(inspector: &mut Inspector<'_>, object: u64) -> u64 {
         return object;
     }
     if let Some(task) = reference_field(&v.fields, "m_task") {
+        return task;
+    }
+    // A runtime-async chain awaiting a Task: the chain's own Task runs next.
+    if let Some(task) = reference_field(&v.fields, "RuntimeAsyncTask") {
         return task;
     }
     let mut current = object;

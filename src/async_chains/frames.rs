@@ -120,6 +120,11 @@ pub struct FrameReader<'n, 'l> {
 }
 
 impl<'n, 'l> FrameReader<'n, 'l> {
+    /// Its namer and source lines, lent to the runtime-async reader.
+    pub(super) fn namer_and_lines(&mut self) -> (&mut MethodNamer, &'l SourceLines) {
+        (&mut *self.namer, self.lines)
+    }
+
     /// A reader over `rt`'s heap.
     pub fn new(rt: &'n Runtime, namer: &'n mut MethodNamer, lines: &'l SourceLines) -> Self {
         let (segments, heaps) = match rt.contracts().gc() {

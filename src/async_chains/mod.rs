@@ -7,6 +7,7 @@
 //! - `continuations`: what a Task's `m_continuationObject` leads to.
 //! - [`frames`]: a state machine's method, await state, await line and awaited object.
 //! - `on_threads`: the boxes that threads are running, and the async methods awaiting them.
+//! - [`runtime_async`]: the methods the runtime suspends itself (.NET 11), under their Task.
 //!
 //! A chain starts at an incomplete Task that is nobody's continuation (the thing waited
 //! for, innermost) and follows continuations outwards; it is reported outermost first.
@@ -14,6 +15,7 @@
 mod continuations;
 pub mod frames;
 mod on_threads;
+pub mod runtime_async;
 pub mod scan;
 
 use std::collections::{BTreeMap, HashSet};
@@ -28,6 +30,7 @@ use crate::source_lines::SourceLines;
 
 pub use frames::{Awaited, StateMachineFrame};
 pub use on_threads::{running_on_threads, AsyncThread, BoxMatch, RunningAsyncFrame};
+pub use runtime_async::{RuntimeAsyncFrame, RuntimeAsyncMethods};
 
 /// `Task.m_stateFlags`: ran to completion.
 pub const TASK_RAN_TO_COMPLETION: u32 = 0x0100_0000;
@@ -37,7 +40,7 @@ pub const TASK_FAULTED: u32 = 0x0020_0000;
 pub const TASK_CANCELED: u32 = 0x0040_0000;
 
 /// Most objects one chain goes through (a longer one is cut and said so).
-const MAX_CHAIN_DEPTH: usize = 4096;
+pub(crate) const MAX_CHAIN_DEPTH: usize = 4096;
 
 /// What `read_async` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +74,8 @@ pub struct AsyncObject {
     pub state_flags: u32,
     /// The async method it runs, for a state machine box.
     pub state_machine: Option<StateMachineFrame>,
+    /// The methods suspended under it, for the Task of a runtime-async chain.
+    pub runtime_async: Option<RuntimeAsyncMethods>,
     /// What runs when it completes, resolved (`continuations`): Tasks and boxes, or other
     /// objects (a delegate's target that is no Task).
     pub continuations: Vec<u64>,
@@ -79,6 +84,16 @@ pub struct AsyncObject {
 }
 
 impl AsyncObject {
+    /// Whether an async method is suspended in it (a state machine box, or the Task of
+    /// runtime-async methods).
+    pub fn has_async_method(&self) -> bool {
+        self.state_machine.is_some()
+            || self
+                .runtime_async
+                .as_ref()
+                .is_some_and(|r| !r.frames.is_empty())
+    }
+
     /// Whether it has completed (ran to completion, faulted or was canceled).
     pub fn is_completed(&self) -> bool {
         self.state_flags & (TASK_RAN_TO_COMPLETION | TASK_FAULTED | TASK_CANCELED) != 0
@@ -157,6 +172,7 @@ pub fn read_async(rt: &Runtime, options: AsyncOptions) -> Result<AsyncReport, Co
     let mut namer = MethodNamer::for_runtime(rt);
     let lines = SourceLines::new();
     let mut frame_reader = frames::FrameReader::new(rt, &mut namer, &lines);
+    let mut runtime_async_reader = runtime_async::RuntimeAsyncReader::new(rt);
     let owners: FxHashMap<u64, u64> = found
         .completion_sources
         .iter()
@@ -166,6 +182,7 @@ pub fn read_async(rt: &Runtime, options: AsyncOptions) -> Result<AsyncReport, Co
         match read_object(
             &mut inspector,
             &mut frame_reader,
+            &mut runtime_async_reader,
             address,
             method_table,
             &mut report.problems,
@@ -195,6 +212,7 @@ pub fn read_async(rt: &Runtime, options: AsyncOptions) -> Result<AsyncReport, Co
 fn read_object(
     inspector: &mut Inspector<'_>,
     frames: &mut frames::FrameReader<'_, '_>,
+    runtime_async: &mut runtime_async::RuntimeAsyncReader<'_>,
     address: u64,
     method_table: u64,
     problems: &mut Vec<String>,
@@ -205,6 +223,12 @@ fn read_object(
     };
     let state_machine = if frames::is_state_machine_box(&view.type_name) {
         Some(frames.read(inspector, &view)?)
+    } else {
+        None
+    };
+    let runtime_async = if runtime_async::is_runtime_async_task(&view.type_name) {
+        let (namer, lines) = frames.namer_and_lines();
+        Some(runtime_async.read(inspector, namer, lines, &view, problems))
     } else {
         None
     };
@@ -235,6 +259,7 @@ fn read_object(
         method_table,
         state_flags: state_flags as u32,
         state_machine,
+        runtime_async,
         continuations,
         completion_source: None,
     }))
@@ -300,7 +325,7 @@ fn chain(report: &mut AsyncReport, options: AsyncOptions) {
             report
                 .objects
                 .get(a)
-                .is_some_and(|o| o.state_machine.is_some())
+                .is_some_and(AsyncObject::has_async_method)
         });
         if !options.tasks && !has_state_machine {
             continue;
@@ -357,15 +382,17 @@ fn report_rootless_cycles(report: &mut AsyncReport, chains: &[(Vec<u64>, Option<
 }
 
 /// What the innermost object `root` waits for: the object its current await holds, for a
-/// state machine; the Task itself otherwise.
+/// state machine or runtime-async methods; the Task itself otherwise.
 fn waits_for(report: &AsyncReport, root: u64) -> Option<WaitsFor> {
     let o = report.objects.get(&root)?;
-    let (object, type_name) = match &o.state_machine {
-        Some(sm) => {
+    let runtime_async = o.runtime_async.as_ref().and_then(|r| r.awaiting.as_ref());
+    let (object, type_name) = match (&o.state_machine, runtime_async) {
+        (Some(sm), _) => {
             let a = sm.awaiting.as_ref()?;
             (a.object, a.object_type.clone())
         }
-        None => (root, report.type_name(o.method_table).to_string()),
+        (None, Some(a)) => (a.object, a.object_type.clone()),
+        (None, None) => (root, report.type_name(o.method_table).to_string()),
     };
     let completion_source = report
         .objects
@@ -389,6 +416,7 @@ mod tests {
             method_table: 0x100,
             state_flags: 0,
             state_machine: None,
+            runtime_async: None,
             continuations: continuations.to_vec(),
             completion_source: None,
         }
@@ -417,6 +445,43 @@ mod tests {
                 "Tasks 0x10 -> 0x20 -> 0x30 continue each other in a cycle: no chain starts there"
             ]
         );
+    }
+
+    #[test]
+    fn runtime_async_methods_make_a_chain_that_waits_for_what_they_await() {
+        let mut report = AsyncReport::default();
+        let mut ra = task(0x10, &[]);
+        ra.runtime_async = Some(RuntimeAsyncMethods {
+            frames: vec![RuntimeAsyncFrame {
+                continuation: 0x18,
+                method_table: 0x200,
+                type_name: "Continuation_24_0_2".into(),
+                resume_address: 0x7000,
+                method_desc: Some(0x300),
+                method: Some("Ns.T.M".into()),
+                state: 1,
+                await_location: None,
+            }],
+            awaiting: Some(Awaited {
+                field: "Source".into(),
+                awaiter_type: "System.Runtime.CompilerServices.ValueTaskSourceContinuation".into(),
+                object: 0x90,
+                object_type: "System.Net.Sockets.Socket+AwaitableSocketAsyncEventArgs".into(),
+            }),
+        });
+        report.objects.insert(0x10, ra);
+        // A plain Task alone, and one whose runtime-async Task has no method suspended.
+        report.objects.insert(0x40, task(0x40, &[]));
+        let mut running = task(0x50, &[]);
+        running.runtime_async = Some(RuntimeAsyncMethods::default());
+        report.objects.insert(0x50, running);
+        chain(&mut report, AsyncOptions::default());
+        // Only the Task with a suspended method is a chain without --tasks, and it waits
+        // for what its innermost continuation holds.
+        assert_eq!(report.chains.len(), 1);
+        assert_eq!(report.chains[0].objects, vec![0x10]);
+        let w = report.chains[0].waits_for.as_ref().unwrap();
+        assert_eq!((w.object, w.kind), (0x90, "io"));
     }
 
     #[test]

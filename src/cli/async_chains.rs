@@ -13,7 +13,7 @@ use super::stacks::{name_frames, thread_model, thread_text_with, Named};
 use super::{hex, CliResult, DescriptorArgs, TargetArgs};
 use cdac::async_chains::{
     read_async, running_on_threads, AsyncObject, AsyncOptions, AsyncReport, AsyncThread, BoxMatch,
-    RunningAsyncFrame,
+    RunningAsyncFrame, RuntimeAsyncFrame,
 };
 use cdac::heap::settled;
 use cdac::names::MethodNamer;
@@ -111,26 +111,29 @@ pub struct ChainJson {
     pub running_on: Option<i64>,
 }
 
-/// One Task of a chain: an async method's state machine box, or a plain Task.
+/// One frame of a chain: an async method's state machine box, a plain Task, or an async
+/// method the runtime suspended (runtime-async, .NET 11: its continuation object).
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct FrameJson {
-    /// The Task (or box).
+    /// The Task, box or continuation.
     pub object: Addr,
     /// Its MethodTable.
     pub method_table: Addr,
     /// Its type.
     pub type_name: String,
-    /// `state_machine` or `task`.
+    /// `state_machine`, `task` or `runtime_async`.
     pub kind: String,
-    /// `Task.m_stateFlags`.
-    pub state_flags: u32,
+    /// `Task.m_stateFlags` (absent for a runtime-async frame, which is no Task).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_flags: Option<u32>,
     /// The async method (`Ns.Type.Method`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
     /// The compiler's state machine type.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_machine_type: Option<String>,
-    /// Its state: N >= 0 suspended at await N, -1 running, -2 done.
+    /// Its state: N >= 0 suspended at await N, -1 running, -2 done (a runtime-async
+    /// frame: the suspension point it is at, counted from 0).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<i32>,
     /// Where that await is in the source.
@@ -139,6 +142,9 @@ pub struct FrameJson {
     /// What that await holds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub awaiting: Option<AwaitingJson>,
+    /// A runtime-async frame: the address in the method's code where it resumes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resume_address: Option<Addr>,
 }
 
 /// A source location.
@@ -179,6 +185,55 @@ pub struct WaitsForJson {
     pub completion_source: Option<Addr>,
 }
 
+/// One object of a chain, as printed: a Task or box; the Task of runtime-async methods
+/// is followed by the methods, outermost first, the innermost with what it awaits.
+fn frames_json(report: &AsyncReport, o: &AsyncObject) -> Vec<FrameJson> {
+    let mut out = vec![frame_json(report, o)];
+    if let Some(ra) = &o.runtime_async {
+        out.extend(ra.frames.iter().map(runtime_async_frame_json));
+        if let (Some(last), Some(a)) = (out.last_mut(), &ra.awaiting) {
+            if last.kind == "runtime_async" {
+                last.awaiting = Some(awaiting_json(a));
+            }
+        }
+    }
+    out
+}
+
+fn awaiting_json(a: &cdac::async_chains::Awaited) -> AwaitingJson {
+    AwaitingJson {
+        field: a.field.clone(),
+        awaiter_type: a.awaiter_type.clone(),
+        object: Addr(a.object),
+        object_type: a.object_type.clone(),
+    }
+}
+
+fn location_json(l: &cdac::formats::pdb::SourceLocation) -> LocationJson {
+    LocationJson {
+        file: l.file.clone(),
+        line: l.line,
+        column: l.column,
+    }
+}
+
+/// A method the runtime suspended, as printed.
+fn runtime_async_frame_json(f: &RuntimeAsyncFrame) -> FrameJson {
+    FrameJson {
+        object: Addr(f.continuation),
+        method_table: Addr(f.method_table),
+        type_name: f.type_name.clone(),
+        kind: "runtime_async".into(),
+        state_flags: None,
+        method: f.method.clone(),
+        state_machine_type: None,
+        state: Some(f.state),
+        await_location: f.await_location.as_ref().map(location_json),
+        awaiting: None,
+        resume_address: Some(Addr(f.resume_address)),
+    }
+}
+
 /// One Task of a chain, as printed.
 fn frame_json(report: &AsyncReport, o: &AsyncObject) -> FrameJson {
     let sm = o.state_machine.as_ref();
@@ -192,23 +247,15 @@ fn frame_json(report: &AsyncReport, o: &AsyncObject) -> FrameJson {
             "task"
         }
         .into(),
-        state_flags: o.state_flags,
+        state_flags: Some(o.state_flags),
         method: sm.map(|s| s.method.clone()),
         state_machine_type: sm.map(|s| s.type_name.clone()),
         state: sm.and_then(|s| s.state),
         await_location: sm
             .and_then(|s| s.await_location.as_ref())
-            .map(|l| LocationJson {
-                file: l.file.clone(),
-                line: l.line,
-                column: l.column,
-            }),
-        awaiting: sm.and_then(|s| s.awaiting.as_ref()).map(|a| AwaitingJson {
-            field: a.field.clone(),
-            awaiter_type: a.awaiter_type.clone(),
-            object: Addr(a.object),
-            object_type: a.object_type.clone(),
-        }),
+            .map(location_json),
+        awaiting: sm.and_then(|s| s.awaiting.as_ref()).map(awaiting_json),
+        resume_address: None,
     }
 }
 
@@ -222,7 +269,7 @@ pub(super) fn build(report: &AsyncReport) -> AsyncJson {
                 .objects
                 .iter()
                 .filter_map(|a| report.objects.get(a))
-                .map(|o| frame_json(report, o))
+                .flat_map(|o| frames_json(report, o))
                 .collect(),
             waits_for: c.waits_for.as_ref().map(|w| WaitsForJson {
                 object: Addr(w.object),
@@ -280,7 +327,7 @@ fn add_threads(
                         .callers
                         .iter()
                         .filter_map(|c| report.objects.get(c))
-                        .map(|o| frame_json(report, o))
+                        .flat_map(|o| frames_json(report, o))
                         .collect(),
                     note: f.note.clone(),
                 })
@@ -400,7 +447,7 @@ fn frame_tail(f: &FrameJson) -> String {
         Some(s) if s >= 0 => format!("  at await {s}"),
         Some(-1) => "  running".into(),
         Some(s) => format!("  state {s}"),
-        None if f.kind == "task" => format!("  (Task, flags {:#x})", f.state_flags),
+        None if f.kind == "task" => format!("  (Task, flags {:#x})", f.state_flags.unwrap_or(0)),
         None => String::new(),
     };
     let line = f

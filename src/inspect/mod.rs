@@ -474,6 +474,13 @@ impl<'r> Inspector<'r> {
                     }
                 }
             }
+            // A runtime-async continuation's type (or another the runtime made) has no
+            // TypeDef: its own data is the suspended method's, which nothing describes.
+            Err(_) if mt.token & 0x00FF_FFFF == 0 => {
+                layout.problem = Some(
+                    "a type the runtime made (no TypeDef): its own fields are not described".into(),
+                )
+            }
             Err(e) => layout.problem = Some(format!("no metadata: {e}")),
         }
         let layout = std::rc::Rc::new(layout);

@@ -12,6 +12,7 @@
 //! Contracts read records, never names: a field that moves is the descriptor's business,
 //! one that is renamed is one line in its record.
 
+pub(crate) mod continuation;
 pub(crate) mod exception_clause;
 mod fields;
 pub(crate) mod loader;

@@ -11,6 +11,11 @@
 // The manifest's "running" entry names the thread and the two methods, so that
 // `cdac async --stacks` can be checked to tie the thread's MoveNext frame to its box and
 // to list RunningOuter as its async caller.
+//
+// On the net11 variant (CDAC_RUNTIME_ASYNC) the chains of runtime-async methods of
+// Cdac.Testbed.RuntimeAsync are parked too, with one mixed chain: ClassicOverRuntimeAsync,
+// a state machine of this assembly, awaiting RaLeaf, a runtime-async method. The
+// manifest's "runtime_async" entry lists them (null on other variants).
 
 using System;
 using System.IO;
@@ -20,6 +25,9 @@ using System.Runtime.CompilerServices;
 using System.Threading;
 using System.Text.Json.Nodes;
 using System.Threading.Tasks;
+#if CDAC_RUNTIME_ASYNC
+using Cdac.Testbed.RuntimeAsync;
+#endif
 
 namespace Cdac.Testbed.Async
 {
@@ -96,6 +104,48 @@ namespace Cdac.Testbed.Async
             s_never.Wait();
         }
 
+#if CDAC_RUNTIME_ASYNC
+        private static Task<int>? s_mixed;
+
+        /// <summary>A state machine awaiting a runtime-async method.</summary>
+        [MethodImpl(MethodImplOptions.NoInlining)]
+        public static async Task<int> ClassicOverRuntimeAsync()
+        {
+            int v = await RuntimeAsyncParked.RaLeaf().ConfigureAwait(false);
+            return v + 1;
+        }
+
+        private static JsonObject RaFrame(string method, int state, string awaitText)
+        {
+            JsonObject o = Facts.Method(typeof(RuntimeAsyncParked).GetMethod(method)!);
+            o["kind"] = "runtime_async";
+            o["file"] = "Cdac.Testbed.RuntimeAsync/RuntimeAsyncParked.cs";
+            o["state"] = state;
+            o["await"] = awaitText;
+            return o;
+        }
+
+        private static JsonObject DescribeRuntimeAsync()
+        {
+            JsonObject mixedOuter = Frame(nameof(ClassicOverRuntimeAsync), 0, "await RuntimeAsyncParked.RaLeaf()");
+            mixedOuter["kind"] = "state_machine";
+            mixedOuter["file"] = "Cdac.Testbed/AsyncParked.cs";
+            return new JsonObject
+            {
+                ["chains"] = new JsonArray(
+                    Chain("task_completion_source", "System.Threading.Tasks.Task`1[System.Int32]",
+                        RaFrame(nameof(RuntimeAsyncParked.RaOuter), 0, "await RaMiddle(5)"),
+                        RaFrame(nameof(RuntimeAsyncParked.RaMiddle), 0, "await RaInner(n + 1)"),
+                        RaFrame(nameof(RuntimeAsyncParked.RaInner), 1, "int x = await Gate.Task")),
+                    Chain("delay", "System.Threading.Tasks.Task+DelayPromise",
+                        RaFrame(nameof(RuntimeAsyncParked.RaDelay), 1, "await Task.Delay(TimeSpan.FromHours(1))")),
+                    Chain("mixed", "System.Threading.Tasks.Task`1[System.Int32]",
+                        mixedOuter,
+                        RaFrame(nameof(RuntimeAsyncParked.RaLeaf), 0, "int v = await Gate.Task"))),
+            };
+        }
+#endif
+
         /// <summary>Starts the Delay, pipe and running chains and waits until each is where
         /// the manifest says.</summary>
         internal static void Run()
@@ -112,6 +162,10 @@ namespace Cdac.Testbed.Async
             s_client = new AnonymousPipeClientStream(PipeDirection.Out, s_server.ClientSafePipeHandle);
             s_delay = DelayOuter();
             s_pipe = PipeOuter(s_server);
+#if CDAC_RUNTIME_ASYNC
+            RuntimeAsyncParked.Run();
+            s_mixed = ClassicOverRuntimeAsync();
+#endif
             // The testbed says it is ready seconds later, long after the await that follows.
             if (!s_atDelay.Wait(TimeSpan.FromSeconds(10)))
             {
@@ -143,6 +197,11 @@ namespace Cdac.Testbed.Async
         internal static JsonObject Describe() => new JsonObject
         {
             ["source_file"] = "AsyncParked.cs",
+#if CDAC_RUNTIME_ASYNC
+            ["runtime_async"] = DescribeRuntimeAsync(),
+#else
+            ["runtime_async"] = null,
+#endif
             ["running"] = new JsonObject
             {
                 ["thread_name"] = s_resumer?.Name,

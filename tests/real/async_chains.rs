@@ -1,9 +1,12 @@
-//! `cdac async` on .NET 10, 9 and 8, live and on `createdump --full` and gcore dumps,
+//! `cdac async` on .NET 11, 10, 9 and 8, live and on `createdump --full` and gcore dumps,
 //! against the testbed's own account of its parked async chains (`async` in its manifest:
 //! on a TaskCompletionSource, on Task.Delay at the inner method's second await, on a pipe
 //! read), with the await lines found by searching the testbed's source, and against SOS
 //! `dumpasync`. `async --stacks` is checked against the testbed's running chain: a thread
-//! blocked inside RunningInner's resumed `MoveNext`, awaited by RunningOuter.
+//! blocked inside RunningInner's resumed `MoveNext`, awaited by RunningOuter. On .NET 11,
+//! the chains of methods the runtime suspends itself (runtime-async) are checked against
+//! the manifest's `runtime_async` entry: each method named from the code address it
+//! resumes at, at its suspension point and on its await's line.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -51,10 +54,11 @@ fn async_json(t: &[String]) -> Value {
     v
 }
 
-/// The line of the testbed source file `file` that holds `text` as code (exactly one
-/// does; the manifest's own copy of the text, in quotes, does not count).
+/// The line of the testbed source file `file` (relative to `testbed/`) that holds `text`
+/// as code (exactly one does; the manifest's own copy of the text, in quotes, does not
+/// count).
 fn source_line(file: &str, text: &str) -> u32 {
-    let path = common::repo().join("testbed/Cdac.Testbed").join(file);
+    let path = common::repo().join("testbed").join(file);
     let source = std::fs::read_to_string(&path).expect("testbed source");
     let hits: Vec<u32> = source
         .lines()
@@ -74,9 +78,9 @@ fn source_line(file: &str, text: &str) -> u32 {
 /// The source file that declares a testbed method (its type's file).
 fn file_of(type_name: &str) -> &'static str {
     if type_name.ends_with(".AsyncChains") {
-        "AsyncShapes.cs"
+        "Cdac.Testbed/AsyncShapes.cs"
     } else {
-        "AsyncParked.cs"
+        "Cdac.Testbed/AsyncParked.cs"
     }
 }
 
@@ -255,7 +259,10 @@ pub(crate) fn running_chain_on_its_thread_on(tb: &Testbed, t: &[String], what: &
         "{what}: {running:#}"
     );
     assert_eq!(caller["state"], outer["state"], "{what}: {caller}");
-    let line = source_line("AsyncParked.cs", outer["await"].as_str().unwrap());
+    let line = source_line(
+        "Cdac.Testbed/AsyncParked.cs",
+        outer["await"].as_str().unwrap(),
+    );
     assert_eq!(caller["await_location"]["line"], line, "{what}: {caller}");
     // The human form says the same under the frame.
     let mut args = vec!["async", "--stacks"];
@@ -331,17 +338,25 @@ fn sos_dumpasync(dump: &std::path::Path) -> BTreeSet<Vec<(u64, String)>> {
     paths
 }
 
-/// cdac's chains as SOS prints them: innermost first, states alike.
+/// The start of the type name of the Task of runtime-async methods.
+const RUNTIME_ASYNC_TASK: &str = "System.Runtime.CompilerServices.AsyncHelpers+RuntimeAsyncTask`1";
+
+/// cdac's chains as SOS prints them: innermost first, states alike. SOS `dumpasync` does
+/// not follow runtime-async methods (it warns so on .NET 11): their frames are left out,
+/// a chain with no state machine left is not printed, and a chain that reaches the Task of
+/// runtime-async methods from the Task they await (through a `RuntimeAsyncTaskContinuation`,
+/// which SOS does not follow) starts at that Task.
 fn cdac_paths(v: &Value) -> BTreeSet<Vec<(u64, String)>> {
     v["chains"]
         .as_array()
         .expect("chains")
         .iter()
-        .map(|c| {
+        .filter_map(|c| {
             let mut path: Vec<(u64, String)> = c["frames"]
                 .as_array()
                 .unwrap()
                 .iter()
+                .filter(|f| f["kind"] != "runtime_async")
                 .map(|f| {
                     let state = match f["state"].as_i64() {
                         Some(s) if f["kind"] == "state_machine" => s.to_string(),
@@ -351,8 +366,27 @@ fn cdac_paths(v: &Value) -> BTreeSet<Vec<(u64, String)>> {
                 })
                 .collect();
             path.reverse();
-            path
+            let tasks = runtime_async_tasks(c);
+            if let Some(i) = path.iter().position(|(a, _)| tasks.contains(a)) {
+                path.drain(..i);
+            }
+            path.iter().any(|(_, s)| s != "-").then_some(path)
         })
+        .collect()
+}
+
+/// The Tasks of runtime-async methods in a chain of cdac's.
+fn runtime_async_tasks(chain: &Value) -> BTreeSet<u64> {
+    chain["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| {
+            f["type_name"]
+                .as_str()
+                .is_some_and(|t| t.starts_with(RUNTIME_ASYNC_TASK))
+        })
+        .map(|f| common::hex(&f["object"]))
         .collect()
 }
 
@@ -412,6 +446,109 @@ fn facts_hold_net8_full() {
 #[test]
 fn facts_hold_net8_gcore() {
     facts_hold(Variant::Net8, Some("gcore"));
+}
+
+/// .NET 11: every runtime-async chain of the manifest is one of cdac's, its async
+/// methods exactly the manifest's, outermost first: each runtime-async method under the
+/// RuntimeAsyncTask its caller holds, named from the code address it resumes at, at the
+/// manifest's suspension point and on the line of its await; the mixed chain's state
+/// machine awaiting that Task; each chain waiting for what the manifest says.
+fn runtime_async_facts_hold(kind: Option<&str>) {
+    let tb = testbed_of(Variant::Net11);
+    let what = format!("Net11 {kind:?}");
+    let v = async_json(&target(tb, kind));
+    let chains = v["chains"].as_array().expect("chains");
+    let expected = tb.manifest["async"]["runtime_async"]["chains"]
+        .as_array()
+        .expect("manifest runtime_async chains");
+    for want in expected {
+        let wanted = want["frames"].as_array().expect("frames");
+        let methods: Vec<String> = wanted
+            .iter()
+            .map(|f| {
+                format!(
+                    "{}.{}",
+                    f["type"].as_str().unwrap(),
+                    f["name"].as_str().unwrap()
+                )
+            })
+            .collect();
+        let chain = chains
+            .iter()
+            .find(|c| {
+                let ours: Vec<&str> = c["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|f| f["method"].as_str())
+                    .collect();
+                ours == methods
+            })
+            .unwrap_or_else(|| panic!("{what}: no chain {methods:?} in {v:#}"));
+        let frames = chain["frames"].as_array().unwrap();
+        let with_method: Vec<(usize, &Value)> = frames
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f["method"].is_string())
+            .collect();
+        for ((i, f), w) in with_method.iter().zip(wanted) {
+            assert_eq!(f["kind"], w["kind"], "{what}: {f}");
+            assert_eq!(f["state"], w["state"], "{what}: {f}");
+            let file = w["file"].as_str().unwrap();
+            let line = source_line(file, w["await"].as_str().unwrap());
+            let loc = &f["await_location"];
+            assert!(
+                loc["file"].as_str().is_some_and(|p| p.ends_with(file)) && loc["line"] == line,
+                "{what}: {} should wait at {file}:{line}, cdac says {loc}",
+                f["method"]
+            );
+            if w["kind"] == "runtime_async" {
+                assert!(f["resume_address"].is_string(), "{what}: {f}");
+                // Under the Task its caller holds, or under its caller.
+                let above = &frames[*i - 1];
+                assert!(
+                    above["kind"] == "runtime_async"
+                        || above["type_name"]
+                            .as_str()
+                            .is_some_and(|t| t.starts_with(RUNTIME_ASYNC_TASK)),
+                    "{what}: {above} above {f}"
+                );
+            }
+        }
+        let waits = &chain["waits_for"];
+        assert_eq!(waits["type_name"], want["waits_for"], "{what}: {chain}");
+        if want["name"] != "delay" {
+            assert_eq!(waits["kind"], "task_completion_source", "{what}: {chain}");
+            assert!(waits["completion_source"].is_string(), "{what}: {chain}");
+        } else {
+            assert_eq!(waits["kind"], "timer", "{what}: {chain}");
+        }
+    }
+    eprintln!(
+        "{what}: {} runtime-async chains among cdac's {}",
+        expected.len(),
+        chains.len()
+    );
+}
+
+#[test]
+fn runtime_async_facts_hold_net11_live() {
+    runtime_async_facts_hold(None);
+}
+
+#[test]
+fn runtime_async_facts_hold_net11_full() {
+    runtime_async_facts_hold(Some("full"));
+}
+
+#[test]
+fn runtime_async_facts_hold_net11_gcore() {
+    runtime_async_facts_hold(Some("gcore"));
+}
+
+#[test]
+fn facts_hold_net11_full() {
+    facts_hold(Variant::Net11, Some("full"));
 }
 
 #[test]
