@@ -548,6 +548,14 @@ pub struct Arm64Packed {
 /// it runs on, which its unwind data allocates and its code does not.
 pub const OSR_FRAME_NOTE: &str = " (the Tier0 frame this OSR code runs on: no instruction)";
 
+/// What follows the first prolog instruction of a .NET 11 arm64 OSR method, which stands
+/// for the Tier0 frame's allocation.
+pub const OSR_RELOAD_NOTE: &str =
+    " (the Tier0 frame this OSR code runs on: its frame pointer and return address reloaded)";
+
+/// `ldp x29, x30, [x29]`: the first instruction of a .NET 11 arm64 OSR method.
+const LDP_FP_LR_FROM_FP: u32 = 0xa940_7bbd;
+
 /// Whether `b` is the code of an on-stack-replacement version of its method.
 fn is_osr(rt: &Runtime, b: &CodeBlock) -> bool {
     let mut namer = MethodNamer::for_runtime(rt);
@@ -655,10 +663,16 @@ pub fn run_unwind(args: &AddressArgs) -> CliResult {
         "arm64" => {
             let mut a = arm64_unwind(t, base, entry.unwind_data)?;
             // An OSR method runs on the frame of the Tier0 code it replaced, and its first
-            // unwind code allocates that frame: no instruction of its own.
+            // unwind code allocates that frame: no instruction of its own before .NET 11;
+            // .NET 11 puts there the reload of the Tier0 frame's FP and LR.
             if base.wrapping_add(begin) == b.start && is_osr(&rt, &b) {
+                let reloads = t.read_u32(b.start).ok() == Some(LDP_FP_LR_FROM_FP);
                 if let Some(first) = a.prolog.first_mut() {
-                    first.push_str(OSR_FRAME_NOTE);
+                    if reloads {
+                        *first = format!("ldp x29, x30, [x29]{OSR_RELOAD_NOTE}");
+                    } else {
+                        first.push_str(OSR_FRAME_NOTE);
+                    }
                 }
             }
             Some(a)

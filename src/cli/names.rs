@@ -13,6 +13,7 @@ use cdac::contracts::execution_manager::enumerate::{enumerate_code, CodeEntry};
 use cdac::contracts::execution_manager::JitType;
 use cdac::contracts::loader;
 use cdac::formats::perf_map::{self, PerfMapEntry};
+use cdac::memory::TargetKind;
 use cdac::names::MethodNamer;
 use cdac::runtime::Runtime;
 
@@ -148,13 +149,28 @@ fn entry_tiers(
         .collect()
 }
 
+/// Most walks of a live process's code before its errors are reported.
+const LIVE_ENUMERATION_ATTEMPTS: usize = 3;
+
 /// Every method with code, named, how many parts of the code could not be read, and the
 /// namer (its modules' metadata stays loaded).
 type Named<'r> = (Vec<NamedEntry>, usize, MethodNamer);
 
 fn named_methods(rt: &Runtime) -> Result<Named<'_>, Box<dyn std::error::Error>> {
     let (t, d) = (rt.target(), rt.descriptor());
-    let en = enumerate_code(t, d)?;
+    let mut en = enumerate_code(t, d)?;
+    // A live process may add or free a range section while the walk reads the list (a
+    // pointer read half-updated): read again from fresh memory before reporting a loss.
+    let live = matches!(rt.target().source().kind(), TargetKind::Live { .. });
+    let mut attempts = 1;
+    while live && !en.errors.is_empty() && attempts < LIVE_ENUMERATION_ATTEMPTS {
+        attempts += 1;
+        rt.flush();
+        let again = enumerate_code(t, d)?;
+        if again.errors.len() <= en.errors.len() {
+            en = again;
+        }
+    }
     for e in en.errors.iter().take(10) {
         tracing::warn!("code enumeration: {}: {}", e.site, e.error);
     }

@@ -54,6 +54,10 @@ const BUILTIN: &[(&str, &str)] = &[
         include_str!("../../descriptors/net10.0-linux-arm64.overlay.json"),
     ),
     (
+        "net11.0-linux-arm64.overlay.json",
+        include_str!("../../descriptors/net11.0-linux-arm64.overlay.json"),
+    ),
+    (
         "formats.overlay.json",
         include_str!("../../descriptors/formats.overlay.json"),
     ),

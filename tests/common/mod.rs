@@ -183,10 +183,14 @@ pub enum Variant {
     Net9Latest,
     /// The newest .NET 8 patch served here (8.0.34).
     Net8Latest,
+    /// linux-arm64 .NET 11.0.0, run under qemu-user.
+    Net11Arm64,
     /// linux-arm64 .NET 10.0.15, run under qemu-user.
     Net10Arm64,
     /// linux-arm64 .NET 9.0.23, run under qemu-user.
     Net9Arm64,
+    /// The web testbed (`testbed/Cdac.Testbed.Web`, ASP.NET Core) on .NET 11.0.0.
+    WebNet11,
     /// The web testbed (`testbed/Cdac.Testbed.Web`, ASP.NET Core) on .NET 10.0.14.
     WebNet10,
     /// The web testbed on .NET 9.0.22.
@@ -211,8 +215,10 @@ impl Variant {
             Variant::Net10Latest => "net10-latest",
             Variant::Net9Latest => "net9-latest",
             Variant::Net8Latest => "net8-latest",
+            Variant::Net11Arm64 => "net11-arm64",
             Variant::Net10Arm64 => "net10-arm64",
             Variant::Net9Arm64 => "net9-arm64",
+            Variant::WebNet11 => "web-net11",
             Variant::WebNet10 => "web-net10",
             Variant::WebNet9 => "web-net9",
             Variant::WebNet8 => "web-net8",
@@ -223,7 +229,7 @@ impl Variant {
     pub fn is_web(self) -> bool {
         matches!(
             self,
-            Variant::WebNet10 | Variant::WebNet9 | Variant::WebNet8
+            Variant::WebNet11 | Variant::WebNet10 | Variant::WebNet9 | Variant::WebNet8
         )
     }
 
@@ -238,13 +244,16 @@ impl Variant {
 
     /// A linux-arm64 build, run under qemu-user.
     pub fn is_arm64(self) -> bool {
-        matches!(self, Variant::Net10Arm64 | Variant::Net9Arm64)
+        matches!(
+            self,
+            Variant::Net11Arm64 | Variant::Net10Arm64 | Variant::Net9Arm64
+        )
     }
 
     /// The runtime version the variant runs (`Environment.Version`).
     pub fn runtime_version(self) -> &'static str {
         match self {
-            Variant::Net11 => "11.0.0",
+            Variant::Net11 | Variant::Net11Arm64 | Variant::WebNet11 => "11.0.0",
             Variant::Net10 | Variant::Net10Composite | Variant::WebNet10 => "10.0.14",
             Variant::Net9 | Variant::WebNet9 => "9.0.22",
             Variant::Net8 | Variant::WebNet8 => "8.0.33",
@@ -273,6 +282,8 @@ impl Variant {
             Variant::WebNet10 => 11,
             Variant::WebNet9 => 12,
             Variant::WebNet8 => 13,
+            Variant::Net11Arm64 => 14,
+            Variant::WebNet11 => 15,
         }
     }
 }
@@ -486,7 +497,7 @@ pub fn testbed() -> &'static Testbed {
 /// The shared testbed of a variant: built if needed, started once per test binary, and
 /// stopped when the test process exits (the testbed polls its parent).
 pub fn testbed_of(variant: Variant) -> &'static Testbed {
-    static TESTBEDS: [OnceLock<Testbed>; 14] = [const { OnceLock::new() }; 14];
+    static TESTBEDS: [OnceLock<Testbed>; 16] = [const { OnceLock::new() }; 16];
     TESTBEDS[variant.index()].get_or_init(|| start_testbed(variant, &[]))
 }
 
@@ -873,6 +884,34 @@ pub fn dotnet_dump() -> PathBuf {
         PathBuf::from(dir).join("dotnet-dump")
     })
     .clone()
+}
+
+/// Runs dotnet-dump (SOS), once more when it fails: on a loaded 2-core machine it has
+/// exited with an error and nothing on stderr once in a few hundred runs, an oracle's
+/// hiccup and not an answer. A second failure is returned as it is, for the caller's
+/// assertion to show.
+pub trait SosOutput {
+    /// The output of the command, run again once if it fails.
+    fn sos_output(&mut self) -> std::process::Output;
+}
+
+impl SosOutput for Command {
+    fn sos_output(&mut self) -> std::process::Output {
+        let first = self.output().expect("run dotnet-dump");
+        if first.status.success() {
+            return first;
+        }
+        eprintln!(
+            "dotnet-dump failed ({}; stderr {:?}, last stdout {:?}): running it again",
+            first.status,
+            String::from_utf8_lossy(&first.stderr),
+            String::from_utf8_lossy(&first.stdout)
+                .lines()
+                .last()
+                .unwrap_or_default()
+        );
+        self.output().expect("run dotnet-dump")
+    }
 }
 
 /// The `cdac` the tests run: `CDAC_TEST_BIN` when set (scripts/test sets it to the release

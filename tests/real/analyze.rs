@@ -199,6 +199,11 @@ fn analyze_names_the_crash_on_net10_arm64() {
 }
 
 #[test]
+fn analyze_names_the_crash_on_net11_arm64() {
+    analyze_crash_of(Variant::Net11Arm64);
+}
+
+#[test]
 fn analyze_names_the_crash_on_net9_arm64() {
     analyze_crash_of(Variant::Net9Arm64);
 }

@@ -12,6 +12,9 @@ use cdac::unwind::aarch64::unwind_data::EPILOG_END;
 
 /// The note `cdac unwind` puts after an OSR method's Tier0 frame (src/cli/code.rs).
 const OSR_FRAME_NOTE: &str = " (the Tier0 frame this OSR code runs on: no instruction)";
+/// The same, on .NET 11, after the instruction that stands for it.
+const OSR_RELOAD_NOTE: &str =
+    " (the Tier0 frame this OSR code runs on: its frame pointer and return address reloaded)";
 
 /// `cdac methods --json` as start → (size, name, MethodDesc).
 fn methods(target: &[&str]) -> BTreeMap<u64, (u64, String, u64)> {
@@ -136,8 +139,15 @@ fn precodes_name_their_methods(tb: &common::Testbed, what: &str) {
         .iter()
         .map(|m| (m, Some(KnownPrecodeType::Fixup)))
         .chain(framework.iter().map(|m| {
+            // .NET 11 gives a P/Invoke a fixup precode like any other method; before, a
+            // stub precode.
             let pinvoke = m["pinvoke"].as_bool().unwrap_or(false);
-            (m, pinvoke.then_some(KnownPrecodeType::Stub))
+            let kind = if tb.variant.runtime_version().starts_with("11.") {
+                KnownPrecodeType::Fixup
+            } else {
+                KnownPrecodeType::Stub
+            };
+            (m, pinvoke.then_some(kind))
         }))
     {
         let entry = common::hex(&m["function_pointer"]);
@@ -187,7 +197,35 @@ fn pinvoke_import_precodes(core: &std::path::Path, tb: &common::Testbed, what: &
         .find(|m| m["pinvoke"] == true)
         .map(|m| common::hex(&m["function_pointer"]))
         .expect("a framework P/Invoke");
-    let template = t.read_bytes(known, 24).expect("the stub precode's code");
+    // The stub precode's code: a framework P/Invoke's entry point up to .NET 10; .NET 11
+    // gives P/Invokes fixup precodes, and its stub precodes are found by the type byte of
+    // their data (the first slot the contract also reads as an import precode).
+    let is_stub = stubs
+        .precode(known)
+        .ok()
+        .flatten()
+        .is_some_and(|p| p.kind == KnownPrecodeType::Stub);
+    let template_at = if is_stub {
+        known
+    } else {
+        all_range_sections(t, d)
+            .expect("range sections")
+            .iter()
+            .filter(|s| s.is_range_list())
+            .flat_map(|s| (s.range_begin..s.range_end_open.saturating_sub(23)).step_by(24))
+            .find(|&entry| {
+                t.read_u8(entry + page + 16).ok() == Some(import_type as u8)
+                    && stubs
+                        .precode(entry)
+                        .ok()
+                        .flatten()
+                        .is_some_and(|p| p.kind == KnownPrecodeType::PInvokeImport)
+            })
+            .unwrap_or_else(|| panic!("{what}: no P/Invoke import precode"))
+    };
+    let template = t
+        .read_bytes(template_at, 24)
+        .expect("the stub precode's code");
     // MethodDesc classification: the low 3 bits of the flags word at +6; 2 is NDirect.
     let classification = |md: u64| t.read_u16(md + 6).map(|f| f & 7).unwrap_or(0xff);
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
@@ -469,6 +507,13 @@ fn unwind_describes_the_code(core: &std::path::Path, what: &str) -> usize {
                 ours.remove(0);
                 osr += 1;
             }
+            // .NET 11: that code's instruction reloads the Tier0 frame's FP and LR.
+            if let Some(first) = ours.first_mut() {
+                if let Some(ins) = first.strip_suffix(OSR_RELOAD_NOTE) {
+                    *first = ins.to_string();
+                    osr += 1;
+                }
+            }
             let bytes = rt
                 .target()
                 .read_bytes(at, ours.len() * 4)
@@ -524,6 +569,11 @@ fn unwind_describes_the_code(core: &std::path::Path, what: &str) -> usize {
          their code: {compared} instructions"
     );
     compared
+}
+
+#[test]
+fn net11_arm64_live_and_qemu_core() {
+    live_and_qemu_core(Variant::Net11Arm64);
 }
 
 #[test]

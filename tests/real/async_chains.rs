@@ -8,6 +8,7 @@
 //! the manifest's `runtime_async` entry: each method named from the code address it
 //! resumes at, at its suspension point and on its await's line.
 
+use crate::common::SosOutput;
 use std::collections::BTreeSet;
 use std::process::Command;
 
@@ -287,8 +288,7 @@ fn sos_dumpasync(dump: &std::path::Path) -> BTreeSet<Vec<(u64, String)>> {
         .arg("analyze")
         .arg(dump)
         .args(["-c", "dumpasync", "-c", "exit"])
-        .output()
-        .expect("run dotnet-dump");
+        .sos_output();
     assert!(out.status.success(), "dotnet-dump: {out:?}");
     let text = String::from_utf8_lossy(&out.stdout);
     // Each stack's object lines with their indentation.

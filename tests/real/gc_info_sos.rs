@@ -12,6 +12,7 @@
 //! and from a safe point on it prints no deaths until the next change of
 //! interruptibility.
 
+use crate::common::SosOutput;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
@@ -73,7 +74,7 @@ fn sos_gcinfo(dump: &Path, starts: &[u64]) -> BTreeMap<u64, Listing> {
     for start in starts {
         cmd.args(["-c", &format!("gcinfo {start:#x}")]);
     }
-    let out = cmd.args(["-c", "exit"]).output().expect("run dotnet-dump");
+    let out = cmd.args(["-c", "exit"]).sos_output();
     assert!(out.status.success(), "dotnet-dump failed");
     let text = String::from_utf8_lossy(&out.stdout);
     let mut listings = BTreeMap::new();

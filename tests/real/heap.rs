@@ -5,6 +5,7 @@
 //! newest patch of each line, which the descriptors were not made from.
 
 use crate::common;
+use crate::common::SosOutput;
 use crate::json_schema;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -335,8 +336,7 @@ fn sos_stat(dump: &Path) -> (BTreeMap<u64, (u64, u64)>, (u64, u64)) {
         .arg("analyze")
         .arg(dump)
         .args(["-c", "dumpheap -stat", "-c", "exit"])
-        .output()
-        .expect("run dotnet-dump");
+        .sos_output();
     assert!(
         out.status.success(),
         "dotnet-dump: {}",

@@ -3,6 +3,7 @@
 //! deadlock, a monitor held three times with three threads waiting, a
 //! `System.Threading.Lock` deadlock on .NET 9 and 10) and against SOS `syncblk`.
 
+use crate::common::SosOutput;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -154,7 +155,7 @@ pub(crate) fn facts_hold_on(tb: &Testbed, t: &[String], what: &str) {
     // it waits for a pulse of a free monitor, and owns the one the enter-blocked thread
     // waits for. (.NET 11 keeps Monitor.Wait's waiters in a managed Condition that does not
     // name their threads: not read yet, see docs/cli.md.)
-    if tb.variant == Variant::Net11 {
+    if tb.variant.runtime_version().starts_with("11.") {
         return other_locks_hold(tb, &v, &t, what);
     }
     let waiter = tb.manifest["threads"]
@@ -258,8 +259,7 @@ fn sos_syncblk(dump: &Path) -> (Vec<SosMonitor>, (u64, u64)) {
         .arg("analyze")
         .arg(dump)
         .args(["-c", "syncblk", "-c", "exit"])
-        .output()
-        .expect("run dotnet-dump");
+        .sos_output();
     let hex = |s: &str| u64::from_str_radix(s, 16).ok();
     let text = String::from_utf8_lossy(&out.stdout);
     let total = |word: &str| -> u64 {

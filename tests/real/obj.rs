@@ -4,6 +4,7 @@
 //! thin-locked object names its owner and recursion, the hashed object its hash code; and
 //! on the full dump every field row equals SOS `dumpobj` (offset and value).
 
+use crate::common::SosOutput;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
@@ -229,8 +230,7 @@ fn sos_dumpobj(dump: &Path, address: &str) -> BTreeMap<String, (u64, String)> {
         .arg("analyze")
         .arg(dump)
         .args(["-c", &format!("dumpobj {address}"), "-c", "exit"])
-        .output()
-        .expect("run dotnet-dump");
+        .sos_output();
     let text = String::from_utf8_lossy(&out.stdout);
     let mut rows = BTreeMap::new();
     for line in text.lines() {
@@ -316,8 +316,7 @@ fn sos_syncblk(dump: &Path) -> Vec<SyncBlkRow> {
         .arg("analyze")
         .arg(dump)
         .args(["-c", "syncblk -all", "-c", "exit"])
-        .output()
-        .expect("run dotnet-dump");
+        .sos_output();
     let hex = |s: &str| u64::from_str_radix(s, 16).ok();
     String::from_utf8_lossy(&out.stdout)
         .lines()

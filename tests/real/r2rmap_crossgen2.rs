@@ -248,6 +248,11 @@ fn plain_net10_arm64_equals_crossgen2() {
 }
 
 #[test]
+fn plain_net11_arm64_equals_crossgen2() {
+    plain(Variant::Net11Arm64);
+}
+
+#[test]
 fn plain_net9_arm64_equals_crossgen2() {
     plain(Variant::Net9Arm64);
 }

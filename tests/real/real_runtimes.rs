@@ -167,7 +167,7 @@ fn check_info(rt: &Runtime, variant: Variant, f: &mut Failures) {
             ("shipped", 1, None)
         }
         // ExecutionManager "c1" is the algorithm .NET 10 numbered 2.
-        Variant::Net11 => ("embedded", 2, None),
+        Variant::Net11 | Variant::Net11Arm64 | Variant::WebNet11 => ("embedded", 2, None),
         // No arm64 overlay yet: what the embedded descriptor gives.
         Variant::Net10Arm64 => ("embedded", 2, None),
         Variant::Net9Arm64 => ("embedded", 1, None),

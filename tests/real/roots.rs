@@ -5,6 +5,7 @@
 //! static list, a handle, the finalizer queue, a thread static), with the same root and
 //! objects as SOS `gcroot`.
 
+use crate::common::SosOutput;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -134,8 +135,7 @@ fn sos_gcroot(dump: &Path, targets: &[u64]) -> Vec<Option<(u64, String, Vec<u64>
                 .arg("analyze")
                 .arg(dump)
                 .args(["-c", &format!("gcroot {t:#x}"), "-c", "exit"])
-                .output()
-                .expect("run dotnet-dump");
+                .sos_output();
             first_root_path(&String::from_utf8_lossy(&out.stdout))
         })
         .collect()
@@ -356,8 +356,7 @@ fn sos_roots(dump: &Path, target: u64, stacks: bool) -> BTreeSet<u64> {
         .arg("analyze")
         .arg(dump)
         .args(["-c", &command, "-c", "exit"])
-        .output()
-        .expect("run dotnet-dump");
+        .sos_output();
     let text = String::from_utf8_lossy(&out.stdout);
     let hex = |s: &str| u64::from_str_radix(s, 16).ok();
     text.lines()

@@ -17,6 +17,7 @@
 //! exception only.
 
 use crate::common;
+use crate::common::SosOutput;
 use crate::json_schema;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -643,8 +644,7 @@ fn sos_clrstack_gc(dump: &std::path::Path) -> SosStacks {
         .arg("analyze")
         .arg(dump)
         .args(["-c", "clrstack -all -gc", "-c", "exit"])
-        .output()
-        .expect("run dotnet-dump");
+        .sos_output();
     let hex = |s: &str| u64::from_str_radix(s, 16).ok();
     let mut threads: BTreeMap<i64, BTreeMap<SosSlot, u32>> = BTreeMap::new();
     let mut lines: BTreeMap<i64, Vec<String>> = BTreeMap::new();

@@ -3,6 +3,7 @@
 //! known work queued in the global queue and in one worker's own queue), against the
 //! testbed's manifest and SOS `threadpool` / `threadpoolqueue`.
 
+use crate::common::SosOutput;
 use std::collections::BTreeMap;
 use std::process::Command;
 
@@ -105,8 +106,7 @@ fn sos(dump: &std::path::Path) -> Sos {
         .arg("analyze")
         .arg(dump)
         .args(["-c", "threadpool", "-c", "threadpoolqueue", "-c", "exit"])
-        .output()
-        .expect("run dotnet-dump");
+        .sos_output();
     let text = String::from_utf8_lossy(&out.stdout);
     let mut counts = BTreeMap::new();
     let mut items = Vec::new();

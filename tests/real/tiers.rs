@@ -20,6 +20,7 @@
 //! asked for. Those are counted and must be few.
 
 use crate::common;
+use crate::common::SosOutput;
 
 use std::collections::{BTreeMap, HashMap};
 use std::process::Command;
@@ -435,7 +436,7 @@ fn sos_dumpmd(dump: &std::path::Path, mds: &[u64]) -> Vec<SosMethod> {
     for md in mds {
         cmd.args(["-c", &format!("dumpmd {md:#x}")]);
     }
-    let out = cmd.args(["-c", "exit"]).output().expect("run dotnet-dump");
+    let out = cmd.args(["-c", "exit"]).sos_output();
     assert!(
         out.status.success(),
         "dotnet-dump: {}",

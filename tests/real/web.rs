@@ -6,6 +6,7 @@
 //! to ignore warnings. The answers are checked against the service's own facts (`/facts`)
 //! and SOS `syncblk`.
 
+use crate::common::SosOutput;
 use std::process::Command;
 
 use crate::common::{self, cdac_json, start_testbed, start_testbed_env, Testbed, Variant};
@@ -98,7 +99,7 @@ fn answers_match_the_facts(tb: &Testbed, kind: Option<&str>, facts: &Value) {
     let datas = &segments["gc"]["dynamic_adaptation"];
     if !server {
         assert_eq!(datas.as_bool(), Some(false), "{what}");
-    } else if tb.variant == Variant::WebNet10 {
+    } else if matches!(tb.variant, Variant::WebNet10 | Variant::WebNet11) {
         assert_eq!(
             datas.as_bool(),
             Some(config["GCDynamicAdaptationMode"] == "1"),
@@ -161,8 +162,7 @@ fn sos_sync_table(dump: &std::path::Path) -> (u64, u64) {
         .arg("analyze")
         .arg(dump)
         .args(["-c", "syncblk", "-c", "exit"])
-        .output()
-        .expect("run dotnet-dump");
+        .sos_output();
     let text = String::from_utf8_lossy(&out.stdout);
     let total = |word: &str| -> u64 {
         text.lines()
@@ -200,6 +200,11 @@ fn healthy_service(variant: Variant, env: &[(&str, &str)]) {
         "{}: the sync table's Total and Free against SOS",
         variant.name()
     );
+}
+
+#[test]
+fn a_healthy_service_gets_no_warning_net11() {
+    healthy_service(Variant::WebNet11, &[]);
 }
 
 #[test]
