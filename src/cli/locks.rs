@@ -143,6 +143,10 @@ fn thread_report(t: &ThreadRef) -> LockThread {
 }
 
 pub(super) fn thread_text(t: &LockThread) -> String {
+    // A .NET 11 Monitor.Wait waiter is tied to its thread through stacks only.
+    if t.managed_id.is_none() && t.os_id == 0 && t.thread.is_none() {
+        return "a thread (its stack names it: read without --no-stacks)".into();
+    }
     let mut s = match t.managed_id {
         Some(id) => format!("thread {id}"),
         None => "thread ?".into(),

@@ -24,6 +24,8 @@ use crate::stacks::{thread_stacks_with, LiveRegisters, Stacks, StacksOptions};
 
 pub use blocked::BlockedIn;
 
+mod condition;
+
 /// A thread, as a lock report names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadRef {
@@ -129,6 +131,49 @@ pub fn read_locks(rt: &Runtime, options: LockOptions) -> Result<LockReport, Cont
     }
 }
 
+/// Fills the Monitor.Wait waiters of .NET 11 monitors (`(entry, waiters)`) with the
+/// threads waiting with them, found on their stacks. Without stacks each waiter is listed
+/// as a thread not known; with them, a waiter no stack holds is a problem, named.
+fn tie_condition_waiters(
+    rt: &Runtime,
+    report: &mut LockReport,
+    pending: &[(usize, Vec<u64>)],
+    stacks: Option<&Stacks>,
+    thread_of_os: &dyn Fn(u64) -> Option<ThreadRef>,
+) {
+    let all: std::collections::HashSet<u64> = pending
+        .iter()
+        .flat_map(|(_, w)| w.iter().copied())
+        .collect();
+    let owners = stacks.map(|s| {
+        let mut namer = MethodNamer::for_runtime(rt);
+        condition::threads_of_waiters(s, &mut namer, &all)
+    });
+    for (entry, waiters) in pending {
+        let Some(l) = report.locks.get_mut(*entry) else {
+            continue;
+        };
+        for w in waiters {
+            let unknown = ThreadRef {
+                thread: 0,
+                managed_id: None,
+                os_id: 0,
+                name: None,
+            };
+            match &owners {
+                None => l.waiting_for_pulse.push(unknown),
+                Some(o) => match o.get(w).and_then(|&os| thread_of_os(os)) {
+                    Some(t) => l.waiting_for_pulse.push(t),
+                    None => report.problems.push(format!(
+                        "Monitor.Wait waiter {w:#x} of {:#x}: no thread waits with it",
+                        l.object
+                    )),
+                },
+            }
+        }
+    }
+}
+
 /// [`read_locks`] with stacks already read (with their GC roots, [`StacksOptions`]), as
 /// `cdac analyze` has them; without stacks nobody is known to be waiting.
 pub fn read_locks_from(
@@ -152,6 +197,11 @@ pub fn read_locks_from(
     // Monitors with a sync block (and, .NET 11, the Locks they were inflated to, not
     // listed again as Locks of their own).
     let mut inflated_locks: Vec<u64> = Vec::new();
+    // .NET 11: each monitor's Monitor.Wait waiters (its Lock's Condition), by the index of
+    // its entry in the report; tied to their threads after the loop, in one read of the
+    // threads' statics.
+    let mut condition_waiters: Vec<(usize, Vec<u64>)> = Vec::new();
+    let limit = rt.target().limits().max_list_length;
     match rt.contracts().sync_blocks() {
         Ok(sync) => match sync.used_part() {
             Ok(table) => {
@@ -167,15 +217,29 @@ pub fn read_locks_from(
                         }
                     };
                     let mut m = block.monitor;
+                    let mut waiters_in_condition = Vec::new();
                     // .NET 11: a contended monitor is a managed Lock, whose fields say who
                     // holds it; the sync block reports it under the locked object.
                     if let Some(lock) = block.lock_object {
                         inflated_locks.push(lock);
                         let mt = rt.target().read_pointer(lock).unwrap_or(0) & !7;
-                        let read = crate::inspect::Inspector::new(rt)
-                            .and_then(|mut i| i.threading_lock(lock, mt));
-                        match read {
-                            Ok(l) => m = l.map(|l| l.as_monitor()).unwrap_or_default(),
+                        match crate::inspect::Inspector::new(rt) {
+                            Ok(mut i) => {
+                                match i.threading_lock(lock, mt) {
+                                    Ok(l) => m = l.map(|l| l.as_monitor()).unwrap_or_default(),
+                                    Err(err) => report.problems.push(format!(
+                                        "sync block {}: its System.Threading.Lock {lock:#x}: {err}",
+                                        e.index
+                                    )),
+                                }
+                                match condition::condition_waiters(&mut i, lock, limit) {
+                                    Ok(w) => waiters_in_condition = w,
+                                    Err(err) => report.problems.push(format!(
+                                        "sync block {}: the Monitor.Wait waiters of Lock {lock:#x}: {err}",
+                                        e.index
+                                    )),
+                                }
+                            }
                             Err(err) => report.problems.push(format!(
                                 "sync block {}: its System.Threading.Lock {lock:#x}: {err}",
                                 e.index
@@ -191,8 +255,15 @@ pub fn read_locks_from(
                             Vec::new()
                         }
                     };
-                    if !m.locked && m.waiters == 0 && pulse_waiters.is_empty() {
+                    if !m.locked
+                        && m.waiters == 0
+                        && pulse_waiters.is_empty()
+                        && waiters_in_condition.is_empty()
+                    {
                         continue;
+                    }
+                    if !waiters_in_condition.is_empty() {
+                        condition_waiters.push((report.locks.len(), waiters_in_condition));
                     }
                     let waiting_for_pulse = pulse_waiters
                         .iter()
@@ -230,6 +301,11 @@ pub fn read_locks_from(
             Err(e) => report.problems.push(format!("sync table: {e}")),
         },
         Err(e) => report.problems.push(format!("sync blocks: {e}")),
+    }
+    if !condition_waiters.is_empty() {
+        tie_condition_waiters(rt, &mut report, &condition_waiters, stacks, &|os| {
+            by_os.get(&os).map(|t| thread_ref(t))
+        });
     }
 
     // Thin locks and System.Threading.Locks.

@@ -153,11 +153,8 @@ pub(crate) fn facts_hold_on(tb: &Testbed, t: &[String], what: &str) {
 
     // The thread parked in Monitor.Wait(Monitors.Cond) while it holds Monitors.Held:
     // it waits for a pulse of a free monitor, and owns the one the enter-blocked thread
-    // waits for. (.NET 11 keeps Monitor.Wait's waiters in a managed Condition that does not
-    // name their threads: not read yet, see docs/cli.md.)
-    if tb.variant.runtime_version().starts_with("11.") {
-        return other_locks_hold(tb, &v, &t, what);
-    }
+    // waits for. (.NET 11 keeps the waiters in the monitor's Lock's Condition, tied to
+    // their threads through their stacks.)
     let waiter = tb.manifest["threads"]
         .as_array()
         .expect("threads")
