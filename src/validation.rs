@@ -1665,7 +1665,7 @@ fn check_sync_blocks(rt: &Runtime, list: Option<&crate::contracts::thread::Threa
         let thread = holder.find(&list.threads);
         match thread {
             // A thin-lock word (.NET 11 keeps one in the block) records no OS id.
-            Some(t) if m.holder_os_id.is_none_or(|os| os == t.os_id) && m.recursion >= 1 => {}
+            Some(t) if m.holder_os_id.is_none_or(|os| t.has_os_id(os)) && m.recursion >= 1 => {}
             Some(t) => {
                 return Err(fail(format!(
                     "sync block {index}'s monitor is held {} time(s) by thread {:#x} (OS id {}), but records OS id {:?}",

@@ -216,6 +216,10 @@ pub struct ManagedThread {
     pub address: Addr,
     /// `Environment.CurrentManagedThreadId`.
     pub managed_id: u32,
+    /// The id the runtime recorded for the thread where it differs from the OS id: its id
+    /// in the target's own PID namespace (a container's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os_id_in_namespace: Option<u64>,
     /// The state word and its bits.
     pub state: ThreadState,
     /// The thread is the finalizer thread.

@@ -210,6 +210,9 @@ fn end_text(end: &StackEnd) -> Option<String> {
 
 fn thread_header(t: &ThreadStack) -> String {
     let mut s = format!("Thread {}", t.os_id);
+    if let Some(n) = t.managed.as_ref().and_then(|m| m.namespace_os_id) {
+        s.push_str(&format!(" ({n} in its PID namespace)"));
+    }
     if let Some(name) = t.display_name() {
         s.push_str(&format!(" \"{name}\""));
     }
@@ -432,6 +435,7 @@ pub(super) fn thread_model(t: &ThreadStack, n: &[Named<'_>]) -> model::Thread {
     let managed = t.managed.as_ref().map(|m| model::ManagedThread {
         address: Addr(m.address),
         managed_id: m.managed_id,
+        os_id_in_namespace: m.namespace_os_id,
         state: model::ThreadState {
             value: Addr(u64::from(m.state_bits)),
             names: m.state.iter().map(|s| s.to_string()).collect(),

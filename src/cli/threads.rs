@@ -93,6 +93,7 @@ pub(super) fn managed_thread(
     ManagedThread {
         address: Addr(t.address),
         managed_id: t.managed_id,
+        os_id_in_namespace: t.namespace_os_id,
         state: model::ThreadState {
             value: Addr(u64::from(t.state)),
             names: t.state_names().iter().map(|s| s.to_string()).collect(),
@@ -224,10 +225,13 @@ fn threads_text(r: &ThreadsReport) -> String {
     for t in &r.threads {
         let Some(m) = &t.managed else { continue };
         text.push_str(&format!(
-            "thread {} managed {} os {}{} state {} [{}]{}\n",
+            "thread {} managed {} os {}{}{} state {} [{}]{}\n",
             hex(m.address.0),
             m.managed_id,
             t.os_id,
+            m.os_id_in_namespace
+                .map(|n| format!(" ({n} in its PID namespace)"))
+                .unwrap_or_default(),
             t.name
                 .as_ref()
                 .map(|n| format!(" \"{n}\""))

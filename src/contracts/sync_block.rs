@@ -121,7 +121,7 @@ impl Holder {
         match self {
             Holder::Thread(address) => thread.address == address,
             Holder::ThinLockId(id) => thread.managed_id == id,
-            Holder::OsThreadId(id) => thread.os_id == id,
+            Holder::OsThreadId(id) => thread.has_os_id(id),
         }
     }
 

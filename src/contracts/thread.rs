@@ -127,8 +127,12 @@ pub struct ThreadInfo {
     pub address: u64,
     /// The managed thread id (`Environment.CurrentManagedThreadId`).
     pub managed_id: u32,
-    /// The OS thread id (0 for a thread not started or gone).
+    /// The OS thread id (0 for a thread not started or gone), as the reader sees it: for a
+    /// target in a PID namespace of its own, the id the reader's namespace gives it.
     pub os_id: u64,
+    /// The id the runtime recorded, where it differs from `os_id`: the thread's id in the
+    /// target's own PID namespace (a container's).
+    pub namespace_os_id: Option<u64>,
     /// `Thread.State` bits ([`THREAD_STATE_BITS`]).
     pub state: u32,
     /// Cooperative mode: the thread may be running managed code.
@@ -148,6 +152,12 @@ pub struct ThreadInfo {
 }
 
 impl ThreadInfo {
+    /// Whether `id` is this thread's OS id: the one the reader sees, or the one the
+    /// runtime recorded in the target's own PID namespace.
+    pub fn has_os_id(&self, id: u64) -> bool {
+        self.os_id == id || self.namespace_os_id == Some(id)
+    }
+
     /// The names of the state bits set.
     pub fn state_names(&self) -> Vec<&'static str> {
         THREAD_STATE_BITS
@@ -423,6 +433,15 @@ impl Threads {
                 }
             }
         }
+        // A target in a PID namespace of its own records the ids that namespace gives its
+        // threads: each is told by the id the reader sees, the recorded one kept beside it.
+        let ids = self.target.source().namespace_thread_ids();
+        for t in threads.iter_mut() {
+            if let Some(&seen) = ids.get(&t.os_id) {
+                t.namespace_os_id = Some(t.os_id);
+                t.os_id = seen as u64;
+            }
+        }
         Ok(ThreadList {
             store,
             threads,
@@ -458,6 +477,7 @@ impl Threads {
             address: t,
             managed_id: record.id,
             os_id: record.os_id,
+            namespace_os_id: None,
             state: record.state,
             preemptive_gc_disabled: record.preemptive_gc_disabled,
             frame: record.frame,

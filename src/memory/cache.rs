@@ -178,6 +178,10 @@ impl<S: MemorySource> MemorySource for PageCache<S> {
         self.inner.threads()
     }
 
+    fn namespace_thread_ids(&self) -> std::collections::HashMap<u64, i32> {
+        self.inner.namespace_thread_ids()
+    }
+
     fn kind(&self) -> TargetKind {
         self.inner.kind()
     }

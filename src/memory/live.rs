@@ -283,6 +283,22 @@ impl MemorySource for LiveProcess {
         Ok(threads)
     }
 
+    fn namespace_thread_ids(&self) -> std::collections::HashMap<u64, i32> {
+        let mut ids = std::collections::HashMap::new();
+        let Ok(entries) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) else {
+            return ids;
+        };
+        for tid in entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+            let inner = std::fs::read_to_string(format!("/proc/{}/task/{tid}/status", self.pid))
+                .ok()
+                .and_then(|s| innermost_namespace_id(&s));
+            if let Some(inner) = inner.filter(|&i| i != tid as u64) {
+                ids.insert(inner, tid);
+            }
+        }
+        ids
+    }
+
     fn kind(&self) -> TargetKind {
         TargetKind::Live { pid: self.pid }
     }
@@ -290,6 +306,18 @@ impl MemorySource for LiveProcess {
     fn native_layout(&self) -> Option<DataLayout> {
         self.layout
     }
+}
+
+/// The id a thread has in the innermost PID namespace it belongs to: the last of the
+/// `NSpid` line of its `/proc/PID/task/TID/status` (the first is the reader's own).
+fn innermost_namespace_id(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
 }
 
 /// The data layout of the process's executable, from its ELF identification bytes.
@@ -418,4 +446,18 @@ fn has_cap_sys_ptrace() -> bool {
 /// The executable path of a process, for messages.
 pub fn executable_path(pid: i32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
+#[cfg(test)]
+mod namespace_tests {
+    use super::innermost_namespace_id;
+
+    #[test]
+    fn the_innermost_namespace_id_is_the_last_of_nspid() {
+        let host = "Name:\tdotnet\nTgid:\t4242\nNSpid:\t4250\n";
+        assert_eq!(innermost_namespace_id(host), Some(4250));
+        let nested = "Tgid:\t4242\nPid:\t4250\nNSpid:\t4250\t17\t3\nNSpgid:\t1\n";
+        assert_eq!(innermost_namespace_id(nested), Some(3));
+        assert_eq!(innermost_namespace_id("Name:\tx\n"), None);
+    }
 }

@@ -143,6 +143,13 @@ pub trait MemorySource: Send + Sync {
     /// The target's threads.
     fn threads(&self) -> Result<Vec<ThreadInfo>, ReadError>;
 
+    /// The target's thread ids as its own PID namespace numbers them (the ids its runtime
+    /// records), each mapped to the id of the same thread in [`MemorySource::threads`];
+    /// empty where they are the same (no namespace between reader and target, a dump).
+    fn namespace_thread_ids(&self) -> std::collections::HashMap<u64, i32> {
+        std::collections::HashMap::new()
+    }
+
     /// What is being read.
     fn kind(&self) -> TargetKind;
 

@@ -65,6 +65,9 @@ pub struct ManagedThread {
     pub address: u64,
     /// `Environment.CurrentManagedThreadId`.
     pub managed_id: u32,
+    /// The id the runtime recorded, where it differs from the OS id: the thread's id in
+    /// the target's own PID namespace.
+    pub namespace_os_id: Option<u64>,
     /// The managed `Thread.Name` (from the thread's managed object), when it has one.
     pub name: Option<String>,
     /// The state word (`Thread::m_State`).
@@ -256,6 +259,7 @@ pub fn thread_stacks_with(
         Some(ManagedThread {
             address: t.address,
             managed_id: t.managed_id,
+            namespace_os_id: t.namespace_os_id,
             name,
             state_bits: t.state,
             state: t.state_names(),

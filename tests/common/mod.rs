@@ -323,6 +323,25 @@ pub struct Testbed {
 }
 
 impl Testbed {
+    /// A testbed the caller started (`child` owns the process whose pid, as this process
+    /// sees it, is `pid`), kept as the others are: killed and its folder removed when
+    /// dropped.
+    pub fn adopt(
+        variant: Variant,
+        pid: i32,
+        manifest: serde_json::Value,
+        dir: PathBuf,
+        child: Child,
+    ) -> Testbed {
+        Testbed {
+            variant,
+            pid,
+            manifest,
+            dir,
+            child: Mutex::new(child),
+        }
+    }
+
     /// Path of the dump of this kind (full, heap, normal, triage, gcore), written on
     /// first use.
     pub fn dump(&self, kind: &str) -> PathBuf {

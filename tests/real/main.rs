@@ -9,6 +9,7 @@ mod async_chains;
 mod callback_target;
 #[path = "../common/mod.rs"]
 mod common;
+mod containers;
 mod corrupt_corpus;
 mod coverage_net8;
 mod degrade_net11;
