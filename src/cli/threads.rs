@@ -36,6 +36,11 @@ pub struct ThreadsReport {
     pub threads: Vec<Thread>,
     /// Why the list was cut short.
     pub error: Option<String>,
+    /// How the runtime's thread ids were tied to the target's, where they differ (a
+    /// process in a PID namespace of its own: by the kernel's NSpid live, by stack in a
+    /// dump).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread_ids: Option<String>,
 }
 
 /// The JSON of an explicit Frame.
@@ -193,6 +198,7 @@ pub fn run_threads(args: &ThreadsArgs) -> CliResult {
         finalizer_thread: list.store.finalizer_thread.and_then(nonzero),
         threads,
         error: list.error.as_ref().map(|e| e.to_string()),
+        thread_ids: list.ids_matched.clone(),
     };
     if args.json {
         super::emit_json(&report)?;
@@ -222,6 +228,9 @@ fn threads_text(r: &ThreadsReport) -> String {
         r.thread_count,
         r.threads.len()
     );
+    if let Some(ids) = &r.thread_ids {
+        text.push_str(&format!("({ids})\n"));
+    }
     for t in &r.threads {
         let Some(m) = &t.managed else { continue };
         text.push_str(&format!(

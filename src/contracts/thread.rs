@@ -23,7 +23,7 @@
 //! MethodTable descends from `System.Exception` (the `ExceptionMethodTable` global), else
 //! for a handle to one; a field the descriptor types as `GCHandle` is always a handle.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -182,6 +182,57 @@ pub struct ThreadList {
     pub threads: Vec<ThreadInfo>,
     /// What ended the walk before the list's end (a cycle, a bad pointer, a limit).
     pub error: Option<ContractError>,
+    /// How the runtime's thread ids were tied to the target's, where they differ (a
+    /// process in a PID namespace of its own); `None` where they are the same.
+    pub ids_matched: Option<String>,
+}
+
+/// Largest distance from a thread's stack pointer to its innermost explicit Frame.
+const MAX_STACK_SPAN: u64 = 256 << 20;
+
+/// For a dump of a process in a PID namespace of its own (most runtime thread ids are no
+/// thread of the dump): each runtime thread tied to the dump's thread whose stack holds its
+/// innermost explicit Frame, the one with the closest stack pointer below it. An
+/// ambiguous tie (two runtime threads to one dump thread) ties neither. `None` when the
+/// ids agree, or when no thread can be tied.
+fn ids_by_stack(target: &Target, threads: &[ThreadInfo]) -> Option<(HashMap<u64, i32>, String)> {
+    let dumped = target.source().threads().ok()?;
+    let known: HashSet<u64> = dumped.iter().map(|t| t.tid as u64).collect();
+    let started: Vec<&ThreadInfo> = threads.iter().filter(|t| t.os_id != 0).collect();
+    let strangers = started.iter().filter(|t| !known.contains(&t.os_id)).count();
+    if strangers * 2 <= started.len() {
+        return None;
+    }
+    let mut picks: HashMap<i32, Vec<u64>> = HashMap::new();
+    for t in &started {
+        if t.frame == 0 || t.frame == u64::MAX {
+            continue;
+        }
+        let holder = dumped
+            .iter()
+            .filter_map(|d| Some((d.tid, d.sp?)))
+            .filter(|&(_, sp)| sp <= t.frame && t.frame - sp <= MAX_STACK_SPAN)
+            .max_by_key(|&(_, sp)| sp);
+        if let Some((tid, _)) = holder {
+            picks.entry(tid).or_default().push(t.os_id);
+        }
+    }
+    let ids: HashMap<u64, i32> = picks
+        .into_iter()
+        .filter(|(_, ours)| ours.len() == 1)
+        .map(|(tid, ours)| (ours[0], tid))
+        .collect();
+    if ids.is_empty() {
+        return None;
+    }
+    let note = format!(
+        "the runtime's thread ids are not the dump's (a PID namespace of its own): {} of {} \
+         threads tied to the dump's by stack (the thread whose stack holds the innermost \
+         explicit Frame)",
+        ids.len(),
+        started.len()
+    );
+    Some((ids, note))
 }
 
 /// One explicit Frame of a thread's chain.
@@ -435,7 +486,19 @@ impl Threads {
         }
         // A target in a PID namespace of its own records the ids that namespace gives its
         // threads: each is told by the id the reader sees, the recorded one kept beside it.
-        let ids = self.target.source().namespace_thread_ids();
+        // Live, the kernel says which is which; a dump's notes hold only the reader's ids.
+        let mut ids = self.target.source().namespace_thread_ids();
+        let mut ids_matched = (!ids.is_empty()).then(|| {
+            "the runtime's thread ids are its PID namespace's: tied to this reader's by the \
+             kernel's NSpid"
+                .to_string()
+        });
+        if ids.is_empty() {
+            if let Some((by_stack, note)) = ids_by_stack(&self.target, &threads) {
+                ids = by_stack;
+                ids_matched = Some(note);
+            }
+        }
         for t in threads.iter_mut() {
             if let Some(&seen) = ids.get(&t.os_id) {
                 t.namespace_os_id = Some(t.os_id);
@@ -446,6 +509,7 @@ impl Threads {
             store,
             threads,
             error,
+            ids_matched,
         })
     }
 
@@ -910,5 +974,60 @@ impl Threads {
         }
         let first = object.wrapping_add(f.off("String", "m_FirstChar")?);
         Ok(self.target.read_utf16(first, len as usize)?)
+    }
+}
+
+#[cfg(test)]
+mod namespace_tests {
+    use super::*;
+    use crate::memory::builder::MemoryBuilder;
+    use crate::memory::DataLayout;
+
+    fn runtime_thread(os_id: u64, frame: u64) -> ThreadInfo {
+        ThreadInfo {
+            address: 0x5000 + os_id,
+            managed_id: os_id as u32,
+            os_id,
+            namespace_os_id: None,
+            state: 0,
+            preemptive_gc_disabled: false,
+            frame,
+            exception_tracker: 0,
+            current_exception: None,
+            last_thrown: None,
+            next: 0,
+        }
+    }
+
+    #[test]
+    fn namespaced_ids_are_tied_to_the_dump_threads_whose_stacks_hold_their_frames() {
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        // Three dump threads (host ids), stacks a megabyte apart.
+        b.thread(4001, 0x10, 0x7000_0100)
+            .thread(4002, 0x10, 0x7010_0100)
+            .thread(4003, 0x10, 0x7020_0100);
+        let t = b.into_target();
+        // The runtime's (namespace) ids 1, 6, 7; 7 has no Frame.
+        let threads = [
+            runtime_thread(1, 0x7000_0800),
+            runtime_thread(6, 0x7010_0900),
+            runtime_thread(7, u64::MAX),
+        ];
+        let (ids, note) = ids_by_stack(&t, &threads).expect("tied");
+        assert_eq!(ids.get(&1), Some(&4001));
+        assert_eq!(ids.get(&6), Some(&4002));
+        assert_eq!(ids.len(), 2, "{ids:?}");
+        assert!(note.contains("2 of 3"), "{note}");
+        // Two runtime threads on one stack: neither is tied.
+        let mut ambiguous = threads.to_vec();
+        ambiguous.push(runtime_thread(9, 0x7010_0a00));
+        let (ids, _) = ids_by_stack(&t, &ambiguous).expect("tied");
+        assert_eq!((ids.get(&6), ids.get(&9)), (None, None));
+        // Ids the dump has: nothing to tie.
+        let same = [
+            runtime_thread(4001, 0x7000_0800),
+            runtime_thread(4002, 0x7010_0900),
+        ];
+        assert!(ids_by_stack(&t, &same).is_none());
     }
 }

@@ -111,6 +111,7 @@ pub struct MemoryBuilder {
     layout: DataLayout,
     regions: Vec<Region>,
     files: Vec<MappedFile>,
+    threads: Vec<ThreadInfo>,
     next_alloc: u64,
 }
 
@@ -122,6 +123,7 @@ impl MemoryBuilder {
             layout,
             regions: Vec::new(),
             files: Vec::new(),
+            threads: Vec::new(),
             next_alloc: 0x1_0000,
         }
     }
@@ -164,6 +166,18 @@ impl MemoryBuilder {
         self
     }
 
+    /// Records a thread of the target, as a dump's notes give it: its id and its
+    /// instruction and stack pointers.
+    pub fn thread(&mut self, tid: i32, ip: u64, sp: u64) -> &mut Self {
+        self.threads.push(ThreadInfo {
+            tid,
+            ip: Some(ip),
+            sp: Some(sp),
+            context: None,
+        });
+        self
+    }
+
     /// Freezes the layout into a readable source.
     pub fn build(mut self) -> BuiltMemory {
         self.regions.sort_by_key(|r| r.addr);
@@ -182,6 +196,7 @@ impl MemoryBuilder {
             layout: self.layout,
             regions: self.regions,
             files: self.files,
+            threads: self.threads,
         }
     }
 
@@ -198,6 +213,7 @@ pub struct BuiltMemory {
     layout: DataLayout,
     regions: Vec<Region>,
     files: Vec<MappedFile>,
+    threads: Vec<ThreadInfo>,
 }
 
 impl MemorySource for BuiltMemory {
@@ -228,7 +244,7 @@ impl MemorySource for BuiltMemory {
     }
 
     fn threads(&self) -> Result<Vec<ThreadInfo>, ReadError> {
-        Ok(Vec::new())
+        Ok(self.threads.clone())
     }
 
     fn kind(&self) -> TargetKind {

@@ -1,8 +1,9 @@
 //! A .NET process in a PID namespace of its own, as a container runs it (`unshare --pid
 //! --fork --mount-proc`: the runtime, and the testbed's own account of its threads, see
 //! the namespace's ids), read from the host by its host pid, as an engineer on the node
-//! reads it. The runtime records its threads' ids as its namespace numbers them; cdac
-//! tells each thread by the id the host sees and keeps the recorded one beside it.
+//! reads it, live and from a gcore taken on the host. The runtime records its threads' ids
+//! as its namespace numbers them; cdac tells each thread by the id the host sees (live by
+//! the kernel's NSpid, in the dump by stack) and keeps the recorded one beside it.
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -65,67 +66,101 @@ fn cdac(args: &[&str]) -> (Value, String) {
     (v, stderr)
 }
 
-/// Live from the host: no check fails and nothing warns; every parked thread is its
-/// runtime thread (host id a task of the process, namespace id the testbed's own), with
+/// A gcore of the testbed, taken from the host (its notes hold the host's thread ids).
+fn gcore_from_the_host(tb: &Testbed) -> std::path::PathBuf {
+    let prefix = tb.dir.join("host-gcore");
+    let status = Command::new("gcore")
+        .env_remove("DEBUGINFOD_URLS")
+        .arg("-o")
+        .arg(&prefix)
+        .arg(tb.pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run gcore");
+    assert!(status.success(), "gcore {}", tb.pid);
+    tb.dir.join(format!("host-gcore.{}", tb.pid))
+}
+
+/// From the host, live and on a gcore: no check fails and nothing warns; the thread ids
+/// are tied by the rule said (NSpid live, stacks in the dump); every parked thread is its
+/// runtime thread (host id a thread of the target, namespace id the testbed's own), with
 /// its frames and chain as without a namespace; the locks' deadlocks are found.
 fn read_from_the_host(variant: Variant) {
     let tb = start_in_pid_namespace(variant);
     let pid = tb.pid.to_string();
-    let what = format!("{} in a PID namespace", variant.name());
+    let core = gcore_from_the_host(&tb);
+    let core = core.display().to_string();
+    for (target, rule, kind) in [
+        (["--pid", pid.as_str()], "NSpid", "live"),
+        (["--dump", core.as_str()], "by stack", "gcore"),
+    ] {
+        let what = format!("{} in a PID namespace, {kind}", variant.name());
+        let run = |command: &[&str]| cdac(&[command, &target[..]].concat());
 
-    let (info, stderr) = cdac(&["info", "--json", "--pid", &pid]);
-    let checks = info["checks"].as_array().expect("checks");
-    for c in checks {
-        assert_ne!(c["status"], "failed", "{what}: {c}");
-    }
-    assert!(!stderr.to_lowercase().contains("warn"), "{what}: {stderr}");
-
-    let (threads, _) = cdac(&["threads", "--json", "--pid", &pid]);
-    let listed = threads["threads"].as_array().expect("threads");
-    let parked = tb.manifest["threads"].as_array().expect("manifest threads");
-    for p in parked {
-        let t = listed
-            .iter()
-            .find(|t| t["managed"]["managed_id"] == p["managed_id"])
-            .unwrap_or_else(|| panic!("{what}: no runtime thread for {p}"));
-        assert_eq!(
-            t["managed"]["os_id_in_namespace"], p["os_tid"],
-            "{what}: {t}"
-        );
-        let host = t["os_id"].as_i64().expect("os_id");
-        assert_ne!(Some(host), p["os_tid"].as_i64(), "{what}: {t}");
-        assert!(
-            std::path::Path::new(&format!("/proc/{pid}/task/{host}")).exists(),
-            "{what}: {host} is no thread of {pid}"
-        );
-    }
-
-    // Stacks: the same checks as without a namespace, on the namespace's ids.
-    let (mut stacks, _) = cdac(&["stacks", "--json", "--pid", &pid]);
-    for t in stacks["threads"].as_array_mut().expect("threads") {
-        if let Some(inner) = t["managed"]["os_id_in_namespace"].as_i64() {
-            t["os_id"] = Value::from(inner);
+        let (info, stderr) = run(&["info", "--json"]);
+        let checks = info["checks"].as_array().expect("checks");
+        for c in checks {
+            assert_ne!(c["status"], "failed", "{what}: {c}");
         }
-    }
-    crate::stacks::check_parked_threads(&tb, &stacks, &what);
+        assert!(!stderr.to_lowercase().contains("warn"), "{what}: {stderr}");
 
-    // The monitor deadlock, and the System.Threading.Lock one where the runtime has Lock.
-    let (locks, _) = cdac(&["locks", "--json", "--pid", &pid]);
-    let expected = 1 + usize::from(!tb.manifest["locks"]["lock_deadlock"].is_null());
-    assert_eq!(
-        locks["deadlocks"].as_array().map(Vec::len),
-        Some(expected),
-        "{what}: {locks}"
-    );
-    assert!(
-        locks["problems"].as_array().is_some_and(Vec::is_empty),
-        "{what}: {locks}"
-    );
-    eprintln!(
-        "{what}: {} checks, {} parked threads matched by host and namespace id",
-        checks.len(),
-        parked.len()
-    );
+        let (threads, _) = run(&["threads", "--json"]);
+        assert!(
+            threads["thread_ids"]
+                .as_str()
+                .is_some_and(|r| r.contains(rule)),
+            "{what}: {}",
+            threads["thread_ids"]
+        );
+        let listed = threads["threads"].as_array().expect("threads");
+        let parked = tb.manifest["threads"].as_array().expect("manifest threads");
+        for p in parked {
+            let t = listed
+                .iter()
+                .find(|t| t["managed"]["managed_id"] == p["managed_id"])
+                .unwrap_or_else(|| panic!("{what}: no runtime thread for {p}"));
+            assert_eq!(
+                t["managed"]["os_id_in_namespace"], p["os_tid"],
+                "{what}: {t}"
+            );
+            let host = t["os_id"].as_i64().expect("os_id");
+            assert_ne!(Some(host), p["os_tid"].as_i64(), "{what}: {t}");
+            assert!(
+                std::path::Path::new(&format!("/proc/{pid}/task/{host}")).exists(),
+                "{what}: {host} is no thread of {pid}"
+            );
+        }
+
+        // Stacks: the same checks as without a namespace, on the namespace's ids.
+        let (mut stacks, _) = run(&["stacks", "--json"]);
+        for t in stacks["threads"].as_array_mut().expect("threads") {
+            if let Some(inner) = t["managed"]["os_id_in_namespace"].as_i64() {
+                t["os_id"] = Value::from(inner);
+            }
+        }
+        crate::stacks::check_parked_threads(&tb, &stacks, &what);
+
+        // The monitor deadlock, and the System.Threading.Lock one where the runtime has
+        // Lock.
+        let (locks, _) = run(&["locks", "--json"]);
+        let expected = 1 + usize::from(!tb.manifest["locks"]["lock_deadlock"].is_null());
+        assert_eq!(
+            locks["deadlocks"].as_array().map(Vec::len),
+            Some(expected),
+            "{what}: {locks}"
+        );
+        assert!(
+            locks["problems"].as_array().is_some_and(Vec::is_empty),
+            "{what}: {locks}"
+        );
+        eprintln!(
+            "{what}: {} checks, {} parked threads matched by host and namespace id ({})",
+            checks.len(),
+            parked.len(),
+            threads["thread_ids"]
+        );
+    }
 }
 
 #[test]
