@@ -182,6 +182,11 @@ impl MethodNamer {
         }
     }
 
+    /// The target it names methods of.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
     /// The perf-map name of one method.
     pub fn name(&mut self, md: u64) -> String {
         self.names(&[md]).pop().unwrap_or_default()

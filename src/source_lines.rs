@@ -26,6 +26,14 @@ impl SourceLines {
         SourceLines::default()
     }
 
+    /// An empty cache for `target`'s files: under its root when it has one of its own (a
+    /// process in a container's mount namespace).
+    pub fn for_target(target: &crate::memory::Target) -> SourceLines {
+        SourceLines {
+            finder: PdbFinder::with_root(target.source().file_root()),
+        }
+    }
+
     /// The PDB finder (and its cache).
     pub fn finder(&self) -> &PdbFinder {
         &self.finder

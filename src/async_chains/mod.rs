@@ -170,7 +170,7 @@ pub fn read_async(rt: &Runtime, options: AsyncOptions) -> Result<AsyncReport, Co
     };
     let mut inspector = Inspector::new(rt)?;
     let mut namer = MethodNamer::for_runtime(rt);
-    let lines = SourceLines::new();
+    let lines = SourceLines::for_target(rt.target());
     let mut frame_reader = frames::FrameReader::new(rt, &mut namer, &lines);
     let mut runtime_async_reader = runtime_async::RuntimeAsyncReader::new(rt);
     let owners: FxHashMap<u64, u64> = found

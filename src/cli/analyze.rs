@@ -184,7 +184,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
         .iter()
         .filter_map(|t| Some((t, t.managed.as_ref()?.exception.as_ref()?)))
         .collect();
-    let source_lines = SourceLines::new();
+    let source_lines = SourceLines::for_target(rt.target());
     let reports: Vec<ExceptionReport> = with_exceptions
         .iter()
         .map(|(_, e)| ExceptionReport::new(&rt, e, &mut namer, &source_lines))

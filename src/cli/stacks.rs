@@ -77,7 +77,7 @@ pub(super) fn name_frames<'a>(
         .collect();
     let names: std::collections::HashMap<u64, String> =
         mds.iter().copied().zip(namer.names(&mds)).collect();
-    let lines = SourceLines::new();
+    let lines = SourceLines::for_target(namer.target());
     let namer = &*namer;
     let source_of = |frame: &StackFrame, method_desc: u64| {
         let il = frame.il_offset.and_then(IlOffset::il)?;

@@ -182,6 +182,10 @@ impl<S: MemorySource> MemorySource for PageCache<S> {
         self.inner.namespace_thread_ids()
     }
 
+    fn file_root(&self) -> Option<std::path::PathBuf> {
+        self.inner.file_root()
+    }
+
     fn kind(&self) -> TargetKind {
         self.inner.kind()
     }

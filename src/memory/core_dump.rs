@@ -60,6 +60,8 @@ pub struct CoreDump {
     threads: Vec<ThreadInfo>,
     crash: Option<CrashSignal>,
     backing: Mutex<HashMap<PathBuf, Arc<Backing>>>,
+    /// Where the dumped process's files are looked for first (a container's root).
+    sysroots: Vec<PathBuf>,
     warnings: Vec<String>,
     /// The segment the last read hit: reads come in runs over one structure, and a full
     /// dump has thousands of segments to search otherwise.
@@ -111,7 +113,7 @@ impl CoreDump {
         }
         .map_err(bad)?;
         let mut warnings = parsed.warnings;
-        let missing: Vec<String> = missing_backing_files(&parsed.files, &parsed.segments)
+        let missing: Vec<String> = missing_backing_files(&parsed.files, &parsed.segments, sysroots)
             .into_iter()
             .map(|p| p.display().to_string())
             .collect();
@@ -138,6 +140,7 @@ impl CoreDump {
             threads: parsed.threads,
             crash: parsed.crash,
             backing: Mutex::new(HashMap::new()),
+            sysroots: sysroots.to_vec(),
             warnings,
         })
     }
@@ -202,7 +205,10 @@ impl CoreDump {
         let mut cache = self.backing.lock().unwrap_or_else(|p| p.into_inner());
         cache
             .entry(path.to_path_buf())
-            .or_insert_with(|| Arc::new(self.check_backing(path, open_backing(path))))
+            .or_insert_with(|| {
+                let here = on_this_machine(path, &self.sysroots);
+                Arc::new(self.check_backing(path, open_backing(&here)))
+            })
             .clone()
     }
 
@@ -391,6 +397,10 @@ impl MemorySource for CoreDump {
 
     fn mapped_files(&self) -> &[MappedFile] {
         &self.files
+    }
+
+    fn file_root(&self) -> Option<PathBuf> {
+        self.sysroots.first().cloned()
     }
 
     fn threads(&self) -> Result<Vec<ThreadInfo>, ReadError> {
@@ -834,12 +844,17 @@ fn x64_context(reg: &dyn Fn(usize) -> Option<u64>) -> Option<X64Context> {
 
 /// Files named by `NT_FILE` for ranges the dump left out, which are not on this machine.
 /// Each distinct path is looked at once.
-fn missing_backing_files(files: &[MappedFile], segments: &[Segment]) -> Vec<PathBuf> {
+fn missing_backing_files(
+    files: &[MappedFile],
+    segments: &[Segment],
+    sysroots: &[PathBuf],
+) -> Vec<PathBuf> {
     let mut on_disk: HashMap<&Path, bool> = HashMap::new();
     let mut missing: std::collections::BTreeSet<&Path> = Default::default();
     for f in files.iter().filter(|f| is_regular_file_path(&f.path)) {
         let path = f.path.as_path();
-        if missing.contains(path) || *on_disk.entry(path).or_insert_with(|| path.exists()) {
+        let here = || on_this_machine(path, sysroots).exists();
+        if missing.contains(path) || *on_disk.entry(path).or_insert_with(here) {
             continue;
         }
         if has_uncaptured_bytes(f.start, f.end, segments) {
@@ -847,6 +862,18 @@ fn missing_backing_files(files: &[MappedFile], segments: &[Segment]) -> Vec<Path
         }
     }
     missing.into_iter().map(Path::to_path_buf).collect()
+}
+
+/// Where the dumped process's file `path` is on this machine: under the first sysroot that
+/// has it (a container's root filesystem, or `/proc/PID/root` while it runs), else at its
+/// own path. The first page the dump holds must still match ([`CoreDump`] checks it).
+fn on_this_machine(path: &Path, sysroots: &[PathBuf]) -> PathBuf {
+    let relative = path.strip_prefix("/").unwrap_or(path);
+    sysroots
+        .iter()
+        .map(|root| root.join(relative))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| path.to_path_buf())
 }
 
 /// False for mappings that never were files on disk (shared memory, deleted files,

@@ -283,6 +283,12 @@ impl MemorySource for LiveProcess {
         Ok(threads)
     }
 
+    fn file_root(&self) -> Option<std::path::PathBuf> {
+        let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+        let theirs = ns(&self.pid.to_string())?;
+        (Some(theirs) != ns("self")).then(|| format!("/proc/{}/root", self.pid).into())
+    }
+
     fn namespace_thread_ids(&self) -> std::collections::HashMap<u64, i32> {
         let mut ids = std::collections::HashMap::new();
         let Ok(entries) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) else {

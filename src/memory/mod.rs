@@ -143,6 +143,12 @@ pub trait MemorySource: Send + Sync {
     /// The target's threads.
     fn threads(&self) -> Result<Vec<ThreadInfo>, ReadError>;
 
+    /// Where the target's files are here, when not at the paths the target uses (a
+    /// process in a mount namespace of its own: its `/proc/PID/root`); `None` otherwise.
+    fn file_root(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+
     /// The target's thread ids as its own PID namespace numbers them (the ids its runtime
     /// records), each mapped to the id of the same thread in [`MemorySource::threads`];
     /// empty where they are the same (no namespace between reader and target, a dump).

@@ -1,6 +1,7 @@
-//! A .NET process in a PID namespace of its own, as a container runs it (`unshare --pid
-//! --fork --mount-proc`: the runtime, and the testbed's own account of its threads, see
-//! the namespace's ids), read from the host by its host pid, as an engineer on the node
+//! A .NET process in PID and mount namespaces of its own, as a container runs it
+//! (`unshare --pid --fork --mount-proc --mount`: the runtime, and the testbed's own
+//! account of its threads, see the namespace's ids; its files are bind-mounted where the
+//! host has nothing), read from the host by its host pid, as an engineer on the node
 //! reads it, live and from a gcore taken on the host. The runtime records its threads' ids
 //! as its namespace numbers them; cdac tells each thread by the id the host sees (live by
 //! the kernel's NSpid, in the dump by stack) and keeps the recorded one beside it.
@@ -12,14 +13,27 @@ use serde_json::Value;
 
 use crate::common::{self, Testbed, Variant};
 
-/// The testbed started in a PID namespace of its own, known by its host pid.
+/// Where the namespaced testbed's files are, in its mount namespace only.
+const APP: &str = "/mnt/cdac-app";
+
+/// The testbed started in PID and mount namespaces of its own, known by its host pid.
 fn start_in_pid_namespace(variant: Variant) -> Testbed {
     let exe = common::testbed_exe(variant);
     let dir = common::scratch(&format!("namespaced-{}", variant.name()));
     let manifest_path = dir.join("manifest.json");
+    // Its files bind-mounted where this process has nothing: a tmpfs over /mnt that only
+    // the namespace sees.
+    let folder = exe.parent().expect("the testbed's folder");
     let child = Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-        .arg(&exe)
+        .args(["--pid", "--fork", "--mount-proc", "--mount", "--kill-child"])
+        .args(["sh", "-c"])
+        .arg(format!(
+            "mount -t tmpfs none /mnt && mkdir {APP} && mount --bind '{}' {APP} && \
+             exec {APP}/{} \"$@\"",
+            folder.display(),
+            variant.executable()
+        ))
+        .arg("sh")
         .arg("--manifest")
         .arg(&manifest_path)
         .args(["--max-seconds", "900"])
@@ -51,6 +65,11 @@ fn start_in_pid_namespace(variant: Variant) -> Testbed {
     assert_eq!(
         manifest["pid"], 1,
         "the testbed sees itself as its namespace's first process"
+    );
+    let runtime = manifest["libcoreclr"].as_str().expect("libcoreclr");
+    assert!(
+        runtime.starts_with(APP) && !std::path::Path::new(runtime).exists(),
+        "the runtime at {runtime}, which this process cannot open"
     );
     Testbed::adopt(variant, pid, manifest, dir, child)
 }
@@ -91,10 +110,12 @@ fn read_from_the_host(variant: Variant) {
     let pid = tb.pid.to_string();
     let core = gcore_from_the_host(&tb);
     let core = core.display().to_string();
-    for (target, rule, kind) in [
-        (["--pid", pid.as_str()], "NSpid", "live"),
-        (["--dump", core.as_str()], "by stack", "gcore"),
-    ] {
+    // The gcore is read with the running container's root as its sysroot, as an engineer
+    // on the node would: the files that back its unwritten memory are only in there.
+    let root = format!("/proc/{pid}/root");
+    let live = vec!["--pid", pid.as_str()];
+    let dump = vec!["--dump", core.as_str(), "--sysroot", root.as_str()];
+    for (target, rule, kind) in [(live, "NSpid", "live"), (dump, "by stack", "gcore")] {
         let what = format!("{} in a PID namespace, {kind}", variant.name());
         let run = |command: &[&str]| cdac(&[command, &target[..]].concat());
 
@@ -140,6 +161,20 @@ fn read_from_the_host(variant: Variant) {
             }
         }
         crate::stacks::check_parked_threads(&tb, &stacks, &what);
+        // Source lines come from the PDBs in the container's files: through the process's
+        // root live, through the sysroot for the dump.
+        let with_line = stacks["threads"]
+            .as_array()
+            .expect("threads")
+            .iter()
+            .flat_map(|t| t["frames"].as_array().into_iter().flatten())
+            .filter(|f| {
+                f["source"]["file"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("ParkedThreads.cs"))
+            })
+            .count();
+        assert!(with_line > 8, "{what}: {with_line} frames with a line");
 
         // The monitor deadlock, and the System.Threading.Lock one where the runtime has
         // Lock.

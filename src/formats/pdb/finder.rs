@@ -134,12 +134,31 @@ pub fn find_pdb(assembly: &Path) -> Result<FoundPdb> {
 #[derive(Debug, Default)]
 pub struct PdbFinder {
     cache: Mutex<HashMap<PathBuf, std::result::Result<Arc<FoundPdb>, PdbError>>>,
+    /// Where the target's paths are, when its files are not at the same paths here (a
+    /// process in a mount namespace of its own: `/proc/PID/root`).
+    root: Option<PathBuf>,
 }
 
 impl PdbFinder {
     /// An empty cache.
     pub fn new() -> PdbFinder {
         PdbFinder::default()
+    }
+
+    /// An empty cache for a target whose files are under `root` (`None`: at their paths).
+    pub fn with_root(root: Option<PathBuf>) -> PdbFinder {
+        PdbFinder {
+            root,
+            ..PdbFinder::default()
+        }
+    }
+
+    /// Where the target's file `path` is here: under the target's root when it is there.
+    fn here(&self, path: &Path) -> PathBuf {
+        match (&self.root, path.strip_prefix("/")) {
+            (Some(root), Ok(relative)) if root.join(relative).exists() => root.join(relative),
+            _ => path.to_path_buf(),
+        }
     }
 
     /// The PDB of `assembly`, found once.
@@ -152,7 +171,7 @@ impl PdbFinder {
         {
             return hit.clone();
         }
-        let found = find_pdb(assembly).map(Arc::new);
+        let found = find_pdb(&self.here(assembly)).map(Arc::new);
         self.cache
             .lock()
             .unwrap_or_else(|p| p.into_inner())
