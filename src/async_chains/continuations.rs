@@ -6,36 +6,13 @@
 //! Task: its `RuntimeAsyncTask`), or a `List<object>` of several of these. Each is followed to the Task
 //! or object that will run.
 
-use crate::inspect::{FieldView, Inspector, Value};
+use crate::inspect::{int_field, reference_field, Inspector, Value};
 
 /// Most continuations read from one list.
 const MAX_LIST_CONTINUATIONS: usize = 4096;
 /// The wrapper the runtime puts around an Action to keep its async method for debuggers.
 const CONTINUATION_WRAPPER: &str =
     "System.Runtime.CompilerServices.AsyncMethodBuilderCore+ContinuationWrapper";
-
-/// The value of an integer field named `name`.
-pub fn int_field(fields: &[FieldView], name: &str) -> Option<i64> {
-    fields
-        .iter()
-        .find(|f| f.name == name)
-        .and_then(|f| match f.value {
-            Value::Int(v) => Some(v),
-            Value::UInt(v) => i64::try_from(v).ok(),
-            _ => None,
-        })
-}
-
-/// The object a reference field named `name` holds (`None` for null or no such field).
-pub fn reference_field(fields: &[FieldView], name: &str) -> Option<u64> {
-    fields
-        .iter()
-        .find(|f| f.name == name)
-        .and_then(|f| match f.value {
-            Value::Reference { address, .. } if address != 0 => Some(address),
-            _ => None,
-        })
-}
 
 /// What the continuation object `object` runs: the Tasks or objects it leads to.
 pub fn resolve(inspector: &mut Inspector<'_>, object: u64) -> Vec<u64> {

@@ -15,7 +15,7 @@ use crate::names::MethodNamer;
 use crate::runtime::Runtime;
 use crate::source_lines::SourceLines;
 
-use super::continuations::int_field;
+use crate::inspect::int_field;
 
 /// The start of a state machine box's type name (async `Task`, `Task<T>`, `ValueTask`
 /// and `void` methods all box their state machines in it).

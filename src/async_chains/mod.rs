@@ -218,7 +218,7 @@ fn read_object(
     problems: &mut Vec<String>,
 ) -> Result<Option<AsyncObject>, ContractError> {
     let view = inspector.view(address, 0)?;
-    let Some(state_flags) = continuations::int_field(&view.fields, "m_stateFlags") else {
+    let Some(state_flags) = crate::inspect::int_field(&view.fields, "m_stateFlags") else {
         return Ok(None);
     };
     let state_machine = if frames::is_state_machine_box(&view.type_name) {

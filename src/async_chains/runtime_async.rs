@@ -16,13 +16,12 @@ use std::collections::HashSet;
 use crate::contracts::debug_info::{il_offset, DebugInfoFormat};
 use crate::contracts::execution_manager::ExecutionManager;
 use crate::formats::pdb::SourceLocation;
-use crate::inspect::{Inspector, ObjectView};
+use crate::inspect::{reference_field, Inspector, ObjectView};
 use crate::names::MethodNamer;
 use crate::records::continuation::{ContinuationLayout, ContinuationRecord};
 use crate::runtime::Runtime;
 use crate::source_lines::SourceLines;
 
-use super::continuations::reference_field;
 use super::frames::Awaited;
 use super::MAX_CHAIN_DEPTH;
 

@@ -9,6 +9,7 @@
 //! - [`values`]: reading a field's or element's value.
 
 pub(crate) mod delegates;
+mod fields;
 pub mod header;
 mod managed_lock;
 pub mod values;
@@ -25,6 +26,7 @@ use crate::contracts::ContractError;
 use crate::names::{FieldMetadata, MethodNamer};
 use crate::runtime::Runtime;
 
+pub use fields::{int_field, reference_field};
 pub use header::{Header, HeaderState};
 pub use managed_lock::ThreadingLock;
 pub use values::Value;

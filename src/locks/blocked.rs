@@ -13,7 +13,7 @@
 //! merely sits in a frame is not taken for a wait.
 
 use crate::names::MethodNamer;
-use crate::stacks::{FrameCode, Stacks};
+use crate::stacks::Stacks;
 
 /// How many innermost managed frames are searched for the frames that enter a lock.
 const INNERMOST: usize = 8;
@@ -82,15 +82,7 @@ pub fn blocked_threads(
                 .collect()
         };
         // The innermost managed frames that enter a lock, then their caller.
-        let managed: Vec<(usize, u64)> = stack
-            .frames
-            .iter()
-            .enumerate()
-            .filter_map(|(i, f)| match f.code {
-                FrameCode::Managed { method_desc, .. } => Some((i, method_desc)),
-                FrameCode::Native => None,
-            })
-            .collect();
+        let managed = stack.managed_frames();
         // The entering frames may sit under a few frames of waiting machinery
         // (`WaitHandle`, an event): look at the innermost few.
         let kinds: Vec<Option<BlockedIn>> = managed

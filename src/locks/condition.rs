@@ -7,9 +7,9 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::contracts::ContractError;
-use crate::inspect::{Inspector, Value};
+use crate::inspect::{reference_field, Inspector};
 use crate::names::MethodNamer;
-use crate::stacks::{FrameCode, Stacks};
+use crate::stacks::Stacks;
 
 /// The Lock's field holding its wait event or, once waited on, its Condition.
 const WAIT_FIELD: &str = "_waitEventOrCondition";
@@ -20,17 +20,6 @@ const WAIT_METHOD: &str = "System.Threading.Condition::Wait";
 /// How many innermost managed frames are searched for it (under a wait handle's frames).
 const INNERMOST: usize = 8;
 
-/// The reference a field named `name` holds (`None` for null or no such field).
-fn reference(fields: &[crate::inspect::FieldView], name: &str) -> Option<u64> {
-    fields
-        .iter()
-        .find(|f| f.name == name)
-        .and_then(|f| match f.value {
-            Value::Reference { address, .. } if address != 0 => Some(address),
-            _ => None,
-        })
-}
-
 /// The waiters of the Condition of the Lock at `lock`, head first (empty when nobody has
 /// waited on it). `limit` bounds the list: a longer one (a cycle) fails.
 pub(crate) fn condition_waiters(
@@ -39,7 +28,7 @@ pub(crate) fn condition_waiters(
     limit: u64,
 ) -> Result<Vec<u64>, ContractError> {
     let view = inspector.view(lock, 0)?;
-    let Some(condition) = reference(&view.fields, WAIT_FIELD) else {
+    let Some(condition) = reference_field(&view.fields, WAIT_FIELD) else {
         return Ok(Vec::new());
     };
     let c = inspector.view(condition, 0)?;
@@ -47,7 +36,7 @@ pub(crate) fn condition_waiters(
         return Ok(Vec::new());
     }
     let mut waiters = Vec::new();
-    let mut at = reference(&c.fields, "_waitersHead");
+    let mut at = reference_field(&c.fields, "_waitersHead");
     while let Some(w) = at {
         if waiters.len() as u64 >= limit || waiters.contains(&w) {
             return Err(ContractError::Corrupt {
@@ -57,7 +46,7 @@ pub(crate) fn condition_waiters(
             });
         }
         waiters.push(w);
-        at = reference(&inspector.view(w, 0)?.fields, "next");
+        at = reference_field(&inspector.view(w, 0)?.fields, "next");
     }
     Ok(waiters)
 }
@@ -76,16 +65,8 @@ pub(crate) fn threads_of_waiters(
         let (Some(stack), Some(roots)) = (&t.stack, &t.roots) else {
             continue;
         };
-        let managed: Vec<(usize, u64)> = stack
-            .frames
-            .iter()
-            .enumerate()
-            .filter_map(|(i, f)| match f.code {
-                FrameCode::Managed { method_desc, .. } => Some((i, method_desc)),
-                FrameCode::Native => None,
-            })
-            .take(INNERMOST)
-            .collect();
+        let managed: Vec<(usize, u64)> =
+            stack.managed_frames().into_iter().take(INNERMOST).collect();
         let Some(&(wait_frame, _)) = managed
             .iter()
             .find(|&&(_, md)| namer.name(md).contains(WAIT_METHOD))

@@ -201,6 +201,8 @@ pub fn read_locks_from(
     // its entry in the report; tied to their threads after the loop, in one read of the
     // threads' statics.
     let mut condition_waiters: Vec<(usize, Vec<u64>)> = Vec::new();
+    // One inspector for every Lock (it keeps the types' layouts), made when one is met.
+    let mut inspector = None;
     let limit = rt.target().limits().max_list_length;
     match rt.contracts().sync_blocks() {
         Ok(sync) => match sync.used_part() {
@@ -223,8 +225,8 @@ pub fn read_locks_from(
                     if let Some(lock) = block.lock_object {
                         inflated_locks.push(lock);
                         let mt = rt.target().read_pointer(lock).unwrap_or(0) & !7;
-                        match crate::inspect::Inspector::new(rt) {
-                            Ok(mut i) => {
+                        match inspector.get_or_insert_with(|| crate::inspect::Inspector::new(rt)) {
+                            Ok(i) => {
                                 match i.threading_lock(lock, mt) {
                                     Ok(l) => m = l.map(|l| l.as_monitor()).unwrap_or_default(),
                                     Err(err) => report.problems.push(format!(
@@ -232,7 +234,7 @@ pub fn read_locks_from(
                                         e.index
                                     )),
                                 }
-                                match condition::condition_waiters(&mut i, lock, limit) {
+                                match condition::condition_waiters(i, lock, limit) {
                                     Ok(w) => waiters_in_condition = w,
                                     Err(err) => report.problems.push(format!(
                                         "sync block {}: the Monitor.Wait waiters of Lock {lock:#x}: {err}",

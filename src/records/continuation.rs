@@ -70,16 +70,9 @@ impl ContinuationRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::descriptor::json;
     use crate::memory::builder::MemoryBuilder;
     use crate::memory::DataLayout;
-
-    fn descriptor(text: &str) -> DataDescriptor {
-        let physical = json::parse("test", text.as_bytes()).expect("descriptor");
-        let mut d = DataDescriptor::new(DataLayout::LE64);
-        d.merge("test", &physical, &[]).expect("merge");
-        d
-    }
+    use crate::records::fields::test_descriptor as descriptor;
 
     /// .NET 11.0.0's layout.
     const NET11: &str = r#"{"types":{"ContinuationObject":{"Next":8,"ResumeInfo":16,"State":28},

@@ -51,3 +51,12 @@ pub(crate) fn missing_field(type_name: &str, field: &str) -> ContractError {
         field: field.into(),
     })
 }
+
+/// A 64-bit little-endian descriptor from descriptor JSON text, for the records' tests.
+#[cfg(test)]
+pub(crate) fn test_descriptor(text: &str) -> DataDescriptor {
+    let physical = crate::descriptor::json::parse("test", text.as_bytes()).expect("descriptor");
+    let mut d = DataDescriptor::new(crate::memory::DataLayout::LE64);
+    d.merge("test", &physical, &[]).expect("merge");
+    d
+}

@@ -252,16 +252,9 @@ impl ExceptionInfoRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::descriptor::json;
     use crate::memory::builder::MemoryBuilder;
     use crate::memory::DataLayout;
-
-    fn descriptor(text: &str) -> DataDescriptor {
-        let physical = json::parse("test", text.as_bytes()).expect("descriptor");
-        let mut d = DataDescriptor::new(DataLayout::LE64);
-        d.merge("test", &physical, &[]).expect("merge");
-        d
-    }
+    use crate::records::fields::test_descriptor as descriptor;
 
     const FIELDS: &str = r#""Id":16,"OSId":24,"State":0,"PreemptiveGCDisabled":4,"Frame":8,
         "LinkNext":32,"ExceptionTracker":40"#;

@@ -143,6 +143,17 @@ pub struct Stack {
     pub end: StackEnd,
 }
 
+impl Stack {
+    /// Its managed frames, innermost first: each frame's index and MethodDesc.
+    pub fn managed_frames(&self) -> Vec<(usize, u64)> {
+        self.frames
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| Some((i, f.method_desc()?)))
+            .collect()
+    }
+}
+
 /// Walks the stacks of one runtime's threads.
 pub struct StackWalker {
     rt: Runtime,

@@ -85,6 +85,32 @@ fn file_of(type_name: &str) -> &'static str {
     }
 }
 
+/// A manifest chain's methods, outermost first, as `Ns.Type.Method`.
+fn manifest_methods(chain: &Value) -> Vec<String> {
+    chain["frames"]
+        .as_array()
+        .expect("frames")
+        .iter()
+        .map(|f| {
+            format!(
+                "{}.{}",
+                f["type"].as_str().unwrap(),
+                f["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// The methods of one of cdac's chains, outermost first.
+fn chain_methods(chain: &Value) -> Vec<&str> {
+    chain["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["method"].as_str())
+        .collect()
+}
+
 /// Every chain of the manifest is one of cdac's: its methods, outermost first, begin
 /// cdac's chain's async methods (the framework may add inner ones, as PipeStream does);
 /// each is at the manifest's await state, on the line of the await's text in the source;
@@ -103,27 +129,11 @@ pub(crate) fn facts_hold_on(tb: &Testbed, t: &[String], what: &str) {
         .as_array()
         .expect("manifest async");
     for want in expected {
-        let methods: Vec<String> = want["frames"]
-            .as_array()
-            .expect("frames")
-            .iter()
-            .map(|f| {
-                format!(
-                    "{}.{}",
-                    f["type"].as_str().unwrap(),
-                    f["name"].as_str().unwrap()
-                )
-            })
-            .collect();
+        let methods = manifest_methods(want);
         let chain = chains
             .iter()
             .find(|c| {
-                let ours: Vec<&str> = c["frames"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .filter_map(|f| f["method"].as_str())
-                    .collect();
+                let ours = chain_methods(c);
                 ours.len() >= methods.len() && ours.iter().zip(&methods).all(|(a, b)| a == b)
             })
             .unwrap_or_else(|| panic!("{what}: no chain {methods:?} in {v:#}"));
@@ -463,27 +473,10 @@ fn runtime_async_facts_hold(kind: Option<&str>) {
         .expect("manifest runtime_async chains");
     for want in expected {
         let wanted = want["frames"].as_array().expect("frames");
-        let methods: Vec<String> = wanted
-            .iter()
-            .map(|f| {
-                format!(
-                    "{}.{}",
-                    f["type"].as_str().unwrap(),
-                    f["name"].as_str().unwrap()
-                )
-            })
-            .collect();
+        let methods = manifest_methods(want);
         let chain = chains
             .iter()
-            .find(|c| {
-                let ours: Vec<&str> = c["frames"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .filter_map(|f| f["method"].as_str())
-                    .collect();
-                ours == methods
-            })
+            .find(|c| chain_methods(c) == methods)
             .unwrap_or_else(|| panic!("{what}: no chain {methods:?} in {v:#}"));
         let frames = chain["frames"].as_array().unwrap();
         let with_method: Vec<(usize, &Value)> = frames
