@@ -86,6 +86,7 @@ pub mod limits;
 pub mod locks;
 pub mod memory;
 pub mod names;
+pub mod nativeaot;
 pub mod process;
 pub mod profile;
 pub(crate) mod records;

@@ -79,6 +79,14 @@ pub struct MethodNamer {
     blobs: HashMap<u64, Option<Vec<u8>>>,
     /// Reproduce early .NET 8's one-byte truncation of some names.
     net8_truncation: bool,
+    /// A NativeAOT executable's names, and its file name without extension.
+    native_aot: Option<(std::sync::Arc<crate::nativeaot::MethodNames>, String)>,
+}
+
+fn module_stem(path: &std::path::Path) -> String {
+    path.file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// The first .NET 8 servicing build seen printing whole names in its perf map.
@@ -115,12 +123,34 @@ impl MethodNamer {
             modules,
             blobs: HashMap::new(),
             net8_truncation: false,
+            native_aot: None,
         }
+    }
+
+    /// The name of a NativeAOT method starting at `start` (as the runtime prints it), or
+    /// the runtime's `module!<BaseAddress>+0x…` for code at `ip` its stack-trace data does
+    /// not name; `None` for a runtime that is not NativeAOT.
+    pub fn native_aot_name(&self, start: u64, ip: u64) -> Option<String> {
+        let (names, stem) = self.native_aot.as_ref()?;
+        Some(match names.method_at(start) {
+            // A hidden method without an owner (the compiler's start-up wrapper) has no name.
+            Some(m) if !m.name.starts_with('.') => m.name,
+            _ => names.unnamed_text(stem, ip),
+        })
     }
 
     /// A namer for a runtime: over its modules, naming methods exactly as that runtime
     /// build's perf map does (early .NET 8 builds truncate some names).
     pub fn for_runtime(rt: &crate::runtime::Runtime) -> MethodNamer {
+        if rt.is_native_aot() {
+            // No modules or MethodDescs: names come from the executable's stack-trace data.
+            let mut namer = MethodNamer::with_modules(rt.target(), rt.descriptor(), Vec::new());
+            namer.native_aot = crate::nativeaot::MethodNames::for_runtime(rt)
+                .map_err(|e| tracing::debug!("NativeAOT method names: {e}"))
+                .ok()
+                .map(|n| (std::sync::Arc::new(n), module_stem(&rt.module().path)));
+            return namer;
+        }
         let truncates = runtime_truncates_names(rt.version().map(|v| v.product_version.as_str()));
         MethodNamer::new(rt.target(), rt.descriptor()).with_net8_truncation(truncates)
     }
@@ -143,6 +173,7 @@ impl MethodNamer {
             modules: modules.into_iter().map(|m| (m.address, m)).collect(),
             blobs: HashMap::new(),
             net8_truncation: false,
+            native_aot: None,
         }
     }
 

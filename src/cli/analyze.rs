@@ -100,6 +100,11 @@ pub struct AnalyzeReport {
     /// How a live heap was read for the three parts above (absent on a dump).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub heap_reads: Option<HeapReadsReport>,
+    /// NativeAOT: the report the runtime wrote before it failed fast (reason, thread,
+    /// message, the exception with its type and the runtime's own frame names).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub runtime_crash_report: Option<cdac::nativeaot::CrashInfo>,
 }
 
 /// The JSON of an exception with the resolved stack traces of it and its inner ones.
@@ -167,7 +172,9 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
         &rt,
         LiveRegisters::Stop,
         None,
-        StacksOptions { gc_roots: true },
+        StacksOptions {
+            gc_roots: !rt.is_native_aot(),
+        },
     )?;
     for w in &stacks.warnings {
         status!("cdac: warning: {w}");
@@ -185,10 +192,30 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
         .filter_map(|t| Some((t, t.managed.as_ref()?.exception.as_ref()?)))
         .collect();
     let source_lines = SourceLines::for_target(rt.target());
+    let aot = if rt.is_native_aot() {
+        Some(cdac::nativeaot::NativeAot::new(&rt)?)
+    } else {
+        None
+    };
     let reports: Vec<ExceptionReport> = with_exceptions
         .iter()
-        .map(|(_, e)| ExceptionReport::new(&rt, e, &mut namer, &source_lines))
+        .map(|(_, e)| match &aot {
+            Some(a) => aot_exception_report(a, e),
+            None => ExceptionReport::new(&rt, e, &mut namer, &source_lines),
+        })
         .collect();
+    // NativeAOT's own crash report: why it failed fast.
+    let crash_report = match aot
+        .as_ref()
+        .map(|a| cdac::nativeaot::CrashInfo::read(a.runtime()))
+    {
+        Some(Ok(report)) => report,
+        Some(Err(e)) => {
+            status!("cdac: warning: the runtime's crash report: {e}");
+            None
+        }
+        None => None,
+    };
     let version = rt
         .version()
         .map(|v| v.product_version.clone())
@@ -209,9 +236,14 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             .count();
     // The heap's parts (locks, async work, the thread pool) in one settled read: on a live
     // process, read again while garbage collections run under them.
+    // NativeAOT's heap types are not described: locks, async work and the thread pool are
+    // read from CoreCLR runtimes only.
     let heap_parts = settled(
         &rt,
         || -> Result<_, ContractError> {
+            if rt.is_native_aot() {
+                return Ok((Err(not_for_native_aot()), None, None));
+            }
             let mut namer = MethodNamer::for_runtime(&rt);
             let locks = read_locks_from(&rt, true, Some(&stacks))
                 .map(|report| super::locks::build(&report, &mut namer));
@@ -239,12 +271,13 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
                     reads: None,
                 },
             };
-            Ok((locks, async_work, thread_pool))
+            Ok((locks, Some(async_work), Some(thread_pool)))
         },
         |(locks, async_work, thread_pool)| {
-            locks.as_ref().is_ok_and(|l| l.problems.is_empty())
-                && async_work.problems.is_empty()
-                && thread_pool.problems.is_empty()
+            rt.is_native_aot()
+                || locks.as_ref().is_ok_and(|l| l.problems.is_empty())
+                    && async_work.as_ref().is_some_and(|a| a.problems.is_empty())
+                    && thread_pool.as_ref().is_some_and(|t| t.problems.is_empty())
         },
     )?;
     let reads = HeapReadsReport::of(&rt, &heap_parts);
@@ -252,13 +285,12 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
     let (locks, async_work, thread_pool) = heap_parts.value;
     let locks = match locks {
         Ok(l) => Some(l),
+        Err(_) if rt.is_native_aot() => None,
         Err(e) => {
             status!("cdac: warning: the locks could not be read: {e}");
             None
         }
     };
-    let async_work = Some(async_work);
-    let thread_pool = Some(thread_pool);
     let outcome = if unreadable == 0 {
         Outcome::Answered
     } else {
@@ -296,6 +328,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             async_work,
             thread_pool,
             heap_reads: reads,
+            runtime_crash_report: crash_report,
         };
         super::emit_json(&report)?;
         return Ok(outcome);
@@ -314,6 +347,18 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
         None => text.push_str("Signal: none recorded (a dump of a running process)\n"),
     }
     text.push_str(&format!("Threads: {}\n", stacks.threads.len()));
+    if let Some(c) = &crash_report {
+        text.push_str(&format!(
+            "Runtime's crash report: {} on thread {}{}\n",
+            cdac::nativeaot::crash_info::reason_name(c.reason as u32),
+            c.thread,
+            c.message
+                .as_deref()
+                .filter(|m| !m.is_empty())
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        ));
+    }
     if with_exceptions.is_empty() {
         text.push_str("Exceptions in flight: none\n");
     }
@@ -369,8 +414,53 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             text.push_str(&format!("  not read: {problem}\n"));
         }
     }
+    if aot.is_some() {
+        text.push_str(
+            "\nLocks, async work and the thread pool: not read (NativeAOT runtimes do not \
+             describe the managed types they live in)\n",
+        );
+    }
     super::emit(&text)?;
     Ok(outcome)
+}
+
+fn not_for_native_aot() -> ContractError {
+    ContractError::WrongFlavor {
+        reader: "the lock, async and thread-pool readers",
+        wanted: "CoreCLR",
+        found: "NativeAOT",
+    }
+}
+
+/// An exception of a NativeAOT runtime with the trace it recorded, named from the
+/// executable's stack-trace data.
+fn aot_exception_report(aot: &cdac::nativeaot::NativeAot, e: &ExceptionInfo) -> ExceptionReport {
+    let mut traces = std::collections::HashMap::new();
+    let mut next = Some(e);
+    while let Some(x) = next {
+        let trace = aot
+            .exception_trace(x.address)
+            .map(|frames| {
+                frames
+                    .into_iter()
+                    .map(|(ip, method)| cdac::exception_report::TraceLine {
+                        ip,
+                        method_desc: 0,
+                        name: method.map_or_else(|| format!("<code at {ip:#x}>"), |m| m.name),
+                        il_offset: None,
+                        source: None,
+                        previous_location_ends: false,
+                    })
+                    .collect()
+            })
+            .map_err(|err| err.to_string());
+        traces.insert(x.address, trace);
+        next = x.inner.as_deref();
+    }
+    ExceptionReport {
+        exception: e.clone(),
+        traces,
+    }
 }
 
 /// Most distinct async chains the report prints.

@@ -261,6 +261,11 @@ pub fn report(rt: &Runtime, threads: bool) -> InfoReport {
 }
 
 /// Runs `cdac info`.
+/// What cdac answers of a NativeAOT runtime.
+pub(super) const NATIVE_AOT_COMMANDS: &str = "stacks (with each thread's ids, name, state and exception) and analyze read it (methods named \
+    from the executable's stack-trace data, no .dbg needed); heap, obj, locks, async, threadpool \
+    and the commands of JIT'ed and ReadyToRun code do not (its managed types are not described)";
+
 pub fn run(args: &InfoArgs) -> CliResult {
     let (rt, checks) = args.target.open_checked(&args.descriptor)?;
     if let Some(path) = &args.export_descriptor {
@@ -305,6 +310,9 @@ pub fn run(args: &InfoArgs) -> CliResult {
         r.runtime_file_version.clone().unwrap_or_else(unknown),
         r.runtime_commit.clone().unwrap_or_else(unknown)
     );
+    if rt.is_native_aot() {
+        out!("runtime           NativeAOT (linked into the executable): {NATIVE_AOT_COMMANDS}");
+    }
     out!(
         "architecture      {} ({}-bit pointers, {}-endian)",
         r.architecture,

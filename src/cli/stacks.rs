@@ -72,6 +72,7 @@ pub(super) fn name_frames<'a>(
         .iter()
         .filter_map(|t| t.stack.as_ref())
         .flat_map(|s| s.frames.iter().filter_map(StackFrame::method_desc))
+        .filter(|&md| md != 0)
         .collect::<HashSet<u64>>()
         .into_iter()
         .collect();
@@ -94,6 +95,25 @@ pub(super) fn name_frames<'a>(
                 .frames
                 .iter()
                 .map(|frame| match frame.code {
+                    FrameCode::Managed {
+                        method_start,
+                        jit_type: cdac::nativeaot::stacks::AOT_CODE,
+                        ..
+                    } => Named {
+                        frame,
+                        name: namer
+                            .native_aot_name(method_start, frame.ip)
+                            .unwrap_or_else(|| format!("<managed code at {}>", hex(frame.ip))),
+                        module: namer
+                            .target()
+                            .source()
+                            .mapped_files()
+                            .iter()
+                            .find(|f| (f.start..f.end).contains(&frame.ip))
+                            .and_then(|f| f.path.file_name())
+                            .map(|n| n.to_string_lossy().into_owned()),
+                        source: None,
+                    },
                     FrameCode::Managed { method_desc, .. } => Named {
                         frame,
                         name: names

@@ -66,6 +66,18 @@ pub enum ContractError {
         supported: &'static str,
     },
 
+    /// The runtime is of another flavor than the reader (a CoreCLR reader on NativeAOT,
+    /// or the reverse).
+    #[error("{reader} reads {wanted} runtimes; this one is {found}")]
+    WrongFlavor {
+        /// What reads.
+        reader: &'static str,
+        /// The flavor it reads.
+        wanted: &'static str,
+        /// The runtime's flavor.
+        found: &'static str,
+    },
+
     /// A type, field or global the contract needs is missing from the descriptor.
     #[error(transparent)]
     Descriptor(#[from] DescriptorError),

@@ -36,6 +36,7 @@
 //! # Ok::<(), cdac::descriptor::DescriptorError>(())
 //! ```
 
+pub mod debug_header;
 pub mod embedded;
 mod error;
 pub mod json;

@@ -61,6 +61,18 @@ const BUILTIN: &[(&str, &str)] = &[
         "formats.overlay.json",
         include_str!("../../descriptors/formats.overlay.json"),
     ),
+    (
+        "nativeaot10.0-linux-x64.overlay.json",
+        include_str!("../../descriptors/nativeaot10.0-linux-x64.overlay.json"),
+    ),
+    (
+        "nativeaot11.0-linux-x64.overlay.json",
+        include_str!("../../descriptors/nativeaot11.0-linux-x64.overlay.json"),
+    ),
+    (
+        "nativeaot.overlay.json",
+        include_str!("../../descriptors/nativeaot.overlay.json"),
+    ),
 ];
 
 /// The `cdac` key of a shipped descriptor.
@@ -79,11 +91,26 @@ pub struct ShippedMeta {
     /// is complete and stands for one the runtime does not have.
     #[serde(default)]
     pub overlay: bool,
+    /// The runtime flavor it describes: "coreclr" (the default), "nativeaot", or "any"
+    /// (layouts a file format fixes).
+    #[serde(default = "coreclr_flavor")]
+    pub flavor: String,
     /// Build ids (hex) of runtime binaries on which every offset was checked.
     #[serde(default)]
     pub verified_build_ids: Vec<String>,
     /// Where pointer data comes from.
     pub pointer_data: Option<PointerDataSource>,
+}
+
+fn coreclr_flavor() -> String {
+    "coreclr".into()
+}
+
+impl ShippedMeta {
+    /// Whether it describes runtimes of `flavor` ("coreclr", "nativeaot").
+    pub fn is_for_flavor(&self, flavor: &str) -> bool {
+        self.flavor == "any" || self.flavor.eq_ignore_ascii_case(flavor)
+    }
 }
 
 /// An exported array of pointers used as pointer data.

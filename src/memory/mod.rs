@@ -331,6 +331,15 @@ impl Target {
         &self.source
     }
 
+    /// Where the target's file `path` is on this machine: under the target's own root
+    /// ([`MemorySource::file_root`]) when it is there, else at `path`.
+    pub fn local_path(&self, path: &std::path::Path) -> std::path::PathBuf {
+        match (self.source.file_root(), path.strip_prefix("/")) {
+            (Some(root), Ok(relative)) if root.join(relative).exists() => root.join(relative),
+            _ => path.to_path_buf(),
+        }
+    }
+
     /// Drops cached bytes, so that later reads of a live process see its current memory,
     /// and starts the count of bytes read (the total-read limit) from zero. (Reads of a
     /// running process are a moving snapshot: call this between commands that must see

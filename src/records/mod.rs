@@ -16,6 +16,7 @@ pub(crate) mod continuation;
 pub(crate) mod exception_clause;
 mod fields;
 pub(crate) mod loader;
+pub(crate) mod native_aot;
 pub(crate) mod sync_block;
 pub(crate) mod thread;
 

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use crate::descriptor::debug_header::DEBUG_HEADER_SYMBOL;
 use crate::descriptor::CONTRACT_DESCRIPTOR_SYMBOL;
 use crate::memory::elf_image::{self, ElfImage, ImageError, ModuleMapping};
 use crate::memory::Target;
@@ -29,13 +30,16 @@ pub struct FoundModule {
     pub contract_descriptor: Option<u64>,
     /// Address of `g_dacTable`, when exported.
     pub dac_table: Option<u64>,
+    /// Address of `DotNetRuntimeDebugHeader`, when exported (a NativeAOT executable of
+    /// .NET 8, 9 or 10).
+    pub debug_header: Option<u64>,
     /// All exported symbols, for later lookups.
     pub exports: Vec<elf_image::DynamicSymbol>,
 }
 
 /// Finds the modules that host a runtime: every `libcoreclr.so`, or, when there is none,
 /// any module exporting the contract descriptor or `g_dacTable` (a single-file app that
-/// links the runtime statically).
+/// links the runtime statically) or NativeAOT's `DotNetRuntimeDebugHeader`.
 pub fn find_runtime_modules(target: &Target) -> Result<Vec<FoundModule>, ImageError> {
     let modules = elf_image::modules(target.mapped_files());
     let (named, others): (Vec<_>, Vec<_>) = modules
@@ -78,7 +82,8 @@ fn inspect(target: &Target, mapping: &ModuleMapping) -> Result<Option<FoundModul
     let find = |name: &str| exports.iter().find(|s| s.name == name).map(|s| s.address);
     let contract_descriptor = find(CONTRACT_DESCRIPTOR_SYMBOL);
     let dac_table = find(DAC_TABLE_SYMBOL);
-    if contract_descriptor.is_none() && dac_table.is_none() {
+    let debug_header = find(DEBUG_HEADER_SYMBOL);
+    if contract_descriptor.is_none() && dac_table.is_none() && debug_header.is_none() {
         return Ok(None);
     }
     Ok(Some(FoundModule {
@@ -86,6 +91,7 @@ fn inspect(target: &Target, mapping: &ModuleMapping) -> Result<Option<FoundModul
         image,
         contract_descriptor,
         dac_table,
+        debug_header,
         exports,
     }))
 }
@@ -106,6 +112,20 @@ impl RuntimeVersion {
     /// The major version (10 of "10.0.14"), when the product version starts with one.
     pub fn major(&self) -> Option<u32> {
         self.product_version.split('.').next()?.parse().ok()
+    }
+
+    /// A version a runtime states as a product version ("11.0.0"), as .NET 11 descriptors'
+    /// `RuntimeProductVersionString`; `None` unless it is numbers and dots.
+    pub fn parse_product(text: &str) -> Option<RuntimeVersion> {
+        let ok = text.split('.').count() >= 2
+            && text
+                .split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        ok.then(|| RuntimeVersion {
+            file_version: text.to_string(),
+            product_version: text.to_string(),
+            commit: None,
+        })
     }
 
     /// Parses the text after the marker: `8.0.424.16909 @Commit: 2d7e…`.
@@ -154,6 +174,42 @@ pub fn read_version(target: &Target, mapping: &ModuleMapping) -> Option<RuntimeV
         }
     }
     scan_file(&mapping.path).and_then(|t| RuntimeVersion::parse(&t))
+}
+
+/// Marker of the NativeAOT compiler's note in an executable's `.comment` section
+/// (`.NET: ilc 10.0.12-servicing.26422.108+95017c7…`): the version of the runtime it linked in.
+const ILC_MARKER: &[u8] = b".NET: ilc ";
+
+/// The version of the NativeAOT runtime an executable links, from the compiler's note in
+/// its `.comment` section (not loaded: read from the file, when it is at hand).
+pub fn read_ilc_version(path: &Path) -> Option<RuntimeVersion> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(MAX_VERSION_SCAN)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    let at = bytes
+        .windows(ILC_MARKER.len())
+        .rposition(|w| w == ILC_MARKER)?;
+    let rest = &bytes[at + ILC_MARKER.len()..];
+    let end = rest
+        .iter()
+        .position(|&b| b == 0 || b.is_ascii_whitespace())
+        .unwrap_or(rest.len().min(128));
+    let text = std::str::from_utf8(&rest[..end.min(128)]).ok()?;
+    let (version, commit) = match text.split_once('+') {
+        Some((v, c)) => (v, Some(c.to_string())),
+        None => (text, None),
+    };
+    let product_version = version.split('-').next()?.to_string();
+    RuntimeVersion::parse_product(&product_version)?;
+    Some(RuntimeVersion {
+        file_version: version.to_string(),
+        product_version,
+        commit,
+    })
 }
 
 /// Searches `[start, end)` in chunks that overlap by the marker's length, spending at

@@ -50,6 +50,13 @@ pub enum DescriptorSource {
         /// Address of the exported structure.
         address: u64,
     },
+    /// NativeAOT's `DotNetRuntimeDebugHeader` (.NET 8, 9 and 10), read as a descriptor.
+    DebugHeader {
+        /// Address of the exported structure.
+        address: u64,
+        /// The header's version.
+        version: crate::descriptor::debug_header::DebugHeaderVersion,
+    },
     /// A descriptor shipped with cdac.
     Shipped {
         /// Its name ("net8.0-linux-x64").
@@ -65,10 +72,11 @@ pub enum DescriptorSource {
 }
 
 impl DescriptorSource {
-    /// "embedded", "shipped" or "override".
+    /// "embedded", "debug-header", "shipped" or "override".
     pub fn kind(&self) -> &'static str {
         match self {
             DescriptorSource::Embedded { .. } => "embedded",
+            DescriptorSource::DebugHeader { .. } => "debug-header",
             DescriptorSource::Shipped { .. } => "shipped",
             DescriptorSource::Override { .. } => "override",
         }
@@ -83,6 +91,12 @@ impl DescriptorSource {
                     crate::descriptor::CONTRACT_DESCRIPTOR_SYMBOL
                 )
             }
+            DescriptorSource::DebugHeader { address, version } => format!(
+                "{}@{address:#x} (version {}.{})",
+                crate::descriptor::debug_header::DEBUG_HEADER_SYMBOL,
+                version.major,
+                version.minor
+            ),
             DescriptorSource::Shipped { name, .. } => name.clone(),
             DescriptorSource::Override { path } => path.display().to_string(),
         }
@@ -292,6 +306,22 @@ impl Runtime {
         };
         let (mut descriptor, source) =
             load_descriptor(&target, &module, &found, version.as_ref(), options)?;
+        // NativeAOT (and .NET 11) embed no version string: the descriptor states the
+        // version (11), else the compiler's note in the executable does (10).
+        let version = version
+            .or_else(|| {
+                descriptor
+                    .global_string("RuntimeProductVersionString")
+                    .ok()
+                    .and_then(RuntimeVersion::parse_product)
+            })
+            .or_else(|| {
+                let native_aot = crate::contracts::registry::flavor_of(&descriptor)
+                    == crate::contracts::versions::Flavor::NativeAot;
+                native_aot
+                    .then(|| discovery::read_ilc_version(&target.local_path(&found.mapping.path)))
+                    .flatten()
+            });
         // A file given by the user is the whole description; anything else is completed
         // by the overlays that fit this runtime.
         let overlays = match source {
@@ -371,6 +401,13 @@ impl Runtime {
         ))
     }
 
+    /// Whether the runtime is NativeAOT (linked into the executable): its descriptor says
+    /// so, or it was found by NativeAOT's debug header. Read it with [`crate::nativeaot`].
+    pub fn is_native_aot(&self) -> bool {
+        crate::contracts::registry::flavor_of(&self.descriptor)
+            == crate::contracts::versions::Flavor::NativeAot
+    }
+
     /// The target, read with the runtime's layout.
     pub fn target(&self) -> &Target {
         &self.target
@@ -418,7 +455,14 @@ fn apply_overlays(
             .find(|s| s.name == name)
             .map(|s| (s.address, s.size))
     };
-    let candidates = shipped::builtin()?;
+    let flavor = match crate::contracts::registry::flavor_of(descriptor) {
+        crate::contracts::versions::Flavor::NativeAot => "nativeaot",
+        crate::contracts::versions::Flavor::CoreClr => "coreclr",
+    };
+    let candidates: Vec<_> = shipped::builtin()?
+        .into_iter()
+        .filter(|d| d.meta.is_for_flavor(flavor))
+        .collect();
     let fitting = shipped::overlays_for(
         &candidates,
         module.build_id.as_deref(),
@@ -497,6 +541,13 @@ fn load_descriptor(
     if let Some(address) = found.contract_descriptor {
         let descriptor = embedded::load(target, address, &descriptor_limits)?;
         return Ok((descriptor, DescriptorSource::Embedded { address }));
+    }
+    if let Some(address) = found.debug_header {
+        let (descriptor, version) = crate::descriptor::debug_header::load(target, address)?;
+        return Ok((
+            descriptor,
+            DescriptorSource::DebugHeader { address, version },
+        ));
     }
     let candidates = shipped::builtin()?;
     let (chosen, fit) = shipped::select(

@@ -192,7 +192,17 @@ pub fn thread_stacks_with(
 ) -> Result<Stacks, StacksError> {
     // An architecture the unwinder does not know: the threads are listed, with what the
     // runtime knows of them, and each says why it has no stack.
-    let (walker, unwalkable) = match StackWalker::new(rt) {
+    let aot = if rt.is_native_aot() {
+        Some(crate::nativeaot::NativeAot::new(rt)?)
+    } else {
+        None
+    };
+    let made = if aot.is_some() {
+        StackWalker::native_only(rt)
+    } else {
+        StackWalker::new(rt)
+    };
+    let (walker, unwalkable) = match made {
         Ok(_) if emulated_live_process(rt) => (
             None,
             Some(format!(
@@ -215,10 +225,19 @@ pub fn thread_stacks_with(
     let mut warnings = Vec::new();
     let mut namer = MethodNamer::for_runtime(rt);
     // The runtime's threads, by OS id.
-    let contract = Threads::for_runtime(rt);
+    let contract = match &aot {
+        // NativeAOT's threads are read below.
+        Some(_) => Err(ContractError::Missing { contract: "Thread" }),
+        None => Threads::for_runtime(rt),
+    };
     let mut managed: HashMap<i32, (ThreadInfo, Vec<ExplicitFrame>)> = HashMap::new();
     let mut finalizer = None;
+    let aot_threads = match &aot {
+        Some(a) => crate::nativeaot::stacks::managed_threads(a, &mut warnings),
+        None => HashMap::new(),
+    };
     match &contract {
+        Err(_) if aot.is_some() => {}
         Ok(c) => match c.threads() {
             Ok(list) => {
                 if let Some(e) = list.error {
@@ -238,9 +257,19 @@ pub fn thread_stacks_with(
         },
         Err(e) => warnings.push(format!("no Thread contract: {e}")),
     }
-    let wanted =
-        |os: i32| filter.is_none_or(|f| f(os, managed.get(&os).map(|(t, _)| t.managed_id)));
+    let wanted = |os: i32| {
+        filter.is_none_or(|f| {
+            let id = managed
+                .get(&os)
+                .map(|(t, _)| t.managed_id)
+                .or_else(|| aot_threads.get(&os).map(|t| t.managed_id));
+            f(os, id)
+        })
+    };
     let managed_of = |os: i32, namer: &mut MethodNamer| {
+        if let Some(t) = aot_threads.get(&os) {
+            return Some(t.clone());
+        }
         let (t, frames) = managed.get(&os)?;
         let (exception, exception_error) = match (&contract, t.exception()) {
             (Ok(c), Some(obj)) => match c.exception(obj, namer) {
@@ -403,6 +432,9 @@ pub fn thread_stacks_with(
                 });
             }
         }
+    }
+    if let Some(a) = &aot {
+        crate::nativeaot::stacks::mark_managed_frames(a, &mut threads, &mut warnings);
     }
     threads.sort_by_key(|t| t.os_id);
     Ok(Stacks {

@@ -192,6 +192,34 @@ impl StackWalker {
         })
     }
 
+    /// A walker for a runtime whose managed code the native unwinder steps through like
+    /// any other (NativeAOT: the compiler writes `.eh_frame` for it): every frame is
+    /// stepped by CFI; [`crate::nativeaot`] tells the managed ones apart afterwards.
+    pub fn native_only(rt: &Runtime) -> Result<StackWalker, ContractError> {
+        let architecture = rt.module().architecture;
+        if !matches!(architecture, "x64" | "arm64") {
+            return Err(ContractError::UnsupportedArchitecture {
+                contract: "StackWalk (stack unwinding)",
+                architecture: architecture.to_string(),
+                supported: "x64, arm64",
+            });
+        }
+        Ok(StackWalker {
+            rt: rt.clone(),
+            em: std::sync::Arc::new(NoManagedCode),
+            native: NativeUnwinder::new(rt.target()),
+            debug_format: DebugInfoFormat {
+                encoding: crate::contracts::debug_info::BoundsEncoding::Packed,
+                patchpoint_info_size: 0,
+                patchpoint_local_count_offset: 0,
+                chunked_header: false,
+            },
+            max_frames: DEFAULT_MAX_FRAMES,
+            il_offsets: false,
+            registers: false,
+        })
+    }
+
     /// Sets the most frames a walk returns.
     pub fn with_max_frames(mut self, max_frames: usize) -> StackWalker {
         self.max_frames = max_frames.max(1);
@@ -563,6 +591,66 @@ pub fn logical_frames(stack: &Stack) -> Vec<&StackFrame> {
         }
     }
     out
+}
+
+/// The ExecutionManager of a runtime without JIT'ed or ReadyToRun code (NativeAOT): it
+/// knows no code, so every frame is a native one.
+struct NoManagedCode;
+
+impl NoManagedCode {
+    fn none<T>() -> Result<T, ContractError> {
+        Err(ContractError::Missing {
+            contract: "ExecutionManager",
+        })
+    }
+}
+
+impl ExecutionManager for NoManagedCode {
+    fn version(&self) -> u64 {
+        0
+    }
+    fn code_block(&self, _ip: u64) -> Result<Option<CodeBlock>, ContractError> {
+        Ok(None)
+    }
+    fn method_region_info(
+        &self,
+        _block: &CodeBlock,
+    ) -> Result<crate::contracts::execution_manager::RegionInfo, ContractError> {
+        Self::none()
+    }
+    fn unwind_info(&self, _block: &CodeBlock) -> Result<Option<u64>, ContractError> {
+        Self::none()
+    }
+    fn gc_info(
+        &self,
+        _block: &CodeBlock,
+    ) -> Result<crate::contracts::execution_manager::GcInfoRef, ContractError> {
+        Self::none()
+    }
+    fn debug_info(
+        &self,
+        _block: &CodeBlock,
+    ) -> Result<crate::contracts::execution_manager::DebugInfoRef, ContractError> {
+        Self::none()
+    }
+    fn funclet_start(&self, _block: &CodeBlock) -> Result<u64, ContractError> {
+        Self::none()
+    }
+    fn exception_clauses(
+        &self,
+        _block: &CodeBlock,
+    ) -> Result<
+        Vec<crate::contracts::execution_manager::exception_clauses::ExceptionClause>,
+        ContractError,
+    > {
+        Self::none()
+    }
+    fn ee_jit_manager_info(
+        &self,
+    ) -> Result<crate::contracts::execution_manager::EeJitManagerInfo, ContractError> {
+        Self::none()
+    }
+    fn flush(&self) {}
 }
 
 #[cfg(test)]

@@ -2439,7 +2439,28 @@ fn an_overlay_with_a_bad_pointer_index_changes_nothing() {
 
 #[test]
 fn overlays_are_chosen_by_version_line_and_build() {
-    let all = shipped::builtin().unwrap();
+    let (all, native_aot): (Vec<_>, Vec<_>) = shipped::builtin()
+        .unwrap()
+        .into_iter()
+        .partition(|d| d.meta.is_for_flavor("coreclr"));
+    // NativeAOT runtimes get their own, and the formats' (which fit every flavor).
+    let aot: Vec<String> = native_aot
+        .iter()
+        .filter(|d| d.meta.is_for_flavor("nativeaot"))
+        .map(|d| d.meta.name.clone())
+        .collect();
+    assert_eq!(
+        aot,
+        [
+            "nativeaot10.0-linux-x64",
+            "nativeaot11.0-linux-x64",
+            "nativeaot"
+        ]
+    );
+    assert!(all
+        .iter()
+        .any(|d| d.meta.name == "formats" && d.meta.is_for_flavor("nativeaot")));
+    assert!(!all.iter().any(|d| d.meta.name.starts_with("nativeaot")));
     let names = |v: &str, build: Option<&str>| -> Vec<(String, Fit)> {
         shipped::overlays_for(&all, build, Some(v), "x64")
             .into_iter()

@@ -33,6 +33,7 @@ mod locks;
 mod managed_unwind;
 mod names_net8;
 mod native_unwind;
+mod nativeaot;
 mod net8_r2r_layouts;
 mod net8_testbed;
 mod net8_type_layouts;

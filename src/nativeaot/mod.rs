@@ -1,0 +1,104 @@
+//! NativeAOT runtimes: the runtime linked into the executable, described by its debug header
+//! (.NET 10) or its "n1" contract descriptor (.NET 11). What a reader gets of one: its
+//! threads and the exceptions they dispatch ([`threads`]), the runtime's own crash report
+//! ([`crash_info`]), and managed method names from the compiler's stack-trace metadata,
+//! without the `.dbg` file ([`method_names`]).
+//!
+//! ```no_run
+//! let rt = cdac::runtime::Runtime::attach(1234, &Default::default())?;
+//! if rt.is_native_aot() {
+//!     let aot = cdac::nativeaot::NativeAot::new(&rt)?;
+//!     for t in aot.threads()?.threads {
+//!         println!("{} {:?}", t.os_id, t.exception.map(|e| e.type_name));
+//!     }
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod crash_info;
+pub mod method_names;
+pub mod stacks;
+pub mod threads;
+
+use std::sync::OnceLock;
+
+use crate::contracts::ContractError;
+use crate::records::native_aot::{
+    AotExInfoLayout, AotThreadLayout, ManagedExceptionLayout, ManagedThreadLayout,
+};
+use crate::runtime::Runtime;
+
+pub use crash_info::CrashInfo;
+pub use method_names::{AotMethod, CodeAt, MethodNames, TypeHashStyle};
+pub use threads::{AotThread, AotThreadList};
+
+/// A NativeAOT runtime, ready to read.
+#[derive(Debug)]
+pub struct NativeAot {
+    rt: Runtime,
+    thread_layout: AotThreadLayout,
+    exinfo_layout: Option<AotExInfoLayout>,
+    exception_layout: Option<ManagedExceptionLayout>,
+    managed_thread_layout: Option<ManagedThreadLayout>,
+    names: OnceLock<Result<MethodNames, String>>,
+}
+
+impl NativeAot {
+    /// Reads `rt` as a NativeAOT runtime; fails when it is not one or its descriptor lacks
+    /// the thread layout.
+    pub fn new(rt: &Runtime) -> Result<NativeAot, ContractError> {
+        if !rt.is_native_aot() {
+            return Err(ContractError::WrongFlavor {
+                reader: "cdac's NativeAOT reader",
+                wanted: "NativeAOT",
+                found: "CoreCLR",
+            });
+        }
+        let d = rt.descriptor();
+        Ok(NativeAot {
+            rt: rt.clone(),
+            thread_layout: AotThreadLayout::from_descriptor(d)?,
+            exinfo_layout: AotExInfoLayout::from_descriptor(d).ok(),
+            exception_layout: ManagedExceptionLayout::from_descriptor(d).ok(),
+            managed_thread_layout: ManagedThreadLayout::from_descriptor(d).ok(),
+            names: OnceLock::new(),
+        })
+    }
+
+    /// The runtime this reads.
+    pub fn runtime(&self) -> &Runtime {
+        &self.rt
+    }
+
+    /// The managed method names of the executable, decoded on first use from its
+    /// stack-trace metadata; the error says why there are none (a build without the
+    /// metadata, an executable whose header cannot be read).
+    pub fn method_names(&self) -> Result<&MethodNames, String> {
+        self.names
+            .get_or_init(|| MethodNames::for_runtime(&self.rt).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// How this runtime hashes type names into its MethodTables (.NET 11 changed it).
+    pub fn hash_style(&self) -> TypeHashStyle {
+        match self.rt.version().and_then(|v| v.major()) {
+            Some(major) if major >= 11 => TypeHashStyle::NamespaceXorName,
+            _ => TypeHashStyle::FullName,
+        }
+    }
+
+    /// The address of the thread store.
+    fn thread_store(&self) -> Result<u64, ContractError> {
+        let d = self.rt.descriptor();
+        let target = self.rt.target();
+        // 11: a global holding the store's address; 10: the RuntimeInstance, whose first
+        // field points at the store.
+        if let Ok(global) = d.global_value("ThreadStore") {
+            return Ok(target.read_pointer(global)?);
+        }
+        let instance = d.global_value("RuntimeInstanceAddress")?;
+        let offset = d.ty("RuntimeInstance")?.offset("ThreadStore")?;
+        Ok(target.read_pointer(instance + offset)?)
+    }
+}
