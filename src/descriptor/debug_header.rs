@@ -14,7 +14,7 @@
 //! A field named `SIZEOF` is the type's size. The header's names are the runtime's C++
 //! member names (`RuntimeThreadLocals.m_pNext`); the loader renames the ones cdac reads to
 //! the names .NET 11's NativeAOT contract descriptor gives the same fields
-//! (`Thread.LinkNext`), so that one record reads both. The table is [`RENAMED`]: a field
+//! (`Thread.LinkNext`), so that one record reads both. The table is `RENAMED`: a field
 //! renamed by a later header is one line there. Entries cdac does not rename are kept under
 //! their own names.
 
@@ -104,8 +104,8 @@ pub struct DebugHeaderVersion {
     pub minor: u16,
 }
 
-/// Reads the header at `addr` into a descriptor: its types (renamed per [`RENAMED`]), its
-/// globals (per [`GLOBALS`]), `RuntimeFlavor` "NativeAot" and no contracts.
+/// Reads the header at `addr` into a descriptor: its types (renamed per `RENAMED`), its
+/// globals (per `GLOBALS`), `RuntimeFlavor` "NativeAot" and no contracts.
 pub fn load(
     target: &Target,
     addr: u64,
