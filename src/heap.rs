@@ -32,6 +32,20 @@ pub fn layout(rt: &Runtime) -> Result<HeapLayout, ContractError> {
     let segments = gc.segments()?;
     let mut thread_contexts = Vec::new();
     let mut context_errors = Vec::new();
+    if rt.is_native_aot() {
+        let aot = crate::nativeaot::NativeAot::new(rt)?;
+        let list = aot.threads()?;
+        thread_contexts.extend(list.threads.iter().filter_map(|t| t.alloc_context));
+        if let Some(e) = list.error {
+            context_errors.push((list.store, format!("the thread list: {e}")));
+        }
+        return Ok(HeapLayout {
+            heaps,
+            segments,
+            thread_contexts,
+            context_errors,
+        });
+    }
     let threads = rt.contracts().threads()?;
     let list = threads.threads()?;
     for t in &list.threads {

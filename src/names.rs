@@ -80,7 +80,11 @@ pub struct MethodNamer {
     /// Reproduce early .NET 8's one-byte truncation of some names.
     net8_truncation: bool,
     /// A NativeAOT executable's names, and its file name without extension.
-    native_aot: Option<(std::sync::Arc<crate::nativeaot::MethodNames>, String)>,
+    native_aot: Option<(
+        std::sync::Arc<crate::nativeaot::MethodNames>,
+        String,
+        crate::nativeaot::TypeHashStyle,
+    )>,
 }
 
 fn module_stem(path: &std::path::Path) -> String {
@@ -131,7 +135,7 @@ impl MethodNamer {
     /// the runtime's `module!<BaseAddress>+0x…` for code at `ip` its stack-trace data does
     /// not name; `None` for a runtime that is not NativeAOT.
     pub fn native_aot_name(&self, start: u64, ip: u64) -> Option<String> {
-        let (names, stem) = self.native_aot.as_ref()?;
+        let (names, stem, _) = self.native_aot.as_ref()?;
         Some(match names.method_at(start) {
             // A hidden method without an owner (the compiler's start-up wrapper) has no name.
             Some(m) if !m.name.starts_with('.') => m.name,
@@ -148,7 +152,13 @@ impl MethodNamer {
             namer.native_aot = crate::nativeaot::MethodNames::for_runtime(rt)
                 .map_err(|e| tracing::debug!("NativeAOT method names: {e}"))
                 .ok()
-                .map(|n| (std::sync::Arc::new(n), module_stem(&rt.module().path)));
+                .map(|n| {
+                    (
+                        std::sync::Arc::new(n),
+                        module_stem(&rt.module().path),
+                        crate::nativeaot::TypeHashStyle::of(rt),
+                    )
+                });
             return namer;
         }
         let truncates = runtime_truncates_names(rt.version().map(|v| v.product_version.as_str()));
@@ -336,6 +346,9 @@ impl MethodNamer {
     /// `System.Collections.Generic.List`1[System.Int32]`), or `None` when it cannot be
     /// named (a warning says why at debug level).
     pub fn type_name(&mut self, method_table: u64) -> Option<String> {
+        if let Some((names, _, style)) = &self.native_aot {
+            return crate::nativeaot::type_name(&self.target, names, *style, method_table);
+        }
         let mut asked: BTreeSet<u64> = BTreeSet::new();
         match method_table_info(&self.target, &self.descriptor, method_table) {
             Ok(mt) => {

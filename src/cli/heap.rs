@@ -661,7 +661,7 @@ fn segments(gc: &GcHeap, json: bool) -> CliResult {
                 "GcDacVars",
                 Some(format!("{}.{}", vars.major, vars.minor)),
                 Some(Addr(vars.address)),
-                Some(source.slot()),
+                source.slot(),
                 matches!(source, DacVarsSource::Search { .. }),
             ),
             GcSource::SubDescriptor => ("sub-descriptor", None, None, None, false),

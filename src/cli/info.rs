@@ -262,9 +262,10 @@ pub fn report(rt: &Runtime, threads: bool) -> InfoReport {
 
 /// Runs `cdac info`.
 /// What cdac answers of a NativeAOT runtime.
-pub(super) const NATIVE_AOT_COMMANDS: &str = "stacks (with each thread's ids, name, state and exception) and analyze read it (methods named \
-    from the executable's stack-trace data, no .dbg needed); heap, obj, locks, async, threadpool \
-    and the commands of JIT'ed and ReadyToRun code do not (its managed types are not described)";
+pub(super) const NATIVE_AOT_COMMANDS: &str = "threads, stacks, analyze and heap read it (methods \
+    and types named from the executable's stack-trace metadata, no .dbg needed); obj, gcroot, \
+    locks, async, threadpool and the commands of JIT'ed and ReadyToRun code do not (its managed \
+    types' fields are not described)";
 
 pub fn run(args: &InfoArgs) -> CliResult {
     let (rt, checks) = args.target.open_checked(&args.descriptor)?;

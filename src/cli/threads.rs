@@ -148,6 +148,9 @@ fn exception_or_error_text(e: &ExceptionOrError) -> String {
 /// Runs `cdac threads`.
 pub fn run_threads(args: &ThreadsArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
+    if rt.is_native_aot() {
+        return native_aot_threads(&rt, args);
+    }
     let contract = Threads::for_runtime(&rt)?;
     let mut namer = MethodNamer::for_runtime(&rt);
     let list = contract.threads()?;
@@ -218,6 +221,58 @@ pub fn run_threads(args: &ThreadsArgs) -> CliResult {
         Outcome::Answered
     } else {
         Outcome::Partial(problems.join("; "))
+    })
+}
+
+/// `threads` of a NativeAOT runtime: its thread list with what each thread's managed Thread
+/// and exception dispatch say (NativeAOT has no explicit Frames).
+fn native_aot_threads(rt: &cdac::runtime::Runtime, args: &ThreadsArgs) -> CliResult {
+    let aot = cdac::nativeaot::NativeAot::new(rt)?;
+    let list = aot.threads()?;
+    let mut warnings = Vec::new();
+    let managed = cdac::nativeaot::stacks::managed_threads(&aot, &mut warnings);
+    for w in &warnings {
+        status!("cdac: warning: {w}");
+    }
+    let threads = list
+        .threads
+        .iter()
+        .map(|t| {
+            let os_id = i32::try_from(t.os_id).unwrap_or(0);
+            let stack = cdac::stacks::ThreadStack {
+                os_id,
+                name: None,
+                managed: managed.get(&os_id).cloned(),
+                registers: None,
+                stopped_for: None,
+                held_for: None,
+                stack: None,
+                note: None,
+                roots: None,
+            };
+            super::stacks::thread_model(&stack, &[])
+        })
+        .collect();
+    let report = ThreadsReport {
+        thread_store: Addr(list.store),
+        thread_count: u32::try_from(list.threads.len()).unwrap_or(u32::MAX),
+        finalizer_thread: list
+            .threads
+            .iter()
+            .find(|t| t.is_finalizer())
+            .map(|t| Addr(t.address)),
+        threads,
+        error: list.error.clone(),
+        thread_ids: None,
+    };
+    if args.json {
+        super::emit_json(&report)?;
+    } else {
+        super::emit(&threads_text(&report))?;
+    }
+    Ok(match &report.error {
+        None => Outcome::Answered,
+        Some(e) => Outcome::Partial(format!("the thread list was cut short: {e}")),
     })
 }
 

@@ -70,6 +70,18 @@ const RENAMED: &[Rename] = &[
         ("ExInfo", "PreviousNestedInfo"),
     ),
     rename(("ExInfo", "m_exception"), ("ExInfo", "ThrownObject")),
+    rename(
+        ("ee_alloc_context", "m_rgbAllocContextBuffer"),
+        ("EEAllocContext", "GCAllocationContext"),
+    ),
+    rename(
+        ("gc_alloc_context", "alloc_ptr"),
+        ("GCAllocContext", "Pointer"),
+    ),
+    rename(
+        ("gc_alloc_context", "alloc_limit"),
+        ("GCAllocContext", "Limit"),
+    ),
     rename(("MethodTable", "m_uFlags"), ("MethodTable", "Flags")),
     rename(("MethodTable", "m_uBaseSize"), ("MethodTable", "BaseSize")),
     rename(
@@ -83,13 +95,15 @@ const RENAMED: &[Rename] = &[
     ),
 ];
 
-/// The header's globals, under the names cdac reads them by. `g_pTheRuntimeInstance` holds
-/// the RuntimeInstance's address itself; the others are addresses of variables (as .NET 11
-/// descriptor globals are).
+/// The header's globals, under the names cdac reads them by. Each entry is the address of
+/// the object itself (the RuntimeInstance, `GcDacVars`, the crash buffer, the free object's
+/// MethodTable), where .NET 11's globals are addresses of variables holding it: the names
+/// say so where a reader would tell them apart.
 const GLOBALS: &[(&str, &str)] = &[
     ("g_pTheRuntimeInstance", "RuntimeInstanceAddress"),
     ("g_gcDacGlobals", "GcDacVars"),
-    ("g_pFreeObjectEEType", "FreeObjectMethodTable"),
+    // The free object's MethodTable itself (11's `FreeObjectMethodTable` holds its address).
+    ("g_pFreeObjectEEType", "FreeObjectMethodTableAddress"),
     ("g_CrashInfoBuffer", "CrashInfoBuffer"),
     ("g_stressLog", "StressLog"),
     ("moduleBaseAddress", "ModuleBaseAddress"),

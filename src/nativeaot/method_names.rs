@@ -74,6 +74,16 @@ pub enum TypeHashStyle {
     NamespaceXorName,
 }
 
+impl TypeHashStyle {
+    /// The style of `rt`'s runtime (.NET 11 changed it).
+    pub fn of(rt: &Runtime) -> TypeHashStyle {
+        match rt.version().and_then(|v| v.major()) {
+            Some(major) if major >= 11 => TypeHashStyle::NamespaceXorName,
+            _ => TypeHashStyle::FullName,
+        }
+    }
+}
+
 /// One function of the managed code, from `.eh_frame`.
 #[derive(Debug, Clone, Copy)]
 struct Function {
@@ -167,7 +177,7 @@ impl MethodNames {
             base,
             type_hashes: HashMap::new(),
         };
-        names.type_hashes = names.hash_owner_types();
+        names.type_hashes = names.hash_owner_types(target.limits().max_list_length as usize);
         Ok(names)
     }
 
@@ -269,19 +279,24 @@ impl MethodNames {
         (ip < f.end).then_some(f)
     }
 
-    /// Each owning type's name under both hash styles.
-    fn hash_owner_types(&self) -> HashMap<(u32, bool), String> {
+    /// The name of every type of the metadata (and every owner of a method) under both
+    /// hash styles.
+    fn hash_owner_types(&self, max_types: usize) -> HashMap<(u32, bool), String> {
         let mut seen = std::collections::HashSet::new();
         let mut out = HashMap::new();
         let Some(metadata) = &self.metadata else {
             return out;
         };
-        for e in &self.map {
-            if !matches!(e.owner.kind(), TYPE_DEFINITION | TYPE_REFERENCE) || !seen.insert(e.owner)
-            {
+        let defined = metadata.type_definitions(max_types).unwrap_or_else(|e| {
+            tracing::debug!("NativeAOT metadata types: {e}");
+            Vec::new()
+        });
+        let owners = self.map.iter().map(|e| e.owner);
+        for token in defined.into_iter().chain(owners) {
+            if !matches!(token.kind(), TYPE_DEFINITION | TYPE_REFERENCE) || !seen.insert(token) {
                 continue;
             }
-            let Ok(name) = metadata.type_name(e.owner) else {
+            let Ok(name) = metadata.type_name(token) else {
                 continue;
             };
             let (namespace, simple) = name.rsplit_once('.').unwrap_or(("", &name));

@@ -82,10 +82,7 @@ impl NativeAot {
 
     /// How this runtime hashes type names into its MethodTables (.NET 11 changed it).
     pub fn hash_style(&self) -> TypeHashStyle {
-        match self.rt.version().and_then(|v| v.major()) {
-            Some(major) if major >= 11 => TypeHashStyle::NamespaceXorName,
-            _ => TypeHashStyle::FullName,
-        }
+        TypeHashStyle::of(&self.rt)
     }
 
     /// The address of the thread store.
@@ -101,4 +98,35 @@ impl NativeAot {
         let offset = d.ty("RuntimeInstance")?.offset("ThreadStore")?;
         Ok(target.read_pointer(instance + offset)?)
     }
+}
+
+/// Most array ranks followed to an element type (`int[][][]`).
+const MAX_ARRAY_NESTING: usize = 8;
+
+/// The name of the type whose MethodTable is at `method_table`: a type the executable's
+/// stack-trace metadata names, found by the name hash the MethodTable carries, or an array
+/// of one (`Widget[]`: a parameterized MethodTable whose related type is the element).
+pub fn type_name(
+    target: &crate::memory::Target,
+    names: &MethodNames,
+    style: TypeHashStyle,
+    method_table: u64,
+) -> Option<String> {
+    let mut suffix = String::new();
+    let mut mt = method_table;
+    for _ in 0..MAX_ARRAY_NESTING {
+        let flags = target.read_u32(mt).ok()?;
+        // Kind bits 16-17: 2 is parameterized (arrays, pointers); with a component size,
+        // an array.
+        if (flags >> 16) & 3 == 2 && flags & 0x8000_0000 != 0 {
+            suffix.insert_str(0, "[]");
+            mt = target.read_pointer(mt + 8).ok()?;
+            continue;
+        }
+        let hash = target.read_u32(mt + 20).ok()?;
+        return names
+            .type_with_hash(hash, style)
+            .map(|n| format!("{n}{suffix}"));
+    }
+    None
 }

@@ -54,6 +54,8 @@ pub struct AotThread {
     pub managed_id: Option<u32>,
     /// `Thread.Name`, from the managed Thread.
     pub name: Option<String>,
+    /// Its allocation context (next free byte, limit), when it has one.
+    pub alloc_context: Option<(u64, u64)>,
     /// The exceptions being dispatched, innermost first.
     pub exceptions: Vec<ExceptionInfo>,
     /// Why an exception could not be read.
@@ -138,7 +140,9 @@ impl NativeAot {
             let (managed_id, name) = managed_object
                 .map(|o| self.managed_thread_fields(o))
                 .unwrap_or((None, None));
+            let alloc_context = self.alloc_context(next).ok().flatten();
             threads.push(AotThread {
+                alloc_context,
                 managed_object,
                 managed_id,
                 name,
@@ -243,6 +247,20 @@ impl NativeAot {
 const MAX_TRACE: usize = 4096;
 
 impl NativeAot {
+    /// A thread's allocation context: `Thread.AllocContext` → `EEAllocContext.
+    /// GCAllocationContext` → `GCAllocContext.{Pointer, Limit}`; `None` when empty.
+    pub fn alloc_context(&self, thread: u64) -> Result<Option<(u64, u64)>, ContractError> {
+        let d = self.rt.descriptor();
+        let target = self.rt.target();
+        let at = thread
+            + d.ty("Thread")?.offset("AllocContext")?
+            + d.ty("EEAllocContext")?.offset("GCAllocationContext")?;
+        let gc = d.ty("GCAllocContext")?;
+        let pointer = target.read_pointer(at + gc.offset("Pointer")?)?;
+        let limit = target.read_pointer(at + gc.offset("Limit")?)?;
+        Ok((pointer != 0 && limit >= pointer).then_some((pointer, limit)))
+    }
+
     /// The code addresses an exception's trace recorded (innermost first), each with the
     /// method it is in as the runtime names it (`module!<BaseAddress>+0x…` where the
     /// executable's stack-trace data does not name it).

@@ -141,6 +141,17 @@ namespace Cdac.TestbedAot
             Field(json, "heap_size_bytes", info.HeapSizeBytes);
             Field(json, "fragmented_bytes", info.FragmentedBytes);
             Field(json, "server_gc", System.Runtime.GCSettings.IsServerGC);
+            // Each generation's size and free space after the last (full, compacting) GC:
+            // gen2, LOH and POH do not change until the next one (new objects go to gen0).
+            var generations = info.GenerationInfo;
+            json.Append("  \"generations_after_gc\": [");
+            for (int g = 0; g < generations.Length; g++)
+            {
+                json.Append(g == 0 ? "" : ", ");
+                json.Append("{\"size\": ").Append(generations[g].SizeAfterBytes);
+                json.Append(", \"fragmentation\": ").Append(generations[g].FragmentationAfterBytes).Append('}');
+            }
+            json.Append("],\n");
             json.Append("  \"threads\": [\n");
             lock (s_parked)
             {

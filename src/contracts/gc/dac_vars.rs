@@ -47,6 +47,9 @@ mod offset {
 /// How the table was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DacVarsSource {
+    /// At the address the descriptor's `GcDacVars` global gives (NativeAOT's debug header
+    /// names `g_gcDacGlobals` itself).
+    Global(u64),
     /// At the `g_dacTable` slot the descriptor names (`GcDacGlobalsDacTableSlot`).
     DescriptorSlot(u64),
     /// By searching every `g_dacTable` slot for a table that passes the structural check,
@@ -61,10 +64,11 @@ pub enum DacVarsSource {
 }
 
 impl DacVarsSource {
-    /// The `g_dacTable` slot that holds `&g_gcDacGlobals`.
-    pub fn slot(&self) -> u64 {
+    /// The `g_dacTable` slot that holds `&g_gcDacGlobals` (`None`: found without one).
+    pub fn slot(&self) -> Option<u64> {
         match *self {
-            DacVarsSource::DescriptorSlot(slot) | DacVarsSource::Search { slot, .. } => slot,
+            DacVarsSource::DescriptorSlot(slot) | DacVarsSource::Search { slot, .. } => Some(slot),
+            DacVarsSource::Global(_) => None,
         }
     }
 }

@@ -271,10 +271,15 @@ pub fn find_layout(
     }
     for n in 2..=MAX_TYPES {
         if owns_first_segment(target, table, HandleLayout { types: n }) {
-            tracing::warn!(
-                "the handle table at {table:#x} fits {n} handle types, not the descriptor's \
-                 HandleMaxInternalTypes {types:?}; reading it with {n}"
-            );
+            // Only a count the descriptor stated and the table contradicts is news; a
+            // descriptor that states none (NativeAOT 10's header) is answered quietly.
+            match types {
+                Some(stated) => tracing::warn!(
+                    "the handle table at {table:#x} fits {n} handle types, not the descriptor's \
+                     HandleMaxInternalTypes {stated}; reading it with {n}"
+                ),
+                None => tracing::debug!("the handle table at {table:#x} fits {n} handle types"),
+            }
             return Ok(HandleLayout { types: n });
         }
     }

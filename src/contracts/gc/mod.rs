@@ -34,6 +34,10 @@ use crate::memory::Target;
 /// The descriptor global that names the `g_dacTable` slot holding `&g_gcDacGlobals`.
 pub const DAC_TABLE_SLOT_GLOBAL: &str = "GcDacGlobalsDacTableSlot";
 
+/// The descriptor global holding the address of `GcDacVars` itself (NativeAOT's debug
+/// header's `g_gcDacGlobals`, as its loader names it).
+pub const DAC_VARS_GLOBAL: &str = "GcDacVars";
+
 /// How the GC was built and configured (the .NET 11 contract's `GCIdentifiers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct GcIdentifiers {
@@ -79,6 +83,9 @@ impl Contract for GcHeap {
     }
 
     fn when_absent(context: &ContractContext) -> Option<Result<Self, ContractError>> {
+        if let Ok(address) = context.descriptor.global_value(DAC_VARS_GLOBAL) {
+            return Some(GcHeap::from_dac_vars_at(context, address));
+        }
         let (table, size) = context.dac_table?;
         Some(GcHeap::from_dac_table(context, table, size))
     }
@@ -96,6 +103,17 @@ impl GcHeap {
         let (dac_vars, source) = GcDacVars::find(target, table, size, slot)?;
         let vars = GcVariables::from_dac_vars(target, &dac_vars)?;
         Self::with_variables(context, vars, GcSource::DacVars(dac_vars, source))
+    }
+
+    /// Reads `GcDacVars` where the descriptor's global says it is (NativeAOT 10).
+    fn from_dac_vars_at(context: &ContractContext, address: u64) -> Result<GcHeap, ContractError> {
+        let dac_vars = GcDacVars::read(&context.target, address)?;
+        let vars = GcVariables::from_dac_vars(&context.target, &dac_vars)?;
+        Self::with_variables(
+            context,
+            vars,
+            GcSource::DacVars(dac_vars, DacVarsSource::Global(address)),
+        )
     }
 
     /// Reads the GC's sub-descriptor (.NET 11: merged into the runtime's descriptor).
@@ -178,7 +196,8 @@ impl GcHeap {
             Err(_) => d.ty("String")?.offset("m_StringLength")?,
         };
         Ok(ObjectLayout {
-            mt_flags: mt.offset("MTFlags")?,
+            // NativeAOT names it `Flags`.
+            mt_flags: mt.offset("MTFlags").or_else(|_| mt.offset("Flags"))?,
             mt_base_size: mt.offset("BaseSize")?,
             num_components,
             mt_mask: d.global_value("ObjectToMethodTableUnmask")?,
@@ -188,6 +207,10 @@ impl GcHeap {
     /// The free object MethodTable, when the descriptor names it (`FreeObjectMethodTable`:
     /// .NET 9 and 10); a walk otherwise knows free objects by their MethodTable's shape.
     pub fn free_method_table(&self) -> Option<u64> {
+        // NativeAOT 10's header gives the MethodTable itself.
+        if let Ok(mt) = self.descriptor.global_value("FreeObjectMethodTableAddress") {
+            return Some(mt).filter(|&mt| mt != 0);
+        }
         let global = self.descriptor.global_value("FreeObjectMethodTable").ok()?;
         self.target.read_pointer(global).ok().filter(|&mt| mt != 0)
     }

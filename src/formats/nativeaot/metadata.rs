@@ -36,6 +36,8 @@ pub const NAMESPACE_REFERENCE: u8 = 48;
 pub const POINTER_SIGNATURE: u8 = 50;
 /// `X[]`.
 pub const SZARRAY_SIGNATURE: u8 = 55;
+/// A module's scope.
+pub const SCOPE_DEFINITION: u8 = 56;
 /// A type defined here.
 pub const TYPE_DEFINITION: u8 = 58;
 /// `G<A, B>`.
@@ -287,6 +289,59 @@ impl Metadata {
         let mut text = String::new();
         ctx.emit(token, true, &mut text, 0)?;
         Ok(text)
+    }
+
+    /// Every TypeDefinition of every scope (namespaces and nested types followed), at most
+    /// `max`.
+    pub fn type_definitions(&self, max: usize) -> Result<Vec<Token>, AotFormatError> {
+        let mut f = Fields {
+            bytes: &self.bytes,
+            pos: 4,
+        };
+        let mut namespaces = Vec::new();
+        for scope in f.typed_handles(SCOPE_DEFINITION)? {
+            let mut f = self.at(scope);
+            f.unsigned()?; // flags
+            f.unsigned()?; // name
+            for _ in 0..5 {
+                f.unsigned()?; // hash algorithm, major, minor, build, revision
+            }
+            let key = f.unsigned()? as usize; // public key bytes
+            f.pos += key;
+            f.unsigned()?; // culture
+            namespaces.push(f.typed(NAMESPACE_DEFINITION)?);
+        }
+        let mut types = Vec::new();
+        let mut visited = 0usize;
+        while let Some(ns) = namespaces.pop() {
+            visited += 1;
+            if visited > max {
+                return Err(error("metadata", format!("more than {max} namespaces")));
+            }
+            let mut f = self.at(ns);
+            f.handle()?; // parent
+            f.unsigned()?; // name
+            types.extend(f.typed_handles(TYPE_DEFINITION)?);
+            f.skip_typed_handles()?; // type forwarders
+            namespaces.extend(f.typed_handles(NAMESPACE_DEFINITION)?);
+        }
+        let mut out = Vec::new();
+        while let Some(t) = types.pop() {
+            if out.len() >= max {
+                return Err(error("metadata", format!("more than {max} types")));
+            }
+            let mut f = self.at(t);
+            f.unsigned()?; // flags
+            f.handle()?; // base type
+            f.unsigned()?; // namespace
+            f.unsigned()?; // name
+            f.unsigned()?; // size
+            f.unsigned()?; // packing size
+            f.unsigned()?; // enclosing type
+            types.extend(f.typed_handles(TYPE_DEFINITION)?);
+            out.push(t);
+        }
+        Ok(out)
     }
 
     /// The generic arguments `!n` of the owner's methods refer to.
