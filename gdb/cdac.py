@@ -432,7 +432,9 @@ def method_at(ip, lines=True):
     info = MethodInfo()
     if LIB.cdac_ip2md(h, ip, ctypes.byref(info)) != OK:
         return None
-    name = Target.names.get(info.method_desc)
+    # NativeAOT code has no MethodDesc (0): its method is known by its start.
+    key = info.method_desc or info.start
+    name = Target.names.get(key)
     if name is None:
         needed = ctypes.c_size_t(0)
         LIB.cdac_method_name(h, ip, None, 0, ctypes.byref(needed))
@@ -441,7 +443,7 @@ def method_at(ip, lines=True):
             name = buf.value.decode("utf-8", "replace")
         else:
             name = "<MethodDesc %#x>" % info.method_desc
-        Target.names[info.method_desc] = name
+        Target.names[key] = name
     file_buf = ctypes.create_string_buffer(1024)
     line = ctypes.c_uint32(0)
     where = None

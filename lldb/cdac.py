@@ -367,9 +367,8 @@ class Target:
         cls.reset()
         cls.process, cls.target = process, target
         maps = _mappings(target, process)
-        if not any(os.path.basename(m[3]) == "libcoreclr.so" for m in maps):
-            raise CdacError("lldb lists no libcoreclr.so in this process: not a .NET "
-                            "(CoreCLR) process, or its modules are not loaded")
+        # libcoreclr.so, or an executable with the runtime linked in (NativeAOT): the
+        # library tells which, and says why when neither is there.
         paths = [m[3].encode() for m in maps]
         arr = (Mapping * len(maps))(*[Mapping(s, e, o, p)
                                       for (s, e, o, _), p in zip(maps, paths)])
@@ -508,12 +507,14 @@ def method_at(h, ip, lines=True):
         return None
     if status != OK:
         raise CdacError(last_error())
-    name = Target.names.get(info.method_desc)
+    # NativeAOT code has no MethodDesc (0): its method is known by its start.
+    key = info.method_desc or info.start
+    name = Target.names.get(key)
     if name is None:
         _, name = _string(lib().cdac_method_name, h, ip)
         if name is None:
             name = "<MethodDesc %#x>" % info.method_desc
-        Target.names[info.method_desc] = name
+        Target.names[key] = name
     where = None
     if lines:
         file_buf = ctypes.create_string_buffer(4096)

@@ -55,6 +55,7 @@ extern "C" {
 #define CDAC_CODE_UNKNOWN 0
 #define CDAC_CODE_JIT 1
 #define CDAC_CODE_READY_TO_RUN 2
+#define CDAC_CODE_NATIVE_AOT 3      /* NativeAOT code: method_desc is 0, the start names it */
 
 /* cdac_frame.kind */
 #define CDAC_FRAME_NATIVE 0

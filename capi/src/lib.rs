@@ -67,6 +67,9 @@ pub const CDAC_CODE_JIT: u32 = 1;
 pub const CDAC_CODE_READY_TO_RUN: u32 = 2;
 /// `cdac_method_info.kind` when the code manager is not known.
 pub const CDAC_CODE_UNKNOWN: u32 = 0;
+/// `cdac_method_info.kind` of NativeAOT code (the runtime is linked into the executable;
+/// `method_desc` is 0, the method is known by its start).
+pub const CDAC_CODE_NATIVE_AOT: u32 = 3;
 
 /// `cdac_frame.kind` of a frame in native code.
 pub const CDAC_FRAME_NATIVE: u32 = 0;
@@ -543,6 +546,8 @@ pub struct CdacHandle {
     walker: Option<StackWalker>,
     lines: SourceLines,
     debug_format: DebugInfoFormat,
+    /// A NativeAOT executable's method names, decoded on first use (or why not).
+    aot_names: Option<Result<Arc<cdac_core::nativeaot::MethodNames>, String>>,
 }
 
 impl CdacHandle {
@@ -556,7 +561,53 @@ impl CdacHandle {
             walker: None,
             lines: SourceLines::new(),
             debug_format,
+            aot_names: None,
         }
+    }
+
+    /// The executable's method names, when the runtime is NativeAOT.
+    fn aot_names(&mut self) -> Option<Result<Arc<cdac_core::nativeaot::MethodNames>, Failure>> {
+        if !self.rt.is_native_aot() {
+            return None;
+        }
+        let rt = &self.rt;
+        let names = self.aot_names.get_or_insert_with(|| {
+            cdac_core::nativeaot::MethodNames::for_runtime(rt)
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
+        });
+        Some(
+            names
+                .clone()
+                .map_err(|e| Failure::new(CDAC_E_RUNTIME_DATA, e)),
+        )
+    }
+
+    /// NativeAOT: the method at `ip` (start, name, whether `ip` is in a funclet).
+    fn aot_method(&mut self, ip: u64) -> Option<Result<(u64, String, bool), Failure>> {
+        let names = match self.aot_names()? {
+            Ok(n) => n,
+            Err(e) => return Some(Err(e)),
+        };
+        let stem = self
+            .rt
+            .module()
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Some(match names.lookup(ip) {
+            Some(cdac_core::nativeaot::CodeAt::Method(m, _)) => {
+                Ok((m.start, m.name, names.is_funclet(ip)))
+            }
+            Some(cdac_core::nativeaot::CodeAt::Unnamed(start)) => {
+                Ok((start, names.unnamed_text(&stem, ip), names.is_funclet(ip)))
+            }
+            None => Err(Failure::new(
+                CDAC_NOT_FOUND,
+                format!("{ip:#x} is not managed code"),
+            )),
+        })
     }
 
     fn em(&self) -> Result<&dyn ExecutionManager, Failure> {
@@ -893,6 +944,21 @@ pub unsafe extern "C" fn cdac_ip2md(h: *mut CdacHandle, ip: u64, out: *mut CdacM
         if out.is_null() {
             return Err(null("out"));
         }
+        if let Some(found) = h.aot_method(ip) {
+            let (start, _, funclet) = found?;
+            put(
+                out,
+                CdacMethodInfo {
+                    method_desc: 0,
+                    start,
+                    hot_size: 0,
+                    relative_offset: ip - start,
+                    kind: CDAC_CODE_NATIVE_AOT,
+                    is_funclet: u32::from(funclet),
+                },
+            );
+            return Ok(CDAC_OK);
+        }
         let b = h.block(ip)?;
         let em = h.em()?;
         let hot_size = em.method_region_info(&b).map(|r| r.hot_size).unwrap_or(0);
@@ -936,6 +1002,10 @@ pub unsafe extern "C" fn cdac_method_name(
         if buf.is_null() && len > 0 {
             return Err(null("buf"));
         }
+        if let Some(found) = h.aot_method(ip) {
+            let (_, name, _) = found?;
+            return return_text(&name, "the name", buf, len, needed);
+        }
         let b = h.block(ip)?;
         let name = h.namer().name(b.method_desc);
         return_text(&name, "the name", buf, len, needed)
@@ -965,6 +1035,12 @@ pub unsafe extern "C" fn cdac_source_line(
         }
         if file.is_null() && len > 0 {
             return Err(null("file"));
+        }
+        if h.rt.is_native_aot() {
+            return Err(Failure::new(
+                CDAC_NOT_FOUND,
+                "NativeAOT: source lines come from the executable's .dbg file, which cdac does not read yet",
+            ));
         }
         let b = h.block(ip)?;
         let map = {
@@ -1290,12 +1366,20 @@ fn walk_into(
         return Err(null("frames"));
     }
     if h.walker.is_none() {
-        h.walker = Some(StackWalker::new(&h.rt)?);
+        h.walker = Some(if h.rt.is_native_aot() {
+            StackWalker::native_only(&h.rt)?
+        } else {
+            StackWalker::new(&h.rt)?
+        });
     }
+    let aot_names = h.aot_names().transpose()?;
     let Some(walker) = &h.walker else {
         return Err(Failure::new(CDAC_E_RUNTIME_DATA, "no stack walker"));
     };
-    let stack = walker.walk(start, h.rt.target(), &[]);
+    let mut stack = walker.walk(start, h.rt.target(), &[]);
+    if let Some(names) = &aot_names {
+        cdac_core::nativeaot::stacks::mark_stack(names, &mut stack);
+    }
     let n = stack.frames.len();
     put(count, n);
     for (i, f) in stack.frames.iter().take(cap).enumerate() {

@@ -53,9 +53,28 @@ fn gdb(target: &[OsString], commands: &[String]) -> String {
 
 /// [`gdb`] with another gdb (`gdb-multiarch` for arm64 cores on this x64 host).
 fn gdb_program(program: &str, target: &[OsString], commands: &[String]) -> String {
+    // gdb-multiarch once spun for over 20 minutes on a qemu core that the same batch read in
+    // 11 s on its next run: a batch that takes far longer than any seen is stopped and run
+    // once more, so that one such stall does not hold the whole test run.
+    match gdb_batch(program, target, commands) {
+        Some(text) => text,
+        None => {
+            eprintln!("{program} did not finish in {GDB_STALL:?}: running the batch again");
+            gdb_batch(program, target, commands)
+                .unwrap_or_else(|| panic!("{program} did not finish in {GDB_STALL:?} twice"))
+        }
+    }
+}
+
+/// How long a batch may run before it counts as stalled (they take seconds).
+const GDB_STALL: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// One gdb batch; `None` when it ran past [`GDB_STALL`] (it is then killed).
+fn gdb_batch(program: &str, target: &[OsString], commands: &[String]) -> Option<String> {
     let helper = scratch("gdb-extension").join("frames.py");
     std::fs::write(&helper, FRAMES_PY).expect("frames.py");
-    let mut c = Command::new(program);
+    let mut c = Command::new("timeout");
+    c.arg(format!("{}s", GDB_STALL.as_secs())).arg(program);
     c.args([
         "-batch",
         "-nx",
@@ -75,13 +94,17 @@ fn gdb_program(program: &str, target: &[OsString], commands: &[String]) -> Strin
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("run {program} (Debian packages gdb, gdb-multiarch): {e}"));
+    // timeout(1) exits 124 when it had to stop the program.
+    if out.status.code() == Some(124) {
+        return None;
+    }
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let errors = String::from_utf8_lossy(&out.stderr);
     assert!(
         !errors.contains("Python Exception") && !errors.contains("Traceback"),
         "the extension failed: {errors}"
     );
-    text
+    Some(text)
 }
 
 /// The part of gdb's output after `echo @@section NAME` and before the next one.

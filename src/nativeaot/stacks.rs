@@ -71,31 +71,35 @@ pub fn mark_managed_frames(
         warnings.push(NO_STACK_TRACE_DATA.to_string());
     }
     for t in threads.iter_mut() {
-        let Some(stack) = t.stack.as_mut() else {
-            continue;
-        };
-        for frame in &mut stack.frames {
-            // A return address names the call: look up the byte before it.
-            let exact = matches!(frame.found_by, FoundBy::Registers | FoundBy::SignalContext);
-            let at = if exact {
-                frame.ip
-            } else {
-                frame.ip.saturating_sub(1)
-            };
-            let (start, named) = match names.lookup(at) {
-                None => continue,
-                Some(CodeAt::Method(m, _)) => (m.start, !m.name.starts_with('.')),
-                Some(CodeAt::Unnamed(start)) => (start, false),
-            };
-            frame.code = FrameCode::Managed {
-                method_desc: 0,
-                method_start: start,
-                jit_type: AOT_CODE,
-                funclet: names.is_funclet(at),
-                parent_frame: None,
-            };
-            // Unnamed code is shown at its address in the module, as the runtime does.
-            frame.offset = named.then(|| frame.ip - start);
+        if let Some(stack) = t.stack.as_mut() {
+            mark_stack(names, stack);
         }
+    }
+}
+
+/// [`mark_managed_frames`] for one walked stack, with the executable's names at hand.
+pub fn mark_stack(names: &super::MethodNames, stack: &mut crate::stacks::walk::Stack) {
+    for frame in &mut stack.frames {
+        // A return address names the call: look up the byte before it.
+        let exact = matches!(frame.found_by, FoundBy::Registers | FoundBy::SignalContext);
+        let at = if exact {
+            frame.ip
+        } else {
+            frame.ip.saturating_sub(1)
+        };
+        let (start, named) = match names.lookup(at) {
+            None => continue,
+            Some(CodeAt::Method(m, _)) => (m.start, !m.name.starts_with('.')),
+            Some(CodeAt::Unnamed(start)) => (start, false),
+        };
+        frame.code = FrameCode::Managed {
+            method_desc: 0,
+            method_start: start,
+            jit_type: AOT_CODE,
+            funclet: names.is_funclet(at),
+            parent_frame: None,
+        };
+        // Unnamed code is shown at its address in the module, as the runtime does.
+        frame.offset = named.then(|| frame.ip - start);
     }
 }

@@ -560,3 +560,117 @@ for t in gdb.selected_inferior().threads():
     }
     assert!(managed >= 5, "managed frames compared: {managed}");
 }
+
+/// `libcdac.so` of the build under test: beside the installed CLI scripts/test runs
+/// (`PREFIX/bin/cdac` → `PREFIX/lib/libcdac.so`), else this tree's release build.
+fn libcdac() -> PathBuf {
+    let installed = std::env::var_os("CDAC_TEST_BIN")
+        .map(PathBuf::from)
+        .and_then(|bin| Some(bin.parent()?.parent()?.join("lib/libcdac.so")));
+    let lib = installed
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| crate::common::repo().join("target/release/libcdac.so"));
+    assert!(
+        lib.exists(),
+        "no libcdac.so at {} (cargo build --release -p cdac-capi)",
+        lib.display()
+    );
+    lib
+}
+
+/// The lines of one thread's backtrace in a debugger's `thread apply all bt`-style output:
+/// from the line naming its LWP / tid to the next thread's header.
+fn thread_section<'a>(text: &'a str, header: &str) -> &'a str {
+    let start = text
+        .find(header)
+        .unwrap_or_else(|| panic!("{header} in:\n{text}"));
+    let rest = &text[start + header.len()..];
+    let end = rest
+        .find("\nThread ")
+        .or_else(|| rest.find("\n* thread"))
+        .or_else(|| rest.find("\n  thread"))
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+fn in_order(section: &str, names: &[&str]) -> bool {
+    let mut at = 0;
+    names.iter().all(|n| match section[at..].find(n) {
+        Some(i) => {
+            at += i + n.len();
+            true
+        }
+        None => false,
+    })
+}
+
+/// gdb's `bt` and lldb's `cdac bt` name NativeAOT frames through libcdac.so, without the
+/// `.dbg` file (gdb alone shows `??` there).
+#[test]
+fn debuggers_name_native_aot_frames_without_the_dbg_file() {
+    let parked = park("aot-net11", "debuggers");
+    let dir = scratch("aot-park-aot-net11-debuggers");
+    let core = dir.join("core");
+    crate::common::gcore(parked.child.id() as i32, &core);
+    let exe = dir.join("Cdac.Testbed.Aot");
+    let tid = parked.manifest["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "aot-orders")
+        .unwrap()["os_tid"]
+        .as_i64()
+        .unwrap();
+    let chain = [
+        "Cdac.TestbedAot.Parking.Park(Exception)",
+        "Cdac.TestbedAot.Orders.Validate(String, Order)",
+        "Cdac.TestbedAot.Orders.Checkout(Int32)",
+        "System.Threading.Thread.StartThread(IntPtr)",
+    ];
+    let gdb = |extension: bool| {
+        let mut c = Command::new("gdb");
+        c.args(["-batch", "-nx", "-ex", "set pagination off"]);
+        if extension {
+            c.arg("-ex").arg(format!(
+                "source {}",
+                crate::common::repo().join("gdb/cdac.py").display()
+            ));
+        }
+        let out = c
+            .args(["-ex", "thread apply all bt"])
+            .arg(&exe)
+            .arg(&core)
+            .env("CDAC_LIB", libcdac())
+            .output()
+            .expect("run gdb");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let header = format!("(LWP {tid}))");
+    let plain = gdb(false);
+    assert!(
+        !in_order(thread_section(&plain, &header), &chain[..1]),
+        "gdb alone has no names"
+    );
+    let named = gdb(true);
+    let section = thread_section(&named, &header);
+    assert!(
+        in_order(section, &chain),
+        "gdb with the extension:\n{section}"
+    );
+
+    let out = Command::new("lldb")
+        .args(["--batch", "-o"])
+        .arg(format!(
+            "command script import {}",
+            crate::common::repo().join("lldb/cdac.py").display()
+        ))
+        .args(["-o", "cdac bt all", "-c"])
+        .arg(&core)
+        .arg(&exe)
+        .env("CDAC_LIB", libcdac())
+        .output()
+        .expect("run lldb");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let section = thread_section(&text, &format!("tid = {tid}\n"));
+    assert!(in_order(section, &chain), "lldb cdac bt:\n{section}");
+}
