@@ -85,6 +85,12 @@ pub struct MethodNamer {
         String,
         crate::nativeaot::TypeHashStyle,
     )>,
+    /// A NativeAOT executable's `.dbg` line tables and its load address, read on first use
+    /// (`None` inside: no `.dbg` beside it).
+    native_aot_lines: std::sync::OnceLock<Option<(crate::symbols::dwarf_lines::DwarfLines, u64)>>,
+    /// The executable, for its `.dbg`.
+    native_aot_file: Option<std::path::PathBuf>,
+    native_aot_base: u64,
 }
 
 fn module_stem(path: &std::path::Path) -> String {
@@ -128,7 +134,35 @@ impl MethodNamer {
             blobs: HashMap::new(),
             net8_truncation: false,
             native_aot: None,
+            native_aot_lines: std::sync::OnceLock::new(),
+            native_aot_file: None,
+            native_aot_base: 0,
         }
+    }
+
+    /// The file and line of NativeAOT code at `at` (a return address less one, or the
+    /// innermost frame's IP), from the DWARF of the executable's `.dbg` file when it is
+    /// beside it; `None` without one.
+    pub fn native_aot_source(&self, at: u64) -> Option<crate::formats::pdb::SourceLocation> {
+        let exe = self.native_aot_file.as_ref()?;
+        let base = self.native_aot_base;
+        let loaded = self.native_aot_lines.get_or_init(|| {
+            let dbg = crate::symbols::dwarf_lines::debug_link(exe)?;
+            match crate::symbols::dwarf_lines::DwarfLines::load(&dbg) {
+                Ok(lines) => Some((lines, base)),
+                Err(e) => {
+                    tracing::warn!("{}: no source lines: {e}", dbg.display());
+                    None
+                }
+            }
+        });
+        let (lines, base) = loaded.as_ref()?;
+        let found = lines.lookup(at.checked_sub(*base)?)?;
+        Some(crate::formats::pdb::SourceLocation {
+            file: found.file,
+            line: found.line,
+            column: 0,
+        })
     }
 
     /// The name of a NativeAOT method starting at `start` (as the runtime prints it), or
@@ -159,6 +193,8 @@ impl MethodNamer {
                         crate::nativeaot::TypeHashStyle::of(rt),
                     )
                 });
+            namer.native_aot_file = Some(rt.target().local_path(&rt.module().path));
+            namer.native_aot_base = rt.module().base;
             return namer;
         }
         let truncates = runtime_truncates_names(rt.version().map(|v| v.product_version.as_str()));
@@ -184,6 +220,9 @@ impl MethodNamer {
             blobs: HashMap::new(),
             net8_truncation: false,
             native_aot: None,
+            native_aot_lines: std::sync::OnceLock::new(),
+            native_aot_file: None,
+            native_aot_base: 0,
         }
     }
 

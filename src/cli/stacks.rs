@@ -112,7 +112,17 @@ pub(super) fn name_frames<'a>(
                             .find(|f| (f.start..f.end).contains(&frame.ip))
                             .and_then(|f| f.path.file_name())
                             .map(|n| n.to_string_lossy().into_owned()),
-                        source: None,
+                        source: {
+                            let exact = matches!(
+                                frame.found_by,
+                                FoundBy::Registers | FoundBy::SignalContext
+                            );
+                            namer.native_aot_source(if exact {
+                                frame.ip
+                            } else {
+                                frame.ip.saturating_sub(1)
+                            })
+                        },
                     },
                     FrameCode::Managed { method_desc, .. } => Named {
                         frame,

@@ -18,6 +18,7 @@ use object::{Object, ObjectSymbol, SymbolKind};
 use crate::memory::Target;
 use crate::unwind::elf_modules::{self, ModuleMap};
 
+pub mod dwarf_lines;
 mod dynamic;
 
 /// Most symbols kept for one module.

@@ -460,7 +460,8 @@ fn threads_lists_ids_names_and_the_exception_in_flight() {
 }
 
 /// With the `.dbg` beside the executable gdb names every frame; cdac's frames of a gcore are
-/// gdb's, pc and sp, and each managed one is the method gdb's symbol names.
+/// gdb's, pc and sp, each managed one is the method gdb's symbol names, at the file and line
+/// gdb finds (cdac reads the `.dbg`'s DWARF too).
 #[test]
 fn frames_equal_gdbs_with_the_dbg_file() {
     let parked = park_with("aot-net10", "gdb", true);
@@ -483,7 +484,9 @@ for t in gdb.selected_inferior().threads():
         f = gdb.newest_frame()
         while f is not None:
             if f.type() != gdb.INLINE_FRAME:
-                print("FRAME %x %x %s" % (f.pc(), int(f.read_register("rsp")), f.name()))
+                sal = f.find_sal()
+                where = "%s|%d" % (sal.symtab.fullname() if sal.symtab else "", sal.line)
+                print("FRAME %x %x %s %s" % (f.pc(), int(f.read_register("rsp")), where, f.name()))
             f = f.older()
 "#
     );
@@ -498,14 +501,15 @@ for t in gdb.selected_inferior().threads():
         .output()
         .expect("run gdb");
     let text = String::from_utf8_lossy(&out.stdout);
-    let gdb: Vec<(u64, u64, String)> = text
+    let gdb: Vec<(u64, u64, String, String)> = text
         .lines()
         .filter_map(|l| l.strip_prefix("FRAME "))
         .map(|l| {
-            let mut w = l.splitn(3, ' ');
+            let mut w = l.splitn(4, ' ');
             let pc = u64::from_str_radix(w.next().unwrap(), 16).unwrap();
             let sp = u64::from_str_radix(w.next().unwrap(), 16).unwrap();
-            (pc, sp, w.next().unwrap_or("").to_string())
+            let at = w.next().unwrap_or("").to_string();
+            (pc, sp, w.next().unwrap_or("").to_string(), at)
         })
         .collect();
     assert!(gdb.len() >= 8, "gdb's frames: {text}");
@@ -534,15 +538,27 @@ for t in gdb.selected_inferior().threads():
         .expect("a managed frame");
     let at = gdb
         .iter()
-        .position(|(pc, _, _)| *pc == hex(&ours[first]["ip"]))
+        .position(|(pc, _, _, _)| *pc == hex(&ours[first]["ip"]))
         .unwrap_or_else(|| panic!("gdb has our first managed frame: {gdb:x?}"));
     let (ours, gdb) = (&ours[first..], &gdb[at..]);
     assert_eq!(ours.len(), gdb.len(), "gdb: {gdb:x?}\nours: {ours:?}");
     let mut managed = 0;
-    for (f, (pc, sp, symbol)) in ours.iter().zip(gdb) {
+    let mut lines = 0;
+    for (f, (pc, sp, symbol, at)) in ours.iter().zip(gdb) {
         assert_eq!(hex(&f["ip"]), *pc, "{f} vs gdb {symbol}");
         assert_eq!(hex(&f["sp"]), *sp, "{f} vs gdb {symbol}");
         if f["kind"] == "managed" {
+            // The file and line of the .dbg's DWARF, as gdb finds them.
+            let (file, line) = at.split_once('|').unwrap();
+            if !file.is_empty() {
+                assert_eq!(f["source"]["file"], file, "{f} vs gdb {symbol} at {at}");
+                assert_eq!(
+                    f["source"]["line"].as_u64(),
+                    line.parse::<u64>().ok(),
+                    "{f} vs gdb at {at}"
+                );
+                lines += 1;
+            }
             // `Ns.Type.Method(Args)` is gdb's `…Ns_Type__Method`.
             let name = f["name"].as_str().unwrap();
             let method = name.split('(').next().unwrap();
@@ -559,6 +575,7 @@ for t in gdb.selected_inferior().threads():
         }
     }
     assert!(managed >= 5, "managed frames compared: {managed}");
+    assert!(lines >= 5, "managed frames with a line compared: {lines}");
 }
 
 /// `libcdac.so` of the build under test: beside the installed CLI scripts/test runs
