@@ -1037,10 +1037,15 @@ pub unsafe extern "C" fn cdac_source_line(
             return Err(null("file"));
         }
         if h.rt.is_native_aot() {
-            return Err(Failure::new(
-                CDAC_NOT_FOUND,
-                "NativeAOT: source lines come from the executable's .dbg file, which cdac does not read yet",
-            ));
+            // From the DWARF of the executable's .dbg file, when it is beside it.
+            let Some(loc) = h.namer().native_aot_source(ip) else {
+                return Err(Failure::new(
+                    CDAC_NOT_FOUND,
+                    format!("no line for {ip:#x} (NativeAOT lines come from the executable's .dbg file beside it)"),
+                ));
+            };
+            put(line, loc.line);
+            return return_text(&loc.file, "the file name", file, len, std::ptr::null_mut());
         }
         let b = h.block(ip)?;
         let map = {
@@ -1372,7 +1377,9 @@ fn walk_into(
             StackWalker::new(&h.rt)?
         });
     }
-    let aot_names = h.aot_names().transpose()?;
+    // Without the executable's names (its file not at hand) the walk still gives every
+    // frame, native ones.
+    let aot_names = h.aot_names().and_then(Result::ok);
     let Some(walker) = &h.walker else {
         return Err(Failure::new(CDAC_E_RUNTIME_DATA, "no stack walker"));
     };

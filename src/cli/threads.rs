@@ -229,11 +229,7 @@ pub fn run_threads(args: &ThreadsArgs) -> CliResult {
 fn native_aot_threads(rt: &cdac::runtime::Runtime, args: &ThreadsArgs) -> CliResult {
     let aot = cdac::nativeaot::NativeAot::new(rt)?;
     let list = aot.threads()?;
-    let mut warnings = Vec::new();
-    let managed = cdac::nativeaot::stacks::managed_threads(&aot, &mut warnings);
-    for w in &warnings {
-        status!("cdac: warning: {w}");
-    }
+    let managed = cdac::nativeaot::stacks::managed_from(&list);
     let threads = list
         .threads
         .iter()

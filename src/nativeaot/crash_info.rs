@@ -145,26 +145,22 @@ fn find_in_bss(rt: &Runtime) -> Option<u64> {
     use object::{Object, ObjectSection};
     let module = rt.module();
     let path = rt.target().local_path(&module.path);
-    let bytes = std::fs::read(&path).ok()?;
+    let bytes = crate::memory::map_regular_file(&path).ok()?;
     let file = object::File::parse(&*bytes).ok()?;
     let bss = file.section_by_name(".bss")?;
     let start = module.base.checked_add(bss.address())?;
     let size = bss.size().min(MAX_SCAN);
     let target = rt.target();
     const CHUNK: u64 = 1 << 20;
+    let end = start.saturating_add(size);
     let mut at = start;
-    while at < start + size {
-        let len = CHUNK.min(start + size - at);
-        if let Ok(chunk) = target.read_bytes(at, len as usize + PREFIX.len()) {
-            // The buffer is 8-byte aligned.
-            let hit = chunk
-                .chunks(8)
-                .position(|w| {
-                    w.len() >= 4 && chunk.len() >= PREFIX.len() && w.starts_with(&PREFIX[..4])
-                })
-                .map(|i| i * 8)
-                .filter(|&i| chunk[i..].starts_with(PREFIX));
-            if let Some(i) = hit {
+    while at < end {
+        let len = CHUNK.min(end - at);
+        // Each read runs a prefix's length into the next chunk: a report straddling the
+        // edge is found whole.
+        let want = len.saturating_add(PREFIX.len() as u64).min(end - at);
+        if let Ok(chunk) = target.read_bytes(at, want as usize) {
+            if let Some(i) = memchr::memmem::find(&chunk, PREFIX) {
                 return Some(at + i as u64);
             }
         }

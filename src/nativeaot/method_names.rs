@@ -65,6 +65,10 @@ pub enum CodeAt {
     Unnamed(u64),
 }
 
+/// Most funclets one method has (catch, finally and filter blocks), when looking back from
+/// one to its method.
+const MAX_FUNCLETS: usize = 4096;
+
 /// How the runtime hashes type names into `MethodTable.HashCode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TypeHashStyle {
@@ -113,7 +117,7 @@ impl MethodNames {
         let target = rt.target();
         let module = rt.module();
         let path = target.local_path(&module.path);
-        let bytes = std::fs::read(&path)
+        let bytes = crate::memory::map_regular_file(&path)
             .map_err(|e| NamesError::NoFile(path.display().to_string(), e.to_string()))?;
         let file = object::File::parse(&*bytes)
             .map_err(|e| NamesError::NoFile(path.display().to_string(), e.to_string()))?;
@@ -131,7 +135,7 @@ impl MethodNames {
             }
         };
         let header_at = target
-            .read_pointer(base + modules.address())
+            .read_pointer(base.wrapping_add(modules.address()))
             .map_err(read_err("module header pointer"))?;
         let fixed = target
             .read_bytes(header_at, HEADER_SIZE)
@@ -167,7 +171,8 @@ impl MethodNames {
             let (_, metadata_bytes) = read_blob(blobs::METADATA, "metadata")?;
             Some(Metadata::new(metadata_bytes)?)
         };
-        let managed_code = (base + code.address(), base + code.address() + code.size());
+        let code_start = base.wrapping_add(code.address());
+        let managed_code = (code_start, code_start.saturating_add(code.size()));
         let functions = functions(&file, target, base, managed_code);
         let mut names = MethodNames {
             metadata,
@@ -222,24 +227,44 @@ impl MethodNames {
             return None;
         }
         let function = self.function_at(ip);
-        // A funclet belongs to the method before it; a function is a method when the map
+        if function.is_none() && !self.functions.is_empty() {
+            // `.eh_frame` covers every function of the managed code: an address outside
+            // all of them is padding or data, not a method to guess a name for.
+            return None;
+        }
+        // A funclet belongs to the method whose main body precedes it (the nearest
+        // function before it that is not a funclet); a function is a method when the map
         // names its start.
         let owner_start = match function {
-            Some(f) if f.funclet => self.floor_entry(f.start).map(|e| e.start),
+            Some(f) if f.funclet => self.parent_of(f.start),
             Some(f) => Some(f.start),
             None => self.floor_entry(ip).map(|e| e.start),
         };
         let entry = owner_start.and_then(|s| self.entry_at(s));
-        match (entry, function) {
+        match (entry, owner_start) {
             (Some(e), _) => Some(CodeAt::Method(self.method(e), ip - e.start)),
-            (None, Some(f)) => Some(CodeAt::Unnamed(f.start)),
-            (None, None) => None,
+            (None, Some(start)) => Some(CodeAt::Unnamed(start)),
+            (None, None) => function.map(|f| CodeAt::Unnamed(f.start)),
         }
+    }
+
+    /// The start of the main body a funclet starting at `funclet_start` belongs to.
+    fn parent_of(&self, funclet_start: u64) -> Option<u64> {
+        let i = self.functions.partition_point(|f| f.start < funclet_start);
+        self.functions[..i]
+            .iter()
+            .rev()
+            .take(MAX_FUNCLETS)
+            .find(|f| !f.funclet)
+            .map(|f| f.start)
     }
 
     /// The text the runtime prints for code it cannot name: `module!<BaseAddress>+0x…`.
     pub fn unnamed_text(&self, module_name: &str, ip: u64) -> String {
-        format!("{module_name}!<BaseAddress>+{:#x}", ip - self.base)
+        format!(
+            "{module_name}!<BaseAddress>+{:#x}",
+            ip.wrapping_sub(self.base)
+        )
     }
 
     /// The type whose name hashes to `hash`, among the types that own methods.
@@ -299,29 +324,55 @@ impl MethodNames {
             let Ok(name) = metadata.type_name(token) else {
                 continue;
             };
-            let (namespace, simple) = name.rsplit_once('.').unwrap_or(("", &name));
-            out.insert((name_hash(name.as_bytes()), true), name.clone());
-            out.insert(
-                (
-                    name_hash(namespace.as_bytes()) ^ name_hash(simple.as_bytes()),
-                    false,
-                ),
-                name.clone(),
-            );
+            if let Some((whole, parts)) = type_hashes(metadata, token, 0) {
+                out.insert((whole, true), name.clone());
+                out.insert((parts, false), name);
+            }
         }
         out
     }
 }
 
+/// Most enclosing types followed for a nested type's hash.
+const MAX_NESTING: usize = 32;
+
+/// A type's `MethodTable.HashCode` under both styles ([`TypeHashStyle::FullName`],
+/// [`TypeHashStyle::NamespaceXorName`]): a nested type's is its enclosing type's plus that
+/// rotated left 11 bits, XOR the hash of its own name (checked on `Parking.<>c` of 10.0.12 and
+/// 11.0.0: 0xd712befa and 0x89dc3792).
+fn type_hashes(
+    metadata: &Metadata,
+    token: crate::formats::nativeaot::metadata::Token,
+    depth: usize,
+) -> Option<(u32, u32)> {
+    let (namespace, name, enclosing) = metadata.type_parts(token).ok()?;
+    if !enclosing.is_nil() {
+        if depth >= MAX_NESTING {
+            return None;
+        }
+        let (outer_whole, outer_parts) = type_hashes(metadata, enclosing, depth + 1)?;
+        let own = name_hash(&name);
+        let nest = |outer: u32| outer.wrapping_add(outer.rotate_left(11)) ^ own;
+        return Some((nest(outer_whole), nest(outer_parts)));
+    }
+    let whole = if namespace.is_empty() {
+        name_hash(&name)
+    } else {
+        name_hash(&format!("{namespace}.{name}"))
+    };
+    Some((whole, name_hash(&namespace) ^ name_hash(&name)))
+}
+
 /// The runtime's hash of a type name (`MethodTable.HashCode`): two interleaved
-/// rotate-add-xor accumulators over the name's bytes.
-pub fn name_hash(bytes: &[u8]) -> u32 {
+/// rotate-add-xor accumulators over the name's UTF-16 units.
+pub fn name_hash(name: &str) -> u32 {
+    let units: Vec<u16> = name.encode_utf16().collect();
     let mut h1: u32 = 0x6DA3_B944;
     let mut h2: u32 = 0;
-    for pair in bytes.chunks(2) {
+    for pair in units.chunks(2) {
         h1 = h1.wrapping_add(h1.rotate_left(5)) ^ u32::from(pair[0]);
-        if let Some(&b) = pair.get(1) {
-            h2 = h2.wrapping_add(h2.rotate_left(5)) ^ u32::from(b);
+        if let Some(&c) = pair.get(1) {
+            h2 = h2.wrapping_add(h2.rotate_left(5)) ^ u32::from(c);
         }
     }
     h1 = h1.wrapping_add(h1.rotate_left(8));
@@ -350,27 +401,36 @@ fn functions(
     }
     let mut out = Vec::new();
     let mut entries = section.entries(&bases);
-    while let Ok(Some(entry)) = entries.next() {
+    loop {
+        let entry = match entries.next() {
+            Ok(Some(e)) => e,
+            Ok(None) => break,
+            Err(e) => {
+                // Functions after a damaged entry are not known: their addresses get no name.
+                tracing::debug!("the executable's .eh_frame: {e}");
+                break;
+            }
+        };
         let CieOrFde::Fde(partial) = entry else {
             continue;
         };
         let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else {
             continue;
         };
-        let start = base + fde.initial_address();
+        let start = base.wrapping_add(fde.initial_address());
         if !(managed_code.0..managed_code.1).contains(&start) {
             continue;
         }
         let funclet = match fde.lsda() {
             Some(gimli::Pointer::Direct(lsda)) => target
-                .read_u8(base + lsda)
+                .read_u8(base.wrapping_add(lsda))
                 .map(|flags| flags & 3 != 0)
                 .unwrap_or(false),
             _ => false,
         };
         out.push(Function {
             start,
-            end: start + fde.len(),
+            end: start.saturating_add(fde.len()),
             funclet,
         });
     }
@@ -386,11 +446,23 @@ mod tests {
     fn type_name_hashes_match_the_runtimes() {
         // MethodTable.HashCode of System.String in NativeAOT 10.0.12 (the whole name) and
         // 11.0.0 (namespace and name apart), read from the testbed's processes.
-        let h = |s: &str| name_hash(s.as_bytes());
+        let h = name_hash;
         assert_eq!(h("System.String"), STRING_HASH_10);
         assert_eq!(h("System") ^ h("String"), STRING_HASH_11);
     }
 
     const STRING_HASH_10: u32 = 0xb74f_3361;
     const STRING_HASH_11: u32 = 0x03eb_ebe0;
+
+    #[test]
+    fn nested_type_hashes_match_the_runtimes() {
+        // MethodTable.HashCode of Cdac.TestbedAot.Parking.<>c (the lambdas' class) read from
+        // the NativeAOT testbed of 10.0.12 and 11.0.0.
+        let nest = |outer: u32| outer.wrapping_add(outer.rotate_left(11)) ^ name_hash("<>c");
+        assert_eq!(nest(name_hash("Cdac.TestbedAot.Parking")), 0xd712_befa);
+        assert_eq!(
+            nest(name_hash("Cdac.TestbedAot") ^ name_hash("Parking")),
+            0x89dc_3792
+        );
+    }
 }

@@ -96,7 +96,7 @@ impl NativeAot {
         }
         let instance = d.global_value("RuntimeInstanceAddress")?;
         let offset = d.ty("RuntimeInstance")?.offset("ThreadStore")?;
-        Ok(target.read_pointer(instance + offset)?)
+        Ok(target.read_pointer(instance.wrapping_add(offset))?)
     }
 }
 
@@ -120,10 +120,10 @@ pub fn type_name(
         // an array.
         if (flags >> 16) & 3 == 2 && flags & 0x8000_0000 != 0 {
             suffix.insert_str(0, "[]");
-            mt = target.read_pointer(mt + 8).ok()?;
+            mt = target.read_pointer(mt.wrapping_add(8)).ok()?;
             continue;
         }
-        let hash = target.read_u32(mt + 20).ok()?;
+        let hash = target.read_u32(mt.wrapping_add(20)).ok()?;
         return names
             .type_with_hash(hash, style)
             .map(|n| format!("{n}{suffix}"));

@@ -25,8 +25,13 @@ pub fn managed_threads(aot: &NativeAot, warnings: &mut Vec<String>) -> HashMap<i
     if let Some(e) = &list.error {
         warnings.push(format!("the runtime's thread list was cut short: {e}"));
     }
+    managed_from(&list)
+}
+
+/// The threads of a list already read, by OS id.
+pub fn managed_from(list: &super::AotThreadList) -> HashMap<i32, ManagedThread> {
     let mut out = HashMap::new();
-    for t in list.threads {
+    for t in &list.threads {
         let Ok(os) = i32::try_from(t.os_id) else {
             continue;
         };

@@ -102,7 +102,7 @@ impl NativeAot {
         let mut threads = Vec::new();
         let mut seen = HashSet::new();
         let mut error = None;
-        let mut next = target.read_pointer(store + first_link)?;
+        let mut next = target.read_pointer(store.wrapping_add(first_link))?;
         while next != 0 {
             if !seen.insert(next) {
                 error = Some(format!("the thread list loops back to {next:#x}"));
@@ -174,7 +174,11 @@ impl NativeAot {
             return Ok(out);
         };
         let mut at = record.exception_tracker;
+        let mut seen = HashSet::new();
         while at != 0 && out.len() < MAX_NESTED_EXCEPTIONS {
+            if !seen.insert(at) {
+                return Err((out, format!("the ExInfo chain loops back to {at:#x}")));
+            }
             let (previous, object) = layout
                 .read(self.rt.target(), at)
                 .map_err(|e| (out.clone(), format!("ExInfo {at:#x}: {e}")))?;
@@ -217,12 +221,12 @@ impl NativeAot {
         let Some(layout) = &self.exception_layout else {
             return Ok(info);
         };
-        let message = target.read_pointer(address + layout.message)?;
+        let message = target.read_pointer(address.wrapping_add(layout.message))?;
         if message != 0 {
             info.message = self.string_at(message, MAX_MESSAGE).ok();
         }
-        info.hresult = target.read_i32(address + layout.hresult)?;
-        let inner = target.read_pointer(address + layout.inner)?;
+        info.hresult = target.read_i32(address.wrapping_add(layout.hresult))?;
+        let inner = target.read_pointer(address.wrapping_add(layout.inner))?;
         if inner != 0 && depth < MAX_INNER {
             match self.exception_at_depth(inner, depth + 1) {
                 Ok(i) => info.inner = Some(Box::new(i)),
@@ -236,7 +240,11 @@ impl NativeAot {
     /// stack-trace metadata names a type with its hash code.
     pub fn type_name(&self, method_table: u64) -> Option<String> {
         let names = self.method_names().ok()?;
-        let hash = self.rt.target().read_u32(method_table + 20).ok()?;
+        let hash = self
+            .rt
+            .target()
+            .read_u32(method_table.wrapping_add(20))
+            .ok()?;
         names
             .type_with_hash(hash, self.hash_style())
             .map(str::to_string)
@@ -253,11 +261,11 @@ impl NativeAot {
         let d = self.rt.descriptor();
         let target = self.rt.target();
         let at = thread
-            + d.ty("Thread")?.offset("AllocContext")?
-            + d.ty("EEAllocContext")?.offset("GCAllocationContext")?;
+            .wrapping_add(d.ty("Thread")?.offset("AllocContext")?)
+            .wrapping_add(d.ty("EEAllocContext")?.offset("GCAllocationContext")?);
         let gc = d.ty("GCAllocContext")?;
-        let pointer = target.read_pointer(at + gc.offset("Pointer")?)?;
-        let limit = target.read_pointer(at + gc.offset("Limit")?)?;
+        let pointer = target.read_pointer(at.wrapping_add(gc.offset("Pointer")?))?;
+        let limit = target.read_pointer(at.wrapping_add(gc.offset("Limit")?))?;
         Ok((pointer != 0 && limit >= pointer).then_some((pointer, limit)))
     }
 
@@ -278,14 +286,14 @@ impl NativeAot {
                 "_corDbgStackTrace",
             ));
         };
-        let array = target.read_pointer(exception + trace)?;
+        let array = target.read_pointer(exception.wrapping_add(trace))?;
         if array == 0 {
             return Ok(Vec::new());
         }
-        let length = target.read_u32(array + 8)? as usize;
-        let used = usize::try_from(target.read_i32(exception + used)?).unwrap_or(0);
+        let length = target.read_u32(array.wrapping_add(8))? as usize;
+        let used = usize::try_from(target.read_i32(exception.wrapping_add(used))?).unwrap_or(0);
         let count = used.min(length).min(MAX_TRACE);
-        let ips = target.read_pointers(array + 16, count)?;
+        let ips = target.read_pointers(array.wrapping_add(16), count)?;
         let names = self.method_names().ok();
         Ok(ips
             .into_iter()
@@ -308,15 +316,18 @@ impl NativeAot {
         let root = record.inlined_statics().filter(|&r| r != 0)?;
         let holder = target.read_pointer(root).ok().filter(|&h| h != 0)?;
         let holder_mt = target.read_pointer(holder).ok()? & !7;
-        let size = u64::from(target.read_u32(holder_mt + 4).ok()?).min(64 << 10);
+        let size = u64::from(target.read_u32(holder_mt.wrapping_add(4)).ok()?).min(64 << 10);
         let wanted = self.thread_type_hash();
         let slots = target
-            .read_pointers(holder + 8, (size.saturating_sub(8) / 8) as usize)
+            .read_pointers(
+                holder.wrapping_add(8),
+                (size.saturating_sub(8) / 8) as usize,
+            )
             .ok()?;
         slots.into_iter().filter(|&o| o != 0).find(|&o| {
             target
                 .read_pointer(o)
-                .and_then(|mt| target.read_u32((mt & !7) + 20))
+                .and_then(|mt| target.read_u32((mt & !7).wrapping_add(20)))
                 .is_ok_and(|h| h == wanted)
         })
     }
@@ -324,9 +335,9 @@ impl NativeAot {
     fn thread_type_hash(&self) -> u32 {
         use super::method_names::name_hash;
         match self.hash_style() {
-            super::TypeHashStyle::FullName => name_hash(b"System.Threading.Thread"),
+            super::TypeHashStyle::FullName => name_hash("System.Threading.Thread"),
             super::TypeHashStyle::NamespaceXorName => {
-                name_hash(b"System.Threading") ^ name_hash(b"Thread")
+                name_hash("System.Threading") ^ name_hash("Thread")
             }
         }
     }
@@ -339,12 +350,12 @@ impl NativeAot {
         };
         let target = self.rt.target();
         let id = target
-            .read_pointer(thread + layout.managed_id)
+            .read_pointer(thread.wrapping_add(layout.managed_id))
             .ok()
             .filter(|&o| o != 0)
-            .and_then(|o| target.read_u32(o + 8).ok());
+            .and_then(|o| target.read_u32(o.wrapping_add(8)).ok());
         let name = target
-            .read_pointer(thread + layout.name)
+            .read_pointer(thread.wrapping_add(layout.name))
             .ok()
             .filter(|&s| s != 0)
             .and_then(|s| self.string_at(s, 1024).ok());
@@ -356,10 +367,11 @@ impl NativeAot {
         let target = self.rt.target();
         let d = self.rt.descriptor();
         let string = d.ty("String")?;
-        let length = target.read_u32(address + string.offset("m_StringLength")?)? as usize;
+        let length =
+            target.read_u32(address.wrapping_add(string.offset("m_StringLength")?))? as usize;
         target
             .read_utf16(
-                address + string.offset("m_FirstChar")?,
+                address.wrapping_add(string.offset("m_FirstChar")?),
                 length.min(max_chars),
             )
             .map_err(Into::into)

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use gimli::{EndianSlice, LittleEndian};
 use object::{Object, ObjectSection};
 
-/// Largest section inflated (a `.dbg` of a large service has tens of MB of line tables).
-const MAX_SECTION: u64 = 1 << 30;
+/// Most bytes inflated for one file's sections (a `.dbg` of a large service has tens of MB
+/// of DWARF; a damaged one must not make cdac allocate gigabytes).
+const MAX_INFLATED: u64 = 512 << 20;
 
 /// A file and line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,27 +28,50 @@ pub struct DwarfLines {
 }
 
 /// The separate debug file an executable names (`.gnu_debuglink`), beside it or in its
-/// `.debug` folder.
+/// `.debug` folder, when it is of this very build (the same GNU build id): a `.dbg` left
+/// from another build would give wrong lines.
 pub fn debug_link(executable: &Path) -> Option<PathBuf> {
-    let bytes = std::fs::read(executable).ok()?;
-    let file = object::File::parse(&*bytes).ok()?;
+    let map = crate::memory::map_regular_file(executable).ok()?;
+    let file = object::File::parse(&*map).ok()?;
     let (name, _crc) = file.gnu_debuglink().ok()??;
     let name = Path::new(std::str::from_utf8(name).ok()?);
     if name.components().count() != 1 {
         return None;
     }
+    let id = file.build_id().ok()?;
     let dir = executable.parent()?;
     [dir.join(name), dir.join(".debug").join(name)]
         .into_iter()
-        .find(|p| p.is_file() && p != executable)
+        .filter(|p| p.is_file() && p != executable)
+        .find(|p| {
+            let same = crate::memory::map_regular_file(p)
+                .ok()
+                .and_then(|m| {
+                    object::File::parse(&*m)
+                        .ok()?
+                        .build_id()
+                        .ok()
+                        .map(|b| b.map(<[u8]>::to_vec))
+                })
+                .is_some_and(|other| other.as_deref() == id);
+            if !same {
+                tracing::debug!(
+                    "{}: another build's debug file (build id differs)",
+                    p.display()
+                );
+            }
+            same
+        })
 }
 
 impl DwarfLines {
     /// Reads the line programs of the ELF file at `path`.
     pub fn load(path: &Path) -> Result<DwarfLines, String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let bytes = crate::memory::map_regular_file(path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         let file = object::File::parse(&*bytes).map_err(|e| format!("{}: {e}", path.display()))?;
         let mut sections: Vec<(gimli::SectionId, Vec<u8>)> = Vec::new();
+        let mut budget = MAX_INFLATED;
         for id in [
             gimli::SectionId::DebugAbbrev,
             gimli::SectionId::DebugInfo,
@@ -58,7 +82,9 @@ impl DwarfLines {
             gimli::SectionId::DebugAddr,
         ] {
             if let Some(s) = file.section_by_name(id.name()) {
-                sections.push((id, section_bytes(&s)?));
+                let data = section_bytes(&s, budget)?;
+                budget = budget.saturating_sub(data.len() as u64);
+                sections.push((id, data));
             }
         }
         let load = |id: gimli::SectionId| -> Result<EndianSlice<'_, LittleEndian>, gimli::Error> {
@@ -136,16 +162,18 @@ impl DwarfLines {
     }
 }
 
-/// A section's bytes, inflated when it is compressed (`SHF_COMPRESSED`, zlib).
-fn section_bytes(section: &object::Section<'_, '_>) -> Result<Vec<u8>, String> {
+/// A section's bytes, inflated when it is compressed (`SHF_COMPRESSED`, zlib), within
+/// `budget` bytes.
+fn section_bytes(section: &object::Section<'_, '_>, budget: u64) -> Result<Vec<u8>, String> {
     let compressed = section.compressed_data().map_err(|e| e.to_string())?;
     match compressed.format {
         object::CompressionFormat::None => Ok(compressed.data.to_vec()),
         object::CompressionFormat::Zlib => {
-            if compressed.uncompressed_size > MAX_SECTION {
+            if compressed.uncompressed_size > budget {
                 return Err(format!(
-                    "a section of {} bytes",
-                    compressed.uncompressed_size
+                    "its DWARF inflates past {MAX_INFLATED} bytes ({} for {})",
+                    compressed.uncompressed_size,
+                    section.name().unwrap_or("?")
                 ));
             }
             miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(

@@ -411,6 +411,11 @@ fn heap_counts_and_names_types_and_matches_the_gcs_own_figures() {
             of("Cdac.TestbedAot.Widget[]").expect("the array of them, named by its element");
         assert_eq!(array["count"], 1);
         assert!(of("System.String").is_some());
+        // A nested type (the lambdas' class), whose hash folds in its enclosing type's.
+        assert_eq!(
+            of("Cdac.TestbedAot.Parking.<>c").map(|t| t["count"].clone()),
+            Some(1.into())
+        );
         // The GC's figures after its last (full, compacting) collection: gen2 and the pinned
         // heap have not changed since (new objects go to gen0).
         let free = cdac_json(&["heap", "--pid", &pid, "--free", "--json"]);

@@ -51,6 +51,9 @@ pub const TYPE_VARIABLE_SIGNATURE: u8 = 63;
 
 /// Deepest type nesting followed while formatting (a damaged blob could loop).
 const MAX_DEPTH: usize = 64;
+/// Longest method text made (real ones are far shorter; a damaged blob could repeat a long
+/// string in every parameter).
+const MAX_TEXT: usize = 4096;
 
 /// A metadata handle: `type << 25 | offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -291,6 +294,35 @@ impl Metadata {
         Ok(text)
     }
 
+    /// A type's namespace (empty for a nested type), simple name and enclosing type (nil
+    /// for a top-level one), for a TypeDefinition or TypeReference handle.
+    pub fn type_parts(&self, token: Token) -> Result<(String, String, Token), AotFormatError> {
+        match token.kind() {
+            TYPE_DEFINITION => {
+                let d = self.type_definition(token)?;
+                let namespace = if d.enclosing.is_nil() {
+                    self.namespace(d.namespace, NAMESPACE_DEFINITION)?
+                } else {
+                    String::new()
+                };
+                Ok((namespace, self.string(d.name)?, d.enclosing))
+            }
+            TYPE_REFERENCE => {
+                let (parent, name) = self.parent_and_name(token)?;
+                if parent.is_nil() || parent.kind() == NAMESPACE_REFERENCE {
+                    let namespace = self.namespace(parent, NAMESPACE_REFERENCE)?;
+                    Ok((namespace, self.string(name)?, Token::NIL))
+                } else {
+                    Ok((String::new(), self.string(name)?, parent))
+                }
+            }
+            other => Err(error(
+                "metadata",
+                format!("handle type {other} is not a type definition or reference"),
+            )),
+        }
+    }
+
     /// Every TypeDefinition of every scope (namespaces and nested types followed), at most
     /// `max`.
     pub fn type_definitions(&self, max: usize) -> Result<Vec<Token>, AotFormatError> {
@@ -312,10 +344,14 @@ impl Metadata {
             namespaces.push(f.typed(NAMESPACE_DEFINITION)?);
         }
         let mut types = Vec::new();
-        let mut visited = 0usize;
+        // A damaged blob can list a namespace or type twice, or inside itself: each is
+        // visited once, and the lists stay within `max`.
+        let mut seen = std::collections::HashSet::new();
         while let Some(ns) = namespaces.pop() {
-            visited += 1;
-            if visited > max {
+            if !seen.insert(ns) {
+                continue;
+            }
+            if seen.len() > max || namespaces.len() + types.len() > max {
                 return Err(error("metadata", format!("more than {max} namespaces")));
             }
             let mut f = self.at(ns);
@@ -327,7 +363,10 @@ impl Metadata {
         }
         let mut out = Vec::new();
         while let Some(t) = types.pop() {
-            if out.len() >= max {
+            if !seen.insert(t) {
+                continue;
+            }
+            if out.len() >= max || types.len() > max {
                 return Err(error("metadata", format!("more than {max} types")));
             }
             let mut f = self.at(t);
@@ -394,6 +433,12 @@ impl Context<'_> {
     ) -> Result<(), AotFormatError> {
         if depth > MAX_DEPTH {
             return Err(error("metadata", "types nested beyond 64 levels (a loop?)"));
+        }
+        if out.len() > MAX_TEXT {
+            return Err(error(
+                "metadata",
+                format!("a name longer than {MAX_TEXT} bytes"),
+            ));
         }
         let md = self.md;
         let next = depth + 1;

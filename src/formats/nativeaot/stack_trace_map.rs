@@ -50,7 +50,8 @@ pub fn decode(
             format!("{count} entries, over the list limit of {max_entries}"),
         ));
     }
-    let mut out = Vec::with_capacity(count as usize);
+    // Each entry takes at least 5 bytes: no more room than the blob can fill.
+    let mut out = Vec::with_capacity((count as usize).min(bytes.len().saturating_sub(4) / 5));
     let mut pos = 4usize;
     let mut current = MapEntry {
         start: 0,
@@ -91,7 +92,9 @@ pub fn decode(
         current.hidden = command & HIDDEN != 0;
         let raw = bytes.get(pos..pos + 4).ok_or_else(|| truncated(pos))?;
         let relative = i32::from_le_bytes(raw.try_into().expect("4 bytes"));
-        current.start = (address + pos as u64).wrapping_add_signed(i64::from(relative));
+        current.start = address
+            .wrapping_add(pos as u64)
+            .wrapping_add_signed(i64::from(relative));
         pos += 4;
         out.push(current);
     }
