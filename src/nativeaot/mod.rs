@@ -9,7 +9,7 @@
 //! if rt.is_native_aot() {
 //!     let aot = cdac::nativeaot::NativeAot::new(&rt)?;
 //!     for t in aot.threads()?.threads {
-//!         println!("{} {:?}", t.os_id, t.exception.map(|e| e.type_name));
+//!         println!("{} {:?}", t.os_id, t.exception().and_then(|e| e.type_name.clone()));
 //!     }
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
