@@ -184,12 +184,13 @@ impl MethodNamer {
         if rt.is_native_aot() {
             // No modules or MethodDescs: names come from the executable's stack-trace data.
             let mut namer = MethodNamer::with_modules(rt.target(), rt.descriptor(), Vec::new());
-            namer.native_aot = crate::nativeaot::MethodNames::for_runtime(rt)
+            namer.native_aot = rt
+                .native_aot_names()
                 .map_err(|e| tracing::debug!("NativeAOT method names: {e}"))
                 .ok()
                 .map(|n| {
                     (
-                        std::sync::Arc::new(n),
+                        n,
                         module_stem(&rt.module().path),
                         crate::nativeaot::TypeHashStyle::of(rt),
                     )
@@ -387,7 +388,12 @@ impl MethodNamer {
     /// named (a warning says why at debug level).
     pub fn type_name(&mut self, method_table: u64) -> Option<String> {
         if let Some((names, _, style)) = &self.native_aot {
-            return crate::nativeaot::type_name(&self.target, names, *style, method_table);
+            // Callers name each MethodTable once (the heap caches them): the layout is
+            // resolved per call.
+            let layout =
+                crate::records::native_aot::AotMethodTableLayout::from_descriptor(&self.descriptor)
+                    .ok()?;
+            return crate::nativeaot::type_name(&self.target, &layout, names, *style, method_table);
         }
         let mut asked: BTreeSet<u64> = BTreeSet::new();
         match method_table_info(&self.target, &self.descriptor, method_table) {

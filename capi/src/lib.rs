@@ -546,8 +546,6 @@ pub struct CdacHandle {
     walker: Option<StackWalker>,
     lines: SourceLines,
     debug_format: DebugInfoFormat,
-    /// A NativeAOT executable's method names, decoded on first use (or why not).
-    aot_names: Option<Result<Arc<cdac_core::nativeaot::MethodNames>, String>>,
 }
 
 impl CdacHandle {
@@ -561,7 +559,6 @@ impl CdacHandle {
             walker: None,
             lines: SourceLines::new(),
             debug_format,
-            aot_names: None,
         }
     }
 
@@ -570,15 +567,9 @@ impl CdacHandle {
         if !self.rt.is_native_aot() {
             return None;
         }
-        let rt = &self.rt;
-        let names = self.aot_names.get_or_insert_with(|| {
-            cdac_core::nativeaot::MethodNames::for_runtime(rt)
-                .map(Arc::new)
-                .map_err(|e| e.to_string())
-        });
         Some(
-            names
-                .clone()
+            self.rt
+                .native_aot_names()
                 .map_err(|e| Failure::new(CDAC_E_RUNTIME_DATA, e)),
         )
     }

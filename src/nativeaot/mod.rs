@@ -20,11 +20,12 @@ pub mod method_names;
 pub mod stacks;
 pub mod threads;
 
-use std::sync::OnceLock;
+use std::sync::Arc;
 
 use crate::contracts::ContractError;
 use crate::records::native_aot::{
-    AotExInfoLayout, AotThreadLayout, ManagedExceptionLayout, ManagedThreadLayout,
+    AotExInfoLayout, AotMethodTableLayout, AotStringLayout, AotThreadLayout, AotThreadStoreLayout,
+    ManagedExceptionLayout, ManagedThreadLayout,
 };
 use crate::runtime::Runtime;
 
@@ -37,10 +38,12 @@ pub use threads::{AotThread, AotThreadList};
 pub struct NativeAot {
     rt: Runtime,
     thread_layout: AotThreadLayout,
+    store_layout: AotThreadStoreLayout,
+    method_table_layout: Option<AotMethodTableLayout>,
+    string_layout: Option<AotStringLayout>,
     exinfo_layout: Option<AotExInfoLayout>,
     exception_layout: Option<ManagedExceptionLayout>,
     managed_thread_layout: Option<ManagedThreadLayout>,
-    names: OnceLock<Result<MethodNames, String>>,
 }
 
 impl NativeAot {
@@ -58,10 +61,12 @@ impl NativeAot {
         Ok(NativeAot {
             rt: rt.clone(),
             thread_layout: AotThreadLayout::from_descriptor(d)?,
+            store_layout: AotThreadStoreLayout::from_descriptor(d)?,
+            method_table_layout: AotMethodTableLayout::from_descriptor(d).ok(),
+            string_layout: AotStringLayout::from_descriptor(d).ok(),
             exinfo_layout: AotExInfoLayout::from_descriptor(d).ok(),
             exception_layout: ManagedExceptionLayout::from_descriptor(d).ok(),
             managed_thread_layout: ManagedThreadLayout::from_descriptor(d).ok(),
-            names: OnceLock::new(),
         })
     }
 
@@ -70,14 +75,11 @@ impl NativeAot {
         &self.rt
     }
 
-    /// The managed method names of the executable, decoded on first use from its
+    /// The managed method names of the executable, decoded once per runtime from its
     /// stack-trace metadata; the error says why there are none (a build without the
     /// metadata, an executable whose header cannot be read).
-    pub fn method_names(&self) -> Result<&MethodNames, String> {
-        self.names
-            .get_or_init(|| MethodNames::for_runtime(&self.rt).map_err(|e| e.to_string()))
-            .as_ref()
-            .map_err(Clone::clone)
+    pub fn method_names(&self) -> Result<Arc<MethodNames>, String> {
+        self.rt.native_aot_names()
     }
 
     /// How this runtime hashes type names into its MethodTables (.NET 11 changed it).
@@ -95,7 +97,10 @@ impl NativeAot {
             return Ok(target.read_pointer(global)?);
         }
         let instance = d.global_value("RuntimeInstanceAddress")?;
-        let offset = d.ty("RuntimeInstance")?.offset("ThreadStore")?;
+        let offset = self
+            .store_layout
+            .instance_thread_store
+            .ok_or_else(|| crate::records::missing_field("RuntimeInstance", "ThreadStore"))?;
         Ok(target.read_pointer(instance.wrapping_add(offset))?)
     }
 }
@@ -106,8 +111,9 @@ const MAX_ARRAY_NESTING: usize = 8;
 /// The name of the type whose MethodTable is at `method_table`: a type the executable's
 /// stack-trace metadata names, found by the name hash the MethodTable carries, or an array
 /// of one (`Widget[]`: a parameterized MethodTable whose related type is the element).
-pub fn type_name(
+pub(crate) fn type_name(
     target: &crate::memory::Target,
+    layout: &AotMethodTableLayout,
     names: &MethodNames,
     style: TypeHashStyle,
     method_table: u64,
@@ -115,15 +121,15 @@ pub fn type_name(
     let mut suffix = String::new();
     let mut mt = method_table;
     for _ in 0..MAX_ARRAY_NESTING {
-        let flags = target.read_u32(mt).ok()?;
+        let flags = target.read_u32(mt.wrapping_add(layout.flags)).ok()?;
         // Kind bits 16-17: 2 is parameterized (arrays, pointers); with a component size,
         // an array.
         if (flags >> 16) & 3 == 2 && flags & 0x8000_0000 != 0 {
             suffix.insert_str(0, "[]");
-            mt = target.read_pointer(mt.wrapping_add(8)).ok()?;
+            mt = target.read_pointer(mt.wrapping_add(layout.related)).ok()?;
             continue;
         }
-        let hash = target.read_u32(mt.wrapping_add(20)).ok()?;
+        let hash = target.read_u32(mt.wrapping_add(layout.hash_code)).ok()?;
         return names
             .type_with_hash(hash, style)
             .map(|n| format!("{n}{suffix}"));

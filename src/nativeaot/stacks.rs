@@ -77,7 +77,7 @@ pub fn mark_managed_frames(
     }
     for t in threads.iter_mut() {
         if let Some(stack) = t.stack.as_mut() {
-            mark_stack(names, stack);
+            mark_stack(&names, stack);
         }
     }
 }

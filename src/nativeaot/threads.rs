@@ -92,11 +92,7 @@ impl NativeAot {
     pub fn threads(&self) -> Result<AotThreadList, ContractError> {
         let target = self.rt.target();
         let store = self.thread_store()?;
-        let first_link = self
-            .rt
-            .descriptor()
-            .ty("ThreadStore")?
-            .offset("FirstThreadLink")?;
+        let first_link = self.store_layout.first_thread_link;
         let namespace_ids = target.source().namespace_thread_ids();
         let max = target.limits().max_list_length;
         let mut threads = Vec::new();
@@ -140,7 +136,7 @@ impl NativeAot {
             let (managed_id, name) = managed_object
                 .map(|o| self.managed_thread_fields(o))
                 .unwrap_or((None, None));
-            let alloc_context = self.alloc_context(next).ok().flatten();
+            let alloc_context = record.alloc_context();
             threads.push(AotThread {
                 alloc_context,
                 managed_object,
@@ -255,20 +251,6 @@ impl NativeAot {
 const MAX_TRACE: usize = 4096;
 
 impl NativeAot {
-    /// A thread's allocation context: `Thread.AllocContext` → `EEAllocContext.
-    /// GCAllocationContext` → `GCAllocContext.{Pointer, Limit}`; `None` when empty.
-    pub fn alloc_context(&self, thread: u64) -> Result<Option<(u64, u64)>, ContractError> {
-        let d = self.rt.descriptor();
-        let target = self.rt.target();
-        let at = thread
-            .wrapping_add(d.ty("Thread")?.offset("AllocContext")?)
-            .wrapping_add(d.ty("EEAllocContext")?.offset("GCAllocationContext")?);
-        let gc = d.ty("GCAllocContext")?;
-        let pointer = target.read_pointer(at.wrapping_add(gc.offset("Pointer")?))?;
-        let limit = target.read_pointer(at.wrapping_add(gc.offset("Limit")?))?;
-        Ok((pointer != 0 && limit >= pointer).then_some((pointer, limit)))
-    }
-
     /// The code addresses an exception's trace recorded (innermost first), each with the
     /// method it is in as the runtime names it (`module!<BaseAddress>+0x…` where the
     /// executable's stack-trace data does not name it).
@@ -298,10 +280,12 @@ impl NativeAot {
         Ok(ips
             .into_iter()
             .map(|ip| {
-                let method = names.and_then(|n| match n.lookup(ip.saturating_sub(1)) {
-                    Some(super::CodeAt::Method(m, _)) => Some(m),
-                    _ => None,
-                });
+                let method = names
+                    .as_ref()
+                    .and_then(|n| match n.lookup(ip.saturating_sub(1)) {
+                        Some(super::CodeAt::Method(m, _)) => Some(m),
+                        _ => None,
+                    });
                 (ip, method)
             })
             .collect())
@@ -315,8 +299,10 @@ impl NativeAot {
         let target = self.rt.target();
         let root = record.inlined_statics().filter(|&r| r != 0)?;
         let holder = target.read_pointer(root).ok().filter(|&h| h != 0)?;
+        let mt = self.method_table_layout.as_ref()?;
         let holder_mt = target.read_pointer(holder).ok()? & !7;
-        let size = u64::from(target.read_u32(holder_mt.wrapping_add(4)).ok()?).min(64 << 10);
+        let size =
+            u64::from(target.read_u32(holder_mt.wrapping_add(mt.base_size)).ok()?).min(64 << 10);
         let wanted = self.thread_type_hash();
         let slots = target
             .read_pointers(
@@ -327,7 +313,7 @@ impl NativeAot {
         slots.into_iter().filter(|&o| o != 0).find(|&o| {
             target
                 .read_pointer(o)
-                .and_then(|mt| target.read_u32((mt & !7).wrapping_add(20)))
+                .and_then(|o| target.read_u32((o & !7).wrapping_add(mt.hash_code)))
                 .is_ok_and(|h| h == wanted)
         })
     }
@@ -365,13 +351,13 @@ impl NativeAot {
     /// The text of the string object at `address` (at most `max_chars` UTF-16 units).
     pub fn string_at(&self, address: u64, max_chars: usize) -> Result<String, ContractError> {
         let target = self.rt.target();
-        let d = self.rt.descriptor();
-        let string = d.ty("String")?;
-        let length =
-            target.read_u32(address.wrapping_add(string.offset("m_StringLength")?))? as usize;
+        let string = self
+            .string_layout
+            .ok_or_else(|| crate::records::missing_field("String", "m_StringLength"))?;
+        let length = target.read_u32(address.wrapping_add(string.length))? as usize;
         target
             .read_utf16(
-                address.wrapping_add(string.offset("m_FirstChar")?),
+                address.wrapping_add(string.first_char),
                 length.min(max_chars),
             )
             .map_err(Into::into)

@@ -25,6 +25,8 @@ pub(crate) struct AotThreadLayout {
     stack_limit: Option<u64>,
     stack_base: Option<u64>,
     inlined_statics: Option<u64>,
+    /// Where its allocation context's next-free and limit pointers are.
+    alloc_context: Option<(u64, u64)>,
 }
 
 impl AotThreadLayout {
@@ -38,6 +40,77 @@ impl AotThreadLayout {
             stack_limit: t.optional("CachedStackLimit"),
             stack_base: t.optional("CachedStackBase"),
             inlined_statics: t.optional("InlinedThreadStatics"),
+            alloc_context: alloc_context_offsets(d),
+        })
+    }
+}
+
+/// `Thread.AllocContext` → `EEAllocContext.GCAllocationContext` → `GCAllocContext.{Pointer,
+/// Limit}`, as offsets from the Thread.
+fn alloc_context_offsets(d: &DataDescriptor) -> Option<(u64, u64)> {
+    let at = TypeFields::of(d, "Thread").ok()?.optional("AllocContext")?
+        + TypeFields::of(d, "EEAllocContext")
+            .ok()?
+            .optional("GCAllocationContext")?;
+    let gc = TypeFields::of(d, "GCAllocContext").ok()?;
+    Some((at + gc.optional("Pointer")?, at + gc.optional("Limit")?))
+}
+
+/// Where a NativeAOT `ThreadStore` keeps its list, and how the store is reached from the
+/// RuntimeInstance (.NET 10, whose header names no store global).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AotThreadStoreLayout {
+    pub first_thread_link: u64,
+    pub instance_thread_store: Option<u64>,
+}
+
+impl AotThreadStoreLayout {
+    pub(crate) fn from_descriptor(d: &DataDescriptor) -> Result<Self, DescriptorError> {
+        Ok(AotThreadStoreLayout {
+            first_thread_link: TypeFields::of(d, "ThreadStore")?.required("FirstThreadLink")?,
+            instance_thread_store: TypeFields::of(d, "RuntimeInstance")
+                .ok()
+                .and_then(|t| t.optional("ThreadStore")),
+        })
+    }
+}
+
+/// Where a NativeAOT `MethodTable` keeps what a reader of objects needs: its flags (the
+/// component size in the low half when the top bit is set), base size, related type (an
+/// array's element) and the hash of its type's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AotMethodTableLayout {
+    pub(crate) flags: u64,
+    pub(crate) base_size: u64,
+    pub(crate) related: u64,
+    pub(crate) hash_code: u64,
+}
+
+impl AotMethodTableLayout {
+    pub(crate) fn from_descriptor(d: &DataDescriptor) -> Result<Self, DescriptorError> {
+        let t = TypeFields::of(d, "MethodTable")?;
+        Ok(AotMethodTableLayout {
+            flags: t.required("Flags")?,
+            base_size: t.required("BaseSize")?,
+            related: t.required("RelatedType")?,
+            hash_code: t.required("HashCode")?,
+        })
+    }
+}
+
+/// Where a NativeAOT string keeps its length and characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AotStringLayout {
+    pub length: u64,
+    pub first_char: u64,
+}
+
+impl AotStringLayout {
+    pub(crate) fn from_descriptor(d: &DataDescriptor) -> Result<Self, DescriptorError> {
+        let t = TypeFields::of(d, "String")?;
+        Ok(AotStringLayout {
+            length: t.required("m_StringLength")?,
+            first_char: t.required("m_FirstChar")?,
         })
     }
 }
@@ -54,6 +127,7 @@ pub(crate) struct AotThreadRecord {
     state: Option<u32>,
     stack: Option<(u64, u64)>,
     inlined_statics: Option<u64>,
+    alloc_context: Option<(u64, u64)>,
 }
 
 impl AotThreadRecord {
@@ -79,12 +153,25 @@ impl AotThreadRecord {
             state: layout.state.map(|o| target.read_u32(at(o))).transpose()?,
             stack,
             inlined_statics: optional_pointer(layout.inlined_statics)?,
+            alloc_context: match layout.alloc_context {
+                Some((p, l)) => {
+                    let (pointer, limit) =
+                        (target.read_pointer(at(p))?, target.read_pointer(at(l))?);
+                    (pointer != 0 && limit >= pointer).then_some((pointer, limit))
+                }
+                None => None,
+            },
         })
     }
 
     /// The thread's state bits (`Thread.State`).
     pub fn state(&self) -> Result<u32, ContractError> {
         self.state.ok_or_else(|| missing_field("Thread", "State"))
+    }
+
+    /// The thread's allocation context (next free byte, limit), when it has one.
+    pub fn alloc_context(&self) -> Option<(u64, u64)> {
+        self.alloc_context
     }
 
     /// The thread's stack, `[limit, base)`, when described.

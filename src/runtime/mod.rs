@@ -165,7 +165,12 @@ pub struct Runtime {
     overlays: Vec<AppliedOverlay>,
     /// Its contracts, made on first use (shared by clones).
     contracts: Arc<Contracts>,
+    /// A NativeAOT executable's method names, decoded on first use (shared by clones), or
+    /// why there are none.
+    native_aot_names: Arc<NativeAotNames>,
 }
+
+type NativeAotNames = std::sync::OnceLock<Result<Arc<crate::nativeaot::MethodNames>, String>>;
 
 impl Runtime {
     /// A runtime of these parts, with an empty contract cache.
@@ -196,6 +201,7 @@ impl Runtime {
             source,
             overlays,
             contracts: Arc::new(contracts),
+            native_aot_names: Arc::default(),
         }
     }
 
@@ -406,6 +412,22 @@ impl Runtime {
     pub fn is_native_aot(&self) -> bool {
         crate::contracts::registry::flavor_of(&self.descriptor)
             == crate::contracts::versions::Flavor::NativeAot
+    }
+
+    /// The method names of a NativeAOT executable (its stack-trace metadata), decoded once
+    /// for every reader of this runtime; the error says why there are none (another flavor,
+    /// the executable's file not at hand, its header unreadable).
+    pub fn native_aot_names(&self) -> Result<Arc<crate::nativeaot::MethodNames>, String> {
+        if !self.is_native_aot() {
+            return Err("not a NativeAOT runtime".into());
+        }
+        self.native_aot_names
+            .get_or_init(|| {
+                crate::nativeaot::MethodNames::for_runtime(self)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
     }
 
     /// The target, read with the runtime's layout.

@@ -169,16 +169,7 @@ impl StackWalker {
     /// A walker over `rt`'s code.
     /// It keeps a handle to the runtime (a cheap clone) and uses its cached contracts.
     pub fn new(rt: &Runtime) -> Result<StackWalker, ContractError> {
-        // Each architecture has its own managed unwind data and registers: on another one
-        // the walker would guess, so it says so instead.
-        let architecture = rt.module().architecture;
-        if !matches!(architecture, "x64" | "arm64") {
-            return Err(ContractError::UnsupportedArchitecture {
-                contract: "StackWalk (stack unwinding)",
-                architecture: architecture.to_string(),
-                supported: "x64, arm64",
-            });
-        }
+        check_architecture(rt)?;
         let em = rt.contracts().shared_execution_manager()?;
         let debug_format = rt.contracts().debug_info()?;
         Ok(StackWalker {
@@ -196,14 +187,7 @@ impl StackWalker {
     /// any other (NativeAOT: the compiler writes `.eh_frame` for it): every frame is
     /// stepped by CFI; [`crate::nativeaot`] tells the managed ones apart afterwards.
     pub fn native_only(rt: &Runtime) -> Result<StackWalker, ContractError> {
-        let architecture = rt.module().architecture;
-        if !matches!(architecture, "x64" | "arm64") {
-            return Err(ContractError::UnsupportedArchitecture {
-                contract: "StackWalk (stack unwinding)",
-                architecture: architecture.to_string(),
-                supported: "x64, arm64",
-            });
-        }
+        check_architecture(rt)?;
         Ok(StackWalker {
             rt: rt.clone(),
             em: std::sync::Arc::new(NoManagedCode),
@@ -591,6 +575,20 @@ pub fn logical_frames(stack: &Stack) -> Vec<&StackFrame> {
         }
     }
     out
+}
+
+/// Each architecture has its own unwind data and registers: on another one a walker would
+/// guess, so it says so instead.
+fn check_architecture(rt: &Runtime) -> Result<(), ContractError> {
+    let architecture = rt.module().architecture;
+    if matches!(architecture, "x64" | "arm64") {
+        return Ok(());
+    }
+    Err(ContractError::UnsupportedArchitecture {
+        contract: "StackWalk (stack unwinding)",
+        architecture: architecture.to_string(),
+        supported: "x64, arm64",
+    })
 }
 
 /// The ExecutionManager of a runtime without JIT'ed or ReadyToRun code (NativeAOT): it

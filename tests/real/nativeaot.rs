@@ -36,6 +36,16 @@ struct Parked {
     manifest: serde_json::Value,
 }
 
+impl Parked {
+    /// The manifest's entry of the thread parked in `Orders.Checkout`.
+    fn orders(&self) -> &serde_json::Value {
+        self.manifest["threads"]
+            .as_array()
+            .and_then(|ts| ts.iter().find(|t| t["name"] == "aot-orders"))
+            .expect("the aot-orders thread in the manifest")
+    }
+}
+
 impl Drop for Parked {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -232,12 +242,7 @@ fn a_build_without_stack_trace_data_keeps_addresses_and_says_so() {
     let stacks = cdac_json(&["stacks", "--pid", &pid, "--json"]);
     let warnings = stacks["warnings"].to_string();
     assert!(warnings.contains("StackTraceSupport=false"), "{warnings}");
-    let orders = parked.manifest["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "aot-orders")
-        .unwrap();
+    let orders = parked.orders();
     // The runtime itself prints addresses only.
     assert!(orders["stack_trace"]
         .as_str()
@@ -473,12 +478,7 @@ fn frames_equal_gdbs_with_the_dbg_file() {
     let dir = scratch("aot-park-aot-net10-gdb");
     let core = dir.join("core");
     crate::common::gcore(parked.child.id() as i32, &core);
-    let orders = parked.manifest["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "aot-orders")
-        .unwrap();
+    let orders = parked.orders();
     let tid = orders["os_tid"].as_i64().unwrap();
     let script = format!(
         r#"
@@ -635,14 +635,7 @@ fn debuggers_name_native_aot_frames_without_the_dbg_file() {
     let core = dir.join("core");
     crate::common::gcore(parked.child.id() as i32, &core);
     let exe = dir.join("Cdac.Testbed.Aot");
-    let tid = parked.manifest["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "aot-orders")
-        .unwrap()["os_tid"]
-        .as_i64()
-        .unwrap();
+    let tid = parked.orders()["os_tid"].as_i64().unwrap();
     let chain = [
         "Cdac.TestbedAot.Parking.Park(Exception)",
         "Cdac.TestbedAot.Orders.Validate(String, Order)",
