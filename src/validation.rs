@@ -529,12 +529,10 @@ fn check_thread_list(
     let list = match list {
         Some(l) => l,
         None => {
-            return Err(fail(
-                contract
-                    .threads()
-                    .err()
-                    .map_or_else(String::new, |e| e.to_string()),
-            ))
+            return Err(contract
+                .threads()
+                .err()
+                .map_or_else(|| fail(String::new()), Stop::from))
         }
     };
     if let Some(e) = &list.error {
@@ -742,6 +740,7 @@ fn check_modules(rt: &Runtime, modules: &Result<Vec<ModuleInfo>, ContractError>)
         Err(e) => {
             return Err(match e {
                 ContractError::Descriptor(d) => Stop::Skip(d.to_string()),
+                ContractError::Read(r) if r.is_not_captured() => Stop::Skip(r.to_string()),
                 other => fail(format!("the module list cannot be read: {other}")),
             })
         }
@@ -1223,6 +1222,9 @@ fn check_gc_heap(
         Err(e @ (ContractError::Missing { .. } | ContractError::UnsupportedVersion { .. })) => {
             return Err(Stop::Skip(e.to_string()))
         }
+        Err(ContractError::Read(r)) if r.is_not_captured() => {
+            return Err(Stop::Skip(r.to_string()))
+        }
         Err(e) => return Err(fail(e.to_string())),
     };
     // A table found by search where the descriptor names a slot means the named slot is
@@ -1614,12 +1616,12 @@ fn check_sync_blocks(rt: &Runtime, list: Option<&crate::contracts::thread::Threa
             | ContractError::UnsupportedVersion { .. }
             | ContractError::Descriptor(_)),
         ) => return Err(Stop::Skip(e.to_string())),
-        Err(e) => return Err(fail(e.to_string())),
+        Err(e) => return Err(Stop::from(e)),
     };
     let (mut used, mut held, mut pulse_waiters) = (0u32, 0u32, 0usize);
     // Inside the runtime's count every entry is in use or free: a count read from the
     // wrong place (the table's size, say) reaches entries never written.
-    let counted = sync.used_entries().map_err(|e| fail(e.to_string()))?;
+    let counted = sync.used_entries().map_err(Stop::from)?;
     for index in 1..=1024u32 {
         let Some(entry) = sync.entry(index)? else {
             if counted.is_some_and(|n| index <= n) {

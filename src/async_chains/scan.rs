@@ -123,12 +123,9 @@ pub fn scan(rt: &Runtime) -> Result<FoundTasks, ContractError> {
         }
     })?;
     found.objects_scanned = summary.objects;
-    found.problems.extend(summary.problems.iter().map(|p| {
-        format!(
-            "heap walk stopped in segment {} at {:#x}: {}",
-            p.segment, p.address, p.detail
-        )
-    }));
+    found
+        .problems
+        .extend(summary.problems.iter().map(|p| format!("heap walk: {p}")));
     // A TaskCompletionSource's only field is its Task (`_task`), the first after the
     // MethodTable pointer.
     let target = rt.target();

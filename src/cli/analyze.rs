@@ -291,12 +291,44 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
             None
         }
     };
-    let outcome = if unreadable == 0 {
+    let mut lost = Vec::new();
+    if unreadable != 0 {
+        lost.push(format!(
+            "{unreadable} exception(s) or stack trace(s) could not be read"
+        ));
+    }
+    // Parts this runtime cannot describe (a GC or SyncBlock contract of a version cdac
+    // does not read, a descriptor without the types) are said in the report and are not
+    // a partial answer; problems reading what it does describe are.
+    let gc_readable = rt.contracts().gc().is_ok();
+    let sync_readable = rt.contracts().sync_blocks().is_ok();
+    let counted = |problems: &[String]| {
+        problems
+            .iter()
+            .filter(|p| gc_readable || !p.starts_with("heap walk:"))
+            .filter(|p| sync_readable || !p.starts_with("sync "))
+            .count()
+    };
+    let parts_with_problems = [
+        ("locks", locks.as_ref().map_or(0, |l| counted(&l.problems))),
+        (
+            "async work",
+            async_work.as_ref().map_or(0, |a| counted(&a.problems)),
+        ),
+        (
+            "thread pool",
+            thread_pool.as_ref().map_or(0, |t| counted(&t.problems)),
+        ),
+    ];
+    for (part, n) in parts_with_problems {
+        if n > 0 {
+            lost.push(format!("{part}: {n} problem(s), listed in the report"));
+        }
+    }
+    let outcome = if lost.is_empty() {
         Outcome::Answered
     } else {
-        Outcome::Partial(format!(
-            "{unreadable} exception(s) or stack trace(s) could not be read"
-        ))
+        Outcome::Partial(lost.join("; "))
     };
     if args.json {
         let report = AnalyzeReport {
@@ -410,9 +442,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
                 c.count, c.kind, c.name
             ));
         }
-        for problem in &p.problems {
-            text.push_str(&format!("  not read: {problem}\n"));
-        }
+        text.push_str(&not_read_lines(&p.problems));
     }
     if aot.is_some() {
         text.push_str(
@@ -508,9 +538,7 @@ fn async_text(a: &super::async_chains::AsyncJson) -> String {
         a.chains.len(),
         a.tasks_found
     );
-    for p in &a.problems {
-        text.push_str(&format!("  not read: {p}\n"));
-    }
+    text.push_str(&not_read_lines(&a.problems));
     for (line, n) in alike.iter().take(MAX_ASYNC_CHAINS_SHOWN) {
         let count = if *n > 1 {
             format!("{n}x ")
@@ -555,9 +583,7 @@ fn locks_text(
             l.deadlocks.len().to_string()
         }
     );
-    for p in &l.problems {
-        text.push_str(&format!("  not read: {p}\n"));
-    }
+    text.push_str(&not_read_lines(&l.problems));
     for x in &contended {
         text.push_str(&format!(
             "  {} {}: held by {}, {} waiting\n",
@@ -596,6 +622,22 @@ fn locks_text(
                 text.push('\n');
             }
         }
+    }
+    text
+}
+
+/// Problems not read lines drawn under a part of the report: the first few, then a count.
+fn not_read_lines(problems: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = String::new();
+    for p in problems.iter().take(SHOWN) {
+        text.push_str(&format!("  not read: {p}\n"));
+    }
+    if problems.len() > SHOWN {
+        text.push_str(&format!(
+            "  not read: {} more problem(s) (--json lists them all)\n",
+            problems.len() - SHOWN
+        ));
     }
     text
 }

@@ -60,6 +60,9 @@ struct ObjectNamer<'a> {
     rt: &'a Runtime,
     namer: MethodNamer,
     names: std::collections::HashMap<u64, String>,
+    /// Objects that are no objects: unreadable, or their MethodTable pointer leads to no
+    /// readable MethodTable (damage in a dump).
+    damaged: Vec<u64>,
 }
 
 impl<'a> ObjectNamer<'a> {
@@ -68,6 +71,7 @@ impl<'a> ObjectNamer<'a> {
             rt,
             namer: MethodNamer::for_runtime(rt),
             names: std::collections::HashMap::new(),
+            damaged: Vec::new(),
         }
     }
 
@@ -79,17 +83,46 @@ impl<'a> ObjectNamer<'a> {
             .and_then(|t| t.method_table_of(object))
         {
             Ok(mt) => mt,
-            Err(e) => return format!("<unreadable object: {e}>"),
+            Err(e) => {
+                if object != 0 {
+                    self.damaged.push(object);
+                }
+                return format!("<unreadable object: {e}>");
+            }
         };
         let namer = &mut self.namer;
-        self.names
-            .entry(mt)
-            .or_insert_with(|| {
-                namer
-                    .type_name(mt)
-                    .unwrap_or_else(|| format!("<MethodTable {mt:#x}>"))
+        let rt = self.rt;
+        let name = self.names.entry(mt).or_insert_with(|| {
+            namer.type_name(mt).unwrap_or_else(|| {
+                let readable = cdac::contracts::runtime_type_system::method_table_info(
+                    rt.target(),
+                    rt.descriptor(),
+                    mt,
+                )
+                .is_ok();
+                if readable {
+                    format!("<MethodTable {mt:#x}>")
+                } else {
+                    format!("<not an object: {mt:#x} is no readable MethodTable>")
+                }
             })
-            .clone()
+        });
+        if name.starts_with("<not an object") {
+            self.damaged.push(object);
+        }
+        name.clone()
+    }
+
+    /// The outcome of a listing whose objects this namer named.
+    fn outcome(&self) -> Outcome {
+        match self.damaged.as_slice() {
+            [] => Outcome::Answered,
+            some => Outcome::Partial(format!(
+                "{} object(s) are not objects (damaged?), the first at {:#x}",
+                some.len(),
+                some[0]
+            )),
+        }
     }
 }
 
@@ -101,8 +134,8 @@ pub fn run_handles(args: &HandlesArgs) -> CliResult {
     for h in &handles {
         *counts.entry(h.kind.name()).or_insert(0u64) += 1;
     }
+    let mut namer = ObjectNamer::new(&rt);
     let list = (!args.stat).then(|| {
-        let mut namer = ObjectNamer::new(&rt);
         handles
             .iter()
             .map(|h| HandleReport {
@@ -121,7 +154,7 @@ pub fn run_handles(args: &HandlesArgs) -> CliResult {
     };
     if args.json {
         super::emit_json(&report)?;
-        return Ok(Outcome::Answered);
+        return Ok(namer.outcome());
     }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -149,7 +182,7 @@ pub fn run_handles(args: &HandlesArgs) -> CliResult {
     }
     writeln!(out, "{:>8} handle(s)", handles.len())?;
     out.flush()?;
-    Ok(Outcome::Answered)
+    Ok(namer.outcome())
 }
 
 /// Arguments of `cdac finalizequeue`.
@@ -257,7 +290,7 @@ pub fn run_finalizequeue(args: &FinalizeQueueArgs) -> CliResult {
     };
     if args.json {
         super::emit_json(&report)?;
-        return Ok(Outcome::Answered);
+        return Ok(namer.outcome());
     }
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -292,5 +325,5 @@ pub fn run_finalizequeue(args: &FinalizeQueueArgs) -> CliResult {
         report.ready
     )?;
     out.flush()?;
-    Ok(Outcome::Answered)
+    Ok(namer.outcome())
 }

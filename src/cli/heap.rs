@@ -242,6 +242,9 @@ pub struct LiveReport {
     /// Stack slots holding interior pointers not followed (outside the GC heap, or in a
     /// segment too large to walk for them).
     pub interior_stack_slots_skipped: u64,
+    /// Roots that could not be read (a thread without a stack, a damaged handle table):
+    /// objects only they hold are not counted as live.
+    pub root_problems: Vec<String>,
 }
 
 /// Free space on the heap (`--free`).
@@ -304,15 +307,20 @@ pub struct ObjectReport {
     pub name: String,
 }
 
-/// Where a segment's walk stopped.
+/// Where a segment's walk met damage, and where it went on.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ProblemReport {
     /// The segment's first object.
     pub segment_start: Addr,
-    /// Where the walk stopped.
+    /// Where the walk met the damage.
     pub address: Addr,
     /// Why.
     pub detail: String,
+    /// Where objects parse again and the walk went on (null: the rest of the segment was
+    /// skipped).
+    pub resumed_at: Option<Addr>,
+    /// Bytes of the segment skipped: objects in them are not counted.
+    pub skipped_bytes: u64,
 }
 
 /// A free block at least this large, followed by a live object, counts as fragmentation
@@ -373,12 +381,30 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
     } else {
         print_walk(&report)?;
     }
-    for p in &report.problems {
+    const DAMAGE_SHOWN: usize = 5;
+    for p in report.problems.iter().take(DAMAGE_SHOWN) {
+        let went_on = match &p.resumed_at {
+            Some(at) => format!(
+                "went on at {} ({} bytes skipped)",
+                hex(at.0),
+                p.skipped_bytes
+            ),
+            None => format!(
+                "skipped the rest of the segment ({} bytes)",
+                p.skipped_bytes
+            ),
+        };
         status!(
-            "cdac: warning: the walk of the segment at {} stopped at {}: {}",
+            "cdac: warning: the walk of the segment at {} met damage at {}: {}; {went_on}",
             hex(p.segment_start.0),
             hex(p.address.0),
             p.detail
+        );
+    }
+    if report.problems.len() > DAMAGE_SHOWN {
+        status!(
+            "cdac: warning: {} more damaged place(s) in the heap (--json lists them all)",
+            report.problems.len() - DAMAGE_SHOWN
         );
     }
     Ok(if report.gc_in_progress {
@@ -386,13 +412,27 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
             "the heap could not be read consistently: a garbage collection was moving objects"
                 .into(),
         )
+    } else if let Some(lost) = report.live.as_ref().filter(|l| !l.root_problems.is_empty()) {
+        for p in lost.root_problems.iter().take(5) {
+            status!("cdac: warning: roots not read: {p}");
+        }
+        Outcome::Partial(format!(
+            "{} problem(s) reading the roots: objects only they hold are not counted as live{}",
+            lost.root_problems.len(),
+            if report.problems.is_empty() {
+                String::new()
+            } else {
+                format!("; {} damaged place(s) in the heap", report.problems.len())
+            }
+        ))
     } else if report.problems.is_empty() {
         Outcome::Answered
     } else {
         Outcome::Partial(format!(
-            "{} of {} segment(s) could not be walked to their end",
+            "{} damaged place(s) in the heap's {} segment(s): {} bytes skipped, their objects not counted",
             report.problems.len(),
-            report.segments
+            report.segments,
+            report.problems.iter().map(|p| p.skipped_bytes).sum::<u64>()
         ))
     })
 }
@@ -497,6 +537,8 @@ fn read_walk(
             segment_start: Addr(layout.segments.get(p.segment).map_or(0, |s| s.start)),
             address: Addr(p.address),
             detail: p.detail.clone(),
+            resumed_at: p.resumed_at.map(Addr),
+            skipped_bytes: p.skipped_bytes(layout.segments.get(p.segment).map_or(0, |s| s.end)),
         })
         .collect();
     let mut report = HeapReport {
@@ -520,6 +562,7 @@ fn read_walk(
             roots_not_read: super::gcroot::not_read(m.roots()),
             interior_stack_slots_resolved: m.roots().interior_resolved,
             interior_stack_slots_skipped: m.roots().interior_skipped,
+            root_problems: m.roots().problems.clone(),
         }),
     };
     if args.free {

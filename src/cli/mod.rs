@@ -139,8 +139,29 @@ pub(crate) fn outcome_of(problems: &[String], what: &str) -> Outcome {
     if problems.is_empty() {
         Outcome::Answered
     } else {
-        Outcome::Partial(format!("{what}: {}", problems.join("; ")))
+        Outcome::Partial(format!("{what}: {}", first_problems(problems)))
     }
+}
+
+/// Problems shown in one line of text; the rest are counted (the JSON lists them all).
+const PROBLEMS_SHOWN: usize = 3;
+
+/// The first [`PROBLEMS_SHOWN`] problems joined by "; ", then "and N more" (a damaged heap
+/// can have hundreds).
+pub(crate) fn first_problems(problems: &[String]) -> String {
+    let mut text = problems
+        .iter()
+        .take(PROBLEMS_SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("; ");
+    if problems.len() > PROBLEMS_SHOWN {
+        text.push_str(&format!(
+            "; and {} more (--json lists them all)",
+            problems.len() - PROBLEMS_SHOWN
+        ));
+    }
+    text
 }
 
 /// How a command that did not fail outright ended; the process exit code follows from it

@@ -595,6 +595,14 @@ pub fn run_stacks(args: &StacksArgs) -> CliResult {
             "{unwalked} thread(s) without a stack (see their notes)"
         ));
     }
+    problems.extend(stacks.lost.iter().cloned());
+    for d in rt.target().damage_noted() {
+        // Names come from the file then, but the code's unwind and debug data in the
+        // damaged image may not: frames there may be missing or lack IL offsets.
+        problems.push(format!(
+            "{d} (damage in the dump): frames in its code may be missing or lack IL offsets"
+        ));
+    }
     let outcome = if problems.is_empty() {
         Outcome::Answered
     } else {

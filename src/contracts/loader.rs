@@ -347,6 +347,56 @@ pub fn dynamic_metadata(
     Ok(Some(target.read_bytes(data, size as usize)?))
 }
 
+/// Most bytes a dump's copy of a module's metadata may differ from its file's and still be
+/// taken for damage to the same file (a hundredth: 5,000 random 8-byte writes across
+/// CoreLib's 15 MiB image change 0.2 % of its metadata; another build of the same length
+/// differs nearly everywhere, its heaps and rows shifted).
+const DAMAGE_FRACTION: usize = 100;
+
+/// The metadata read from a core dump, checked against the module's file on disk where
+/// the file is there: the same blob but for a few bytes is the same file with damage in
+/// the dump, and the file's copy is used (with a warning) so that no name is read from
+/// garbled tables. A blob of another length, or one differing widely, is another build of
+/// the file: the dump's copy is the truth then.
+fn undamaged_metadata(target: &Target, module: &ModuleInfo, md: Vec<u8>) -> Vec<u8> {
+    if !matches!(
+        target.source().kind(),
+        crate::memory::TargetKind::CoreDump { .. }
+    ) {
+        return md;
+    }
+    let Some(path) = module.path.as_deref().map(|p| target.local_path(p)) else {
+        return md;
+    };
+    let Ok(map) = crate::memory::map_regular_file(&path) else {
+        return md;
+    };
+    let Ok(on_disk) = metadata_from_pe(&map, PeLayout::File) else {
+        return md;
+    };
+    if on_disk.len() != md.len() || on_disk == md.as_slice() {
+        return md;
+    }
+    let differing = on_disk.iter().zip(&md).filter(|(a, b)| a != b).count();
+    if differing > md.len() / DAMAGE_FRACTION {
+        tracing::debug!(
+            "{}: the dump's metadata differs from the file's in {differing} bytes: another build; the dump's is used",
+            path.display()
+        );
+        return md;
+    }
+    // Each module's metadata is read by several readers of one command: said once.
+    let what = format!("the image of {} differs from its file", path.display());
+    if target.note_damage(what) {
+        tracing::warn!(
+            "{}: the dump's copy of this module's metadata differs from the file on disk in {differing} of {} bytes (damage in the dump): names are read from the file",
+            path.display(),
+            md.len()
+        );
+    }
+    on_disk.to_vec()
+}
+
 /// The module's metadata blob (what the CLI header's MetaData directory points to): read
 /// from the image in target memory (at most the target's read-size limit), or, when that
 /// fails, from the image file at the module's path; for dynamic modules, the copy the
@@ -384,7 +434,7 @@ pub fn module_metadata(
                 .ok()
         };
         match metadata_by_parts(&mut read, layout) {
-            Ok(md) => return Ok(Some(md)),
+            Ok(md) => return Ok(Some(undamaged_metadata(target, module, md))),
             Err(_) if too_large.is_some() => tracing::warn!(
                 "module {:#x}: its metadata ({} bytes) is larger than the {max_read} read from \
                  memory at once (--max-read-bytes); reading its file instead",

@@ -154,6 +154,32 @@ pub fn load(
     Ok(out)
 }
 
+/// Loads the descriptor exported at `addr` from its copy in the runtime's file on disk
+/// (JSON and pointer data; see [`super::on_disk`]), with its sub-descriptors read from
+/// the target as usual.
+pub fn load_from_file(
+    target: &Target,
+    addr: u64,
+    file: &super::on_disk::FileDescriptor,
+    limits: &Limits,
+) -> Result<DataDescriptor, DescriptorError> {
+    let layout = DataLayout {
+        pointer_size: 8,
+        endian: Endian::Little,
+    };
+    let t = target.with_layout(layout);
+    let mut out = DataDescriptor::new(layout);
+    let mut walk = Walk {
+        target: &t,
+        limits,
+        visited: HashSet::from([addr]),
+        subs_left: limits.max_sub_descriptors,
+        bytes_left: limits.max_total_descriptor_bytes,
+    };
+    walk.merge_text(&t, &file.json, &file.pointer_data, "main", 0, &mut out)?;
+    Ok(out)
+}
+
 /// State of one load: what was visited and what the budgets still allow.
 struct Walk<'a> {
     target: &'a Target,
@@ -221,14 +247,28 @@ impl Walk<'_> {
         let pointer_data = t
             .read_pointers(header.pointer_data, header.pointer_data_count as usize)
             .map_err(read_err("pointer data"))?;
+        self.merge_text(&t, &text, &pointer_data, name, depth, out)
+    }
+
+    /// Parses one descriptor's JSON, merges it with its pointer data into `out`, and
+    /// loads its sub-descriptors from the target.
+    fn merge_text(
+        &mut self,
+        t: &Target,
+        text: &[u8],
+        pointer_data: &[u64],
+        name: &str,
+        depth: u32,
+        out: &mut DataDescriptor,
+    ) -> Result<(), DescriptorError> {
         // Some runtimes count the C string's terminator in descriptor_size.
-        let text = text.strip_suffix(&[0]).unwrap_or(&text);
+        let text = text.strip_suffix(&[0]).unwrap_or(text);
         let physical = json::parse(name, text)?;
-        out.merge(name, &physical, &pointer_data)?;
+        out.merge(name, &physical, pointer_data)?;
 
         for (sub_name, raw) in &physical.sub_descriptors {
             let (address, outcome) =
-                self.load_sub(&t, name, sub_name, raw, &pointer_data, depth, out);
+                self.load_sub(t, name, sub_name, raw, pointer_data, depth, out);
             match outcome {
                 Ok(()) => out.record_sub_descriptor(SubDescriptorInfo {
                     name: sub_name.clone(),

@@ -8,6 +8,14 @@ use crate::memory::ReadError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum DescriptorError {
+    /// The runtime's file on disk could not give its descriptor.
+    #[error("the descriptor in {path}: {detail}")]
+    OnDisk {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What went wrong.
+        detail: String,
+    },
     /// Target memory holding part of a descriptor could not be read.
     #[error("reading the {what} of descriptor {descriptor}: {source}")]
     Read {

@@ -42,6 +42,7 @@ mod error;
 pub mod json;
 mod model;
 pub mod number;
+pub mod on_disk;
 pub mod shipped;
 
 pub use error::DescriptorError;

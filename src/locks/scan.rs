@@ -88,12 +88,9 @@ pub fn scan(rt: &Runtime) -> Result<HeapLocks, ContractError> {
         }
     });
     found.objects = summary.objects;
-    found.problems.extend(summary.problems.iter().map(|p| {
-        format!(
-            "heap walk stopped in segment {} at {:#x}: {}",
-            p.segment, p.address, p.detail
-        )
-    }));
+    found
+        .problems
+        .extend(summary.problems.iter().map(|p| format!("heap walk: {p}")));
     if !candidates.is_empty() {
         let mut inspector = Inspector::new(rt)?;
         for (object, method_table) in candidates {

@@ -140,19 +140,44 @@ impl ElfImage {
         disk_path: Option<&Path>,
     ) -> Result<ElfImage, ImageError> {
         let read_err = |source| ImageError::Read { base, source };
+        let disk = || disk_path.and_then(|p| super::map_regular_file(p).ok());
+        // Headers from the file when the target's are lost (not captured) or destroyed (a
+        // damaged dump's page without the ELF magic): the file the target mapped there.
+        let mut file_headers = None;
         let header = match target.read_bytes(base, 64) {
-            Ok(h) => h,
-            Err(e) => match disk_path.and_then(|p| super::map_regular_file(p).ok()) {
-                Some(file) if file.len() >= 64 => file[..64].to_vec(),
+            Ok(h) if h.starts_with(b"\x7fELF") => h,
+            Ok(h) => match disk() {
+                Some(file) if file.len() >= 64 && file.starts_with(b"\x7fELF") => {
+                    tracing::warn!(
+                        path = %disk_path.map(Path::display).map(|d| d.to_string()).unwrap_or_default(),
+                        "the image at {base:#x} has no ELF header in the target (damaged?); its headers are read from the file"
+                    );
+                    let header = file[..64].to_vec();
+                    file_headers = Some(file);
+                    header
+                }
+                _ => h,
+            },
+            Err(e) => match disk() {
+                Some(file) if file.len() >= 64 => {
+                    let header = file[..64].to_vec();
+                    file_headers = Some(file);
+                    header
+                }
                 _ => return Err(read_err(e)),
             },
         };
+        let file = file_headers.as_deref();
         match header.get(4) {
-            Some(&c) if c == elf::ELFCLASS64.0 => {
-                Self::read_as::<elf::FileHeader64<Endianness>>(target, base, &header, disk_path)
+            Some(&c) if c == elf::ELFCLASS64.0 && header.starts_with(b"\x7fELF") => {
+                Self::read_as::<elf::FileHeader64<Endianness>>(
+                    target, base, &header, file, disk_path,
+                )
             }
-            Some(&c) if c == elf::ELFCLASS32.0 => {
-                Self::read_as::<elf::FileHeader32<Endianness>>(target, base, &header, disk_path)
+            Some(&c) if c == elf::ELFCLASS32.0 && header.starts_with(b"\x7fELF") => {
+                Self::read_as::<elf::FileHeader32<Endianness>>(
+                    target, base, &header, file, disk_path,
+                )
             }
             _ => Err(ImageError::Malformed {
                 base,
@@ -165,6 +190,7 @@ impl ElfImage {
         target: &Target,
         base: u64,
         header_bytes: &[u8],
+        file: Option<&[u8]>,
         disk_path: Option<&Path>,
     ) -> Result<ElfImage, ImageError> {
         let malformed = |detail: String| ImageError::Malformed { base, detail };
@@ -178,9 +204,16 @@ impl ElfImage {
                 "{phnum} program headers of {phentsize} bytes"
             )));
         }
-        let table = target
-            .read_bytes(base.wrapping_add(phoff), phnum * phentsize)
-            .map_err(|source| ImageError::Read { base, source })?;
+        let from_file = file.and_then(|f| {
+            let start = usize::try_from(phoff).ok()?;
+            f.get(start..start.checked_add(phnum * phentsize)?)
+        });
+        let table = match from_file {
+            Some(t) => t.to_vec(),
+            None => target
+                .read_bytes(base.wrapping_add(phoff), phnum * phentsize)
+                .map_err(|source| ImageError::Read { base, source })?,
+        };
         let (headers, _) = object::pod::slice_from_bytes::<Elf::ProgramHeader>(&table, phnum)
             .map_err(|()| malformed("program header table".into()))?;
         let segments: Vec<SegmentInfo> = headers

@@ -136,6 +136,12 @@ impl ReadError {
         }
     }
 
+    /// Whether the memory was in the process but the dump left it out (or was cut off
+    /// before it).
+    pub fn is_not_captured(&self) -> bool {
+        matches!(self, ReadError::NotCaptured { .. })
+    }
+
     /// True when the memory simply is not available (unmapped, not captured, or refused by
     /// a host's read callback), as opposed to the target itself being unreadable.
     pub fn is_missing_memory(&self) -> bool {

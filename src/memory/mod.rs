@@ -263,6 +263,7 @@ pub struct Target {
     layout: DataLayout,
     limits: Limits,
     bytes_read: Arc<AtomicU64>,
+    damage: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl std::fmt::Debug for Target {
@@ -282,7 +283,29 @@ impl Target {
             layout,
             limits: Limits::default(),
             bytes_read: Arc::new(AtomicU64::new(0)),
+            damage: Arc::default(),
         }
+    }
+
+    /// Records damage found in the target's memory that readers worked around (a module
+    /// image that differs from its file, say): answers that depend on the damaged parts
+    /// may be incomplete, and commands say so. Returns whether this is news (the same
+    /// words are recorded once, for this target and its clones).
+    pub fn note_damage(&self, what: String) -> bool {
+        let mut damage = self.damage.lock().unwrap_or_else(|p| p.into_inner());
+        if damage.contains(&what) {
+            return false;
+        }
+        damage.push(what);
+        true
+    }
+
+    /// The damage recorded so far ([`Target::note_damage`]).
+    pub fn damage_noted(&self) -> Vec<String> {
+        self.damage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The same memory read with another layout (for example once a contract descriptor
@@ -367,7 +390,10 @@ impl Target {
         }
         check_range(addr, buf.len())?;
         let len = buf.len() as u64;
-        let total = self.bytes_read.fetch_add(len, Ordering::Relaxed) + len;
+        // A request that would pass the budget is refused without being charged, and a
+        // read that fails costs nothing: one absurd length read from damaged data must not
+        // use up the budget every later read of the command needs.
+        let total = self.bytes_read.load(Ordering::Relaxed).saturating_add(len);
         if total > self.limits.max_total_read_bytes {
             return Err(ReadError::LimitExceeded {
                 limit: Limit::TotalRead,
@@ -376,7 +402,9 @@ impl Target {
                 cap: self.limits.max_total_read_bytes,
             });
         }
-        self.source.read_exact(addr, buf)
+        self.source.read_exact(addr, buf)?;
+        self.bytes_read.fetch_add(len, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Reads `len` bytes at `addr` into a new vector (at most [`Limits::max_read_bytes`]).
@@ -618,6 +646,28 @@ mod tests {
         view.flush();
         assert_eq!(t.read_u64(0x1040).ok(), Some(7));
         assert_eq!(t.bytes_read(), 8);
+    }
+
+    #[test]
+    fn refused_and_failed_reads_cost_nothing() {
+        let t = memory().with_limits(Limits {
+            max_total_read_bytes: 24,
+            ..Limits::default()
+        });
+        // A length read from damaged data: refused, and not charged.
+        let mut huge = vec![0u8; 4096];
+        let e = t.read_into(0x1000, &mut huge).expect_err("past the budget");
+        assert_eq!(e.limit(), Some(Limit::TotalRead));
+        // A read of memory that is not there fails for its own reason, uncharged.
+        assert!(matches!(
+            t.read_u64(0x9000),
+            Err(ReadError::Unmapped { .. })
+        ));
+        assert_eq!(t.bytes_read(), 0);
+        for _ in 0..3 {
+            assert_eq!(t.read_u64(0x1040).ok(), Some(7));
+        }
+        assert_eq!(t.bytes_read(), 24);
     }
 
     #[test]

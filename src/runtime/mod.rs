@@ -69,6 +69,17 @@ pub enum DescriptorSource {
         /// The file.
         path: PathBuf,
     },
+    /// The runtime's own descriptor, read from its file on disk because the target's copy
+    /// could not be used (a damaged or lost page of a dump); the file was checked to be
+    /// the build the process loaded.
+    RuntimeFile {
+        /// Address of the exported structure in the target.
+        address: u64,
+        /// The file it was read from.
+        path: PathBuf,
+        /// Why the target's copy was not used.
+        reason: String,
+    },
 }
 
 impl DescriptorSource {
@@ -79,6 +90,7 @@ impl DescriptorSource {
             DescriptorSource::DebugHeader { .. } => "debug-header",
             DescriptorSource::Shipped { .. } => "shipped",
             DescriptorSource::Override { .. } => "override",
+            DescriptorSource::RuntimeFile { .. } => "runtime-file",
         }
     }
 
@@ -99,6 +111,11 @@ impl DescriptorSource {
             ),
             DescriptorSource::Shipped { name, .. } => name.clone(),
             DescriptorSource::Override { path } => path.display().to_string(),
+            DescriptorSource::RuntimeFile { address, path, .. } => format!(
+                "{}@{address:#x} read from {}",
+                crate::descriptor::CONTRACT_DESCRIPTOR_SYMBOL,
+                path.display()
+            ),
         }
     }
 }
@@ -561,8 +578,31 @@ fn load_descriptor(
         ));
     }
     if let Some(address) = found.contract_descriptor {
-        let descriptor = embedded::load(target, address, &descriptor_limits)?;
-        return Ok((descriptor, DescriptorSource::Embedded { address }));
+        let damaged = match embedded::load(target, address, &descriptor_limits) {
+            Ok(descriptor) => return Ok((descriptor, DescriptorSource::Embedded { address })),
+            Err(e) => e,
+        };
+        // The target's copy is damaged or lost: the runtime's file holds the same bytes.
+        return match descriptor_from_file(target, module, found, address, &descriptor_limits) {
+            Ok((descriptor, path)) => {
+                tracing::warn!(
+                    "the runtime's descriptor in the target cannot be used ({damaged}); read it from {}, the same build",
+                    path.display()
+                );
+                Ok((
+                    descriptor,
+                    DescriptorSource::RuntimeFile {
+                        address,
+                        path,
+                        reason: damaged.to_string(),
+                    },
+                ))
+            }
+            Err(why) => {
+                tracing::warn!("the runtime's file cannot stand in for its descriptor: {why}");
+                Err(damaged.into())
+            }
+        };
     }
     if let Some(address) = found.debug_header {
         let (descriptor, version) = crate::descriptor::debug_header::load(target, address)?;
@@ -593,6 +633,48 @@ fn load_descriptor(
             fit,
         },
     ))
+}
+
+/// The runtime's descriptor read from its file on disk (the module's path, under the
+/// target's root), when the file is the build the target loaded: the dump's copy of the
+/// exported structure (kept in writable data) holds the file's header and pointers as
+/// relocated, or, where that copy is unreadable, the image in the target has the file's
+/// build id.
+fn descriptor_from_file(
+    target: &Target,
+    module: &RuntimeModule,
+    found: &FoundModule,
+    address: u64,
+    limits: &crate::descriptor::Limits,
+) -> Result<(DataDescriptor, PathBuf), String> {
+    let path = target.local_path(&module.path);
+    let file = crate::descriptor::on_disk::read(&path, found.image.load_bias())
+        .map_err(|e| e.to_string())?;
+    let mut structure = [0u8; 40];
+    let verified = match target.read_into(address, &mut structure) {
+        Ok(()) if file.matches_structure(&structure) => true,
+        Ok(()) if structure[..8] == file.head[..8] => {
+            return Err(format!(
+                "the structure in the target differs from the one in {} (another build?)",
+                path.display()
+            ))
+        }
+        // Lost or zeroed: the build id decides.
+        _ => {
+            let in_target = found.image.build_id(target).ok().flatten();
+            in_target.is_some() && in_target == disk_build_id(&path)
+        }
+    };
+    if !verified {
+        return Err(format!(
+            "cannot tell that {} is the build the target loaded (its descriptor structure is \
+             lost and no build id matches)",
+            path.display()
+        ));
+    }
+    let descriptor =
+        embedded::load_from_file(target, address, &file, limits).map_err(|e| e.to_string())?;
+    Ok((descriptor, path))
 }
 
 /// Reads and parses a descriptor file given with `--descriptor`, within the size limit.

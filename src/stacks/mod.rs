@@ -45,6 +45,10 @@ pub enum RegisterSource {
     Ptrace,
     /// `/proc/PID/task/TID/syscall`, without stopping (best effort).
     ProcSyscall,
+    /// None for the thread: its walk starts at the runtime's innermost explicit Frame that
+    /// records where managed code resumes (an active P/Invoke's InlinedCallFrame, a saved
+    /// context), so the frames inside it are not known.
+    ExplicitFrame,
 }
 
 impl RegisterSource {
@@ -54,6 +58,7 @@ impl RegisterSource {
             RegisterSource::Core => "core",
             RegisterSource::Ptrace => "ptrace",
             RegisterSource::ProcSyscall => "proc_syscall",
+            RegisterSource::ExplicitFrame => "explicit_frame",
         }
     }
 }
@@ -154,6 +159,10 @@ pub struct Stacks {
     /// Threads the runtime lists that were not read, and why (e.g. the runtime's thread
     /// list was cut short).
     pub warnings: Vec<String>,
+    /// Which of the warnings mean the answer is not whole (the runtime's threads not read
+    /// or cut short, threads without registers): a command that shows the stacks ends
+    /// with a partial answer then.
+    pub lost: Vec<String>,
 }
 
 /// The stacks of the threads of `rt`'s target whose kernel ids `filter` accepts (all with
@@ -223,6 +232,7 @@ pub fn thread_stacks_with(
         None
     };
     let mut warnings = Vec::new();
+    let mut lost = Vec::new();
     let mut namer = MethodNamer::for_runtime(rt);
     // The runtime's threads, by OS id.
     let contract = match &aot {
@@ -241,7 +251,7 @@ pub fn thread_stacks_with(
         Ok(c) => match c.threads() {
             Ok(list) => {
                 if let Some(e) = list.error {
-                    warnings.push(format!("the runtime's thread list was cut short: {e}"));
+                    lost.push(format!("the runtime's thread list was cut short: {e}"));
                 }
                 finalizer = list.store.finalizer_thread;
                 for t in list.threads {
@@ -253,9 +263,9 @@ pub fn thread_stacks_with(
                     }
                 }
             }
-            Err(e) => warnings.push(format!("the runtime's threads could not be read: {e}")),
+            Err(e) => lost.push(format!("the runtime's threads could not be read: {e}")),
         },
-        Err(e) => warnings.push(format!("no Thread contract: {e}")),
+        Err(e) => lost.push(format!("no Thread contract: {e}")),
     }
     let wanted = |os: i32| {
         filter.is_none_or(|f| {
@@ -328,10 +338,12 @@ pub fn thread_stacks_with(
             });
         }
         threads.sort_by_key(|t| t.os_id);
+        warnings.extend(lost.iter().cloned());
         return Ok(Stacks {
             threads,
             snapshot_time,
             warnings,
+            lost,
         });
     };
     match target.source().kind() {
@@ -431,15 +443,82 @@ pub fn thread_stacks_with(
                     roots,
                 });
             }
+            // Runtime threads the dump records no registers for (its notes lost or
+            // damaged): listed all the same, each walked from its explicit Frames.
+            let mut missing: Vec<i32> = managed
+                .keys()
+                .copied()
+                .filter(|os| wanted(*os) && !threads.iter().any(|t| t.os_id == *os))
+                .collect();
+            missing.sort_unstable();
+            let mut from_frames = 0;
+            for &os in &missing {
+                let start = frame_start(frames_of(os), rt.module().architecture);
+                let stack = start.map(|ctx| walker.walk(ctx, target, frames_of(os)));
+                let note = match &stack {
+                    Some(_) => {
+                        from_frames += 1;
+                        "the dump has no registers for this thread: its stack starts at the \
+                         runtime's innermost explicit Frame that says where managed code \
+                         resumes; frames inside it are not known"
+                    }
+                    None => {
+                        "the dump has no registers for this thread, and the runtime recorded \
+                         no explicit Frame to start its stack from"
+                    }
+                };
+                let roots = scan(os, stack.as_ref(), target);
+                threads.push(ThreadStack {
+                    os_id: os,
+                    name: None,
+                    managed: managed_of(os, &mut namer),
+                    registers: stack.as_ref().map(|_| RegisterSource::ExplicitFrame),
+                    stopped_for: None,
+                    held_for: None,
+                    stack,
+                    note: Some(note.to_string()),
+                    roots,
+                });
+            }
+            if !missing.is_empty() {
+                lost.push(format!(
+                    "the dump records no registers for {} of the runtime's threads (its \
+                     notes are missing or damaged): {from_frames} of them walked from their \
+                     explicit Frames, {} without a stack",
+                    missing.len(),
+                    missing.len() - from_frames
+                ));
+            }
         }
     }
     if let Some(a) = &aot {
         crate::nativeaot::stacks::mark_managed_frames(a, &mut threads, &mut warnings);
     }
     threads.sort_by_key(|t| t.os_id);
+    warnings.extend(lost.iter().cloned());
     Ok(Stacks {
         threads,
         snapshot_time,
         warnings,
+        lost,
+    })
+}
+
+/// Registers to start a walk at for a thread the target has none for: its innermost
+/// explicit Frame that records where managed code resumes (an active P/Invoke's
+/// InlinedCallFrame: return address, call-site SP and frame pointer; a Frame holding a
+/// saved context: that context's IP, SP and FP).
+fn frame_start(frames: &[ExplicitFrame], architecture: &str) -> Option<crate::regs::Registers> {
+    frames.iter().find_map(|f| {
+        let ip = match f.context_ip {
+            Some(ip) if ip != 0 => ip,
+            _ if f.is_active_pinvoke() => f.return_address?,
+            _ => return None,
+        };
+        let sp = f.caller_sp.filter(|&sp| sp != 0)?;
+        Some(match architecture {
+            "arm64" => Arm64Context::new(ip, sp, f.saved_fp).into(),
+            _ => X64Context::new(ip, sp, f.saved_fp).into(),
+        })
     })
 }

@@ -138,12 +138,9 @@ pub fn read_thread_pool(rt: &Runtime) -> Result<ThreadPoolReport, ContractError>
         objects_scanned: summary.objects,
         ..ThreadPoolReport::default()
     };
-    report.problems.extend(summary.problems.iter().map(|p| {
-        format!(
-            "heap walk stopped in segment {} at {:#x}: {}",
-            p.segment, p.address, p.detail
-        )
-    }));
+    report
+        .problems
+        .extend(summary.problems.iter().map(|p| format!("heap walk: {p}")));
     let mut inspector = Inspector::new(rt)?;
     let mut describer = items::Describer::new(rt);
     if found.pools.len() > 1 || found.work_queues.len() > 1 {

@@ -12,6 +12,7 @@ mod common;
 mod containers;
 mod corrupt_corpus;
 mod coverage_net8;
+mod damage_suite;
 mod degrade_net11;
 mod ecma_metadata;
 #[path = "../em_mock/mod.rs"]

@@ -239,6 +239,14 @@ impl GcDacVars {
                 ));
             }
         }
+        // The descriptor's slot could not be read at all (a dump that left it out): that,
+        // not the table, is the answer.
+        if let Some(ContractError::Read(e)) = descriptor_error {
+            if e.is_missing_memory() {
+                return Err(ContractError::Read(e));
+            }
+            descriptor_error = Some(ContractError::Read(e));
+        }
         Err(ContractError::Corrupt {
             what: "g_dacTable",
             addr: table,

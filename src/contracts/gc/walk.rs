@@ -82,16 +82,56 @@ pub struct HeapObject {
     pub header: Option<u32>,
 }
 
-/// Where and why a segment's walk stopped early.
+/// Where and why a segment's walk met something impossible, and where it went on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalkProblem {
     /// Index of the segment in the list walked.
     pub segment: usize,
-    /// The object (or position) where the walk stopped.
+    /// The object (or position) where the walk met the damage.
     pub address: u64,
     /// What was wrong.
     pub detail: String,
+    /// Where the walk found objects again (checked: a MethodTable already seen on this
+    /// heap, followed by [`RESYNC_CHAIN`] well-formed objects), when it did; `None`: the
+    /// rest of the segment was skipped.
+    pub resumed_at: Option<u64>,
 }
+
+impl WalkProblem {
+    /// Bytes of the segment skipped from [`Self::address`] on (to `resumed_at`, else to
+    /// `segment_end`).
+    pub fn skipped_bytes(&self, segment_end: u64) -> u64 {
+        self.resumed_at
+            .unwrap_or(segment_end)
+            .saturating_sub(self.address)
+    }
+}
+
+impl std::fmt::Display for WalkProblem {
+    /// "segment 3 at 0x…: <detail>; resumed at 0x… (N bytes skipped)", or "…; the rest of
+    /// the segment skipped".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "segment {} at {:#x}: {}; ",
+            self.segment, self.address, self.detail
+        )?;
+        match self.resumed_at {
+            Some(at) => write!(
+                f,
+                "resumed at {at:#x} ({} bytes skipped)",
+                at.saturating_sub(self.address)
+            ),
+            None => f.write_str("the rest of the segment skipped"),
+        }
+    }
+}
+
+/// Objects that must parse in a row, from a MethodTable already seen, before a walk that
+/// met damage trusts an address as an object's start again.
+pub const RESYNC_CHAIN: usize = 3;
+/// Bytes scanned at a time when looking for the next object after damage.
+const RESYNC_WINDOW: usize = 64 << 10;
 
 /// What the walk found besides the objects it visited.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -137,6 +177,9 @@ pub struct ObjectWalker<'a> {
     shapes: FxHashMap<u64, Option<Shape>>,
     /// The last MethodTable looked up and its shape: neighbours often share a type.
     last_shape: Option<(u64, Option<Shape>)>,
+    /// MethodTables of objects the walk has visited: where a walk resumes after damage,
+    /// the first object must have one of them.
+    seen: rustc_hash::FxHashSet<u64>,
 }
 
 impl<'a> ObjectWalker<'a> {
@@ -157,7 +200,57 @@ impl<'a> ObjectWalker<'a> {
             free_method_table,
             shapes: FxHashMap::default(),
             last_shape: None,
+            seen: Default::default(),
         }
+    }
+
+    /// The first address after `damaged` (8-aligned, inside `seg`) where objects parse
+    /// again: a MethodTable already seen on this heap, then [`RESYNC_CHAIN`] objects in a
+    /// row of well-formed shapes, each inside the segment (or the chain reaching its end
+    /// exactly). A field holding a type handle can look like an object's start; the chain
+    /// behind it rarely parses. `None` when nothing up to the segment's end does.
+    pub fn resync(&mut self, seg: &GcSegment, damaged: u64) -> Option<u64> {
+        let end = seg.end;
+        let mut window = vec![0u8; RESYNC_WINDOW];
+        let mut at = align8(damaged.checked_add(8)?);
+        while at < end && end - at >= 16 {
+            let len = usize::try_from(end - at)
+                .unwrap_or(usize::MAX)
+                .min(RESYNC_WINDOW);
+            if self.target.read_into(at, &mut window[..len]).is_err() {
+                // Unreadable here: try the next page.
+                at = (at | 0xFFF).checked_add(1)?;
+                continue;
+            }
+            for i in (0..len.saturating_sub(7)).step_by(8) {
+                let word = u64::from_le_bytes(window[i..i + 8].try_into().unwrap_or_default());
+                let mt = word & !self.layout.mt_mask;
+                if mt != 0 && self.seen.contains(&mt) && self.chain_parses(at + i as u64, end) {
+                    return Some(at + i as u64);
+                }
+            }
+            at = at.checked_add(len as u64)?;
+        }
+        None
+    }
+
+    /// Whether [`RESYNC_CHAIN`] objects from `address` have MethodTables of well-formed
+    /// shape and stay inside `[address, end)`.
+    fn chain_parses(&mut self, mut address: u64, end: u64) -> bool {
+        for _ in 0..RESYNC_CHAIN {
+            if address == end {
+                return true;
+            }
+            let Ok((_, size, _)) = self.object_at(address) else {
+                return false;
+            };
+            let step = align8(size);
+            if end - address < step {
+                return false;
+            }
+            address += step;
+        }
+        true
     }
 
     /// The shape of `mt`, read on first use; `None` when it cannot be a MethodTable.
@@ -245,9 +338,10 @@ impl<'a> ObjectWalker<'a> {
     }
 
     /// Walks every segment, calling `visit` for each object in address order within a
-    /// segment. A segment whose walk meets something impossible (an unreadable chunk, a
-    /// pointer that is no MethodTable, an object running past the segment's end) stops
-    /// there, and the summary says where.
+    /// segment. Where a segment's walk meets something impossible (an unreadable chunk, a
+    /// pointer that is no MethodTable, an object running past the segment's end), it looks
+    /// for the next address where objects parse again ([`Self::resync`]) and goes on from
+    /// there; the summary says where each gap begins and ends.
     pub fn walk(
         &mut self,
         segments: &[GcSegment],
@@ -258,19 +352,40 @@ impl<'a> ObjectWalker<'a> {
         let mut buf = vec![0u8; CHUNK_BYTES];
         for (index, seg) in segments.iter().enumerate() {
             let heap = heaps.iter().find(|h| h.index == seg.heap);
-            if let Err(problem) =
-                self.walk_segment(index, seg, heap, &mut buf, &mut summary, &mut visit)
+            if let Some(detail) = out_of_bounds(seg) {
+                // Nothing here can be trusted, not even as a place to look for objects.
+                summary.problems.push(WalkProblem {
+                    segment: index,
+                    address: seg.start,
+                    detail,
+                    resumed_at: None,
+                });
+                continue;
+            }
+            let mut from = seg.start;
+            // Each pass ends at the segment's end or at damage; the next starts where
+            // objects parse again. Every resumption is past the damage, so this ends.
+            while let Err(mut problem) =
+                self.walk_segment(index, seg, from, heap, &mut buf, &mut summary, &mut visit)
             {
+                problem.resumed_at = self.resync(seg, problem.address);
+                let next = problem.resumed_at;
                 summary.problems.push(problem);
+                match next {
+                    Some(at) if at > from => from = at,
+                    _ => break,
+                }
             }
         }
         summary
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn walk_segment(
         &mut self,
         index: usize,
         seg: &GcSegment,
+        from: u64,
         heap: Option<&GcHeapData>,
         buf: &mut [u8],
         summary: &mut WalkSummary,
@@ -280,17 +395,9 @@ impl<'a> ObjectWalker<'a> {
             segment: index,
             address,
             detail,
+            resumed_at: None,
         };
         let end = seg.end;
-        if end < seg.start || end - seg.start > seg.segment.reserved.saturating_sub(seg.start) {
-            return Err(problem(
-                seg.start,
-                format!(
-                    "object range {:#x}..{end:#x} is not inside the segment (reserved to {:#x})",
-                    seg.start, seg.segment.reserved
-                ),
-            ));
-        }
         // Allocation contexts live in small-object segments only.
         let small_objects = !matches!(
             seg.kind,
@@ -302,9 +409,9 @@ impl<'a> ObjectWalker<'a> {
                 (g(1), g(0))
             })
         });
-        let mut context = self.contexts.partition_point(|&(p, _)| p < seg.start);
+        let mut context = self.contexts.partition_point(|&(p, _)| p < from);
         let (mut chunk_start, mut chunk_len) = (0u64, 0usize);
-        let mut obj = seg.start;
+        let mut obj = from;
         while obj < end {
             if small_objects {
                 while context < self.contexts.len() && self.contexts[context].0 < obj {
@@ -318,6 +425,7 @@ impl<'a> ObjectWalker<'a> {
                 }
             }
             if end - obj < 16 {
+                // A gap too small for an object cannot be skipped to anything.
                 return Err(problem(
                     obj,
                     format!(
@@ -376,6 +484,7 @@ impl<'a> ObjectWalker<'a> {
                 ));
             }
             let generation = generation_in(seg.kind, ephemeral_bounds, obj);
+            self.seen.insert(mt);
             summary.objects += 1;
             visit(&HeapObject {
                 address: obj,
@@ -394,6 +503,18 @@ impl<'a> ObjectWalker<'a> {
         }
         Ok(())
     }
+}
+
+/// Why a segment's object range cannot be walked at all (it is not inside its reserved
+/// memory), if it cannot.
+fn out_of_bounds(seg: &GcSegment) -> Option<String> {
+    let (start, end) = (seg.start, seg.end);
+    (end < start || end - start > seg.segment.reserved.saturating_sub(start)).then(|| {
+        format!(
+            "object range {start:#x}..{end:#x} is not inside the segment (reserved to {:#x})",
+            seg.segment.reserved
+        )
+    })
 }
 
 /// The generation of an object at `address` in a segment of `kind`; for the ephemeral
