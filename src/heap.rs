@@ -66,6 +66,74 @@ pub fn layout(rt: &Runtime) -> Result<HeapLayout, ContractError> {
     })
 }
 
+/// What an address is on the managed heap ([`locate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Location {
+    /// The start of an object.
+    Object {
+        /// Its MethodTable.
+        method_table: u64,
+        /// Its size.
+        size: u64,
+    },
+    /// Inside an object, past its start.
+    Inside {
+        /// The object's start.
+        object: u64,
+        /// Its MethodTable.
+        method_table: u64,
+        /// Its size.
+        size: u64,
+    },
+    /// Inside a free block (space the GC has reclaimed).
+    Free {
+        /// The free block's start.
+        block: u64,
+    },
+    /// In a segment, but not in any object the walk found (past the last allocated
+    /// object, in an allocation context's unused part, or in damage the walk skipped).
+    Unallocated,
+    /// Not in any segment of the GC heap.
+    OutsideHeap,
+}
+
+/// What `address` is on the managed heap: an object's start, inside one (which), free
+/// space, or not in the heap at all. Walks the one segment holding it.
+pub fn locate(rt: &Runtime, address: u64) -> Result<Location, ContractError> {
+    let layout = layout(rt)?;
+    let Some(seg) = layout
+        .segments
+        .iter()
+        .find(|s| address >= s.start && address < s.segment.reserved.max(s.end))
+    else {
+        return Ok(Location::OutsideHeap);
+    };
+    if address >= seg.end {
+        return Ok(Location::Unallocated);
+    }
+    let gc = rt.contracts().gc()?;
+    let mut walker = gc.walker(&layout.heaps, layout.thread_contexts.clone())?;
+    let mut found = Location::Unallocated;
+    let _ = walker.walk(std::slice::from_ref(seg), &layout.heaps, |o| {
+        if address < o.address || address >= o.address.saturating_add(o.size.max(8)) {
+            return;
+        }
+        found = match (o.is_free, o.address == address) {
+            (true, _) => Location::Free { block: o.address },
+            (false, true) => Location::Object {
+                method_table: o.method_table,
+                size: o.size,
+            },
+            (false, false) => Location::Inside {
+                object: o.address,
+                method_table: o.method_table,
+                size: o.size,
+            },
+        };
+    });
+    Ok(found)
+}
+
 /// Walks every object of the heap in `layout`, calling `visit` for each.
 pub fn walk(
     rt: &Runtime,

@@ -133,6 +133,9 @@ pub(super) fn not_read(roots: &RootSet) -> Vec<String> {
 /// Runs `cdac gcroot`.
 pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
+    if let Some(why) = super::obj::not_an_object(&rt, args.address) {
+        return Err(why.into());
+    }
     let roots = RootSet::read_with(
         &rt,
         RootOptions {

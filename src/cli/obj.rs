@@ -223,6 +223,9 @@ pub struct ArrayReport {
 /// Runs `cdac obj`.
 pub fn run_obj(args: &ObjArgs) -> CliResult {
     let rt = args.target.open(&args.descriptor)?;
+    if let Some(why) = not_an_object(&rt, args.address) {
+        return Err(why.into());
+    }
     let mut inspector = Inspector::new(&rt)?;
     let view = inspector.inspect(
         args.address,
@@ -544,4 +547,44 @@ fn print_field(out: &mut impl Write, f: &FieldReport, depth: usize) -> std::io::
             value_text(v)
         ),
     }
+}
+
+/// Why `address` is not an object, saying which object it lies in when it does (like SOS's
+/// gcwhere); `None` for an object's start, and when the heap cannot be walked to tell.
+pub(crate) fn not_an_object(rt: &cdac::runtime::Runtime, address: u64) -> Option<String> {
+    use cdac::heap::Location;
+    let location = match cdac::heap::locate(rt, address) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::debug!("{address:#x} not located on the heap: {e}");
+            return None;
+        }
+    };
+    let name = |mt: u64| {
+        cdac::names::MethodNamer::for_runtime(rt)
+            .type_name(mt)
+            .unwrap_or_else(|| format!("<MethodTable {mt:#x}>"))
+    };
+    let why = match location {
+        Location::Object { .. } => return None,
+        Location::Inside {
+            object,
+            method_table,
+            size,
+        } => format!(
+            "it lies {} bytes into {} at {object:#x} ({size} bytes): `cdac obj {object:#x}`",
+            address - object,
+            name(method_table)
+        ),
+        Location::Free { block } => {
+            format!("it lies in free space (the free block at {block:#x})")
+        }
+        Location::Unallocated => {
+            "it lies in a GC segment but in no object (space not allocated yet, or damage \
+             the heap walk skipped)"
+                .to_string()
+        }
+        Location::OutsideHeap => "it is not in the GC heap".to_string(),
+    };
+    Some(format!("{address:#x} is not an object: {why}"))
 }
