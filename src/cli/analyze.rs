@@ -257,6 +257,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
                     problems: vec![format!("heap walk: {e}")],
                     threads: None,
                     reads: None,
+                    threads_stopped: None,
                 },
             };
             let thread_pool = match read_thread_pool(&rt) {
@@ -283,15 +284,32 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
     let reads = HeapReadsReport::of(&rt, &heap_parts);
     HeapReadsReport::tell(&reads);
     let (locks, async_work, thread_pool) = heap_parts.value;
+    // A contract this runtime has in a version cdac does not read (or not at all) is a gap
+    // the report states, not a partial answer; anything else that stops a part is.
+    let gap = |e: Option<cdac::contracts::ContractError>| {
+        matches!(
+            e,
+            Some(
+                cdac::contracts::ContractError::UnsupportedVersion { .. }
+                    | cdac::contracts::ContractError::Missing { .. }
+                    | cdac::contracts::ContractError::Descriptor(_)
+            )
+        )
+    };
+    let gc_gap = gap(rt.contracts().gc().err());
+    let sync_gap = gap(rt.contracts().sync_blocks().err());
+    let mut lost = stacks.lost.clone();
     let locks = match locks {
         Ok(l) => Some(l),
         Err(_) if rt.is_native_aot() => None,
         Err(e) => {
             status!("cdac: warning: the locks could not be read: {e}");
+            if !gc_gap && !sync_gap {
+                lost.push(format!("the locks could not be read: {e}"));
+            }
             None
         }
     };
-    let mut lost = Vec::new();
     if unreadable != 0 {
         lost.push(format!(
             "{unreadable} exception(s) or stack trace(s) could not be read"
@@ -300,13 +318,13 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
     // Parts this runtime cannot describe (a GC or SyncBlock contract of a version cdac
     // does not read, a descriptor without the types) are said in the report and are not
     // a partial answer; problems reading what it does describe are.
-    let gc_readable = rt.contracts().gc().is_ok();
-    let sync_readable = rt.contracts().sync_blocks().is_ok();
     let counted = |problems: &[String]| {
+        if gc_gap {
+            return 0;
+        }
         problems
             .iter()
-            .filter(|p| gc_readable || !p.starts_with("heap walk:"))
-            .filter(|p| sync_readable || !p.starts_with("sync "))
+            .filter(|p| !sync_gap || !p.starts_with("sync "))
             .count()
     };
     let parts_with_problems = [

@@ -67,6 +67,9 @@ pub struct AsyncJson {
     /// How a live heap was read (absent on a dump).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reads: Option<HeapReadsReport>,
+    /// With `--stacks`: how long reading the stacks stopped a live process's threads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads_stopped: Option<model::PausesReport>,
 }
 
 /// A thread running async methods (`--stacks`).
@@ -288,6 +291,7 @@ pub(super) fn build(report: &AsyncReport) -> AsyncJson {
         problems: report.problems.clone(),
         threads: None,
         reads: None,
+        threads_stopped: None,
     }
 }
 
@@ -364,6 +368,7 @@ pub fn run_async(args: &AsyncArgs) -> CliResult {
             StacksOptions { gc_roots: true },
         )?;
         r.problems.extend(stacks.warnings.iter().cloned());
+        r.threads_stopped = model::PausesReport::tell(stacks.pauses());
         let mut namer = MethodNamer::for_runtime(&rt);
         let found = running_on_threads(&report, &stacks, &mut namer);
         let symbols = ElfSymbols::new(rt.target());

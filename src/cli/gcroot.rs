@@ -70,6 +70,9 @@ pub struct GcRootReport {
     pub interior_stack_slots_skipped: u64,
     /// What could not be read.
     pub problems: Vec<String>,
+    /// How long reading the stack roots stopped a live process's threads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads_stopped: Option<super::model::PausesReport>,
 }
 
 /// The root of a path.
@@ -147,6 +150,7 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
         *counts.entry(r.kind.name().to_string()).or_insert(0u64) += 1;
     }
     let problems = roots.problems.clone();
+    let threads_stopped = super::model::PausesReport::tell(roots.pauses);
     let interior_skipped = roots.interior_skipped;
     let interior_resolved = roots.interior_resolved;
     let not_read = not_read(&roots);
@@ -173,6 +177,7 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
         interior_stack_slots_resolved: interior_resolved,
         interior_stack_slots_skipped: interior_skipped,
         problems,
+        threads_stopped,
     };
     if args.json {
         super::emit_json(&report)?;

@@ -245,6 +245,9 @@ pub struct LiveReport {
     /// Roots that could not be read (a thread without a stack, a damaged handle table):
     /// objects only they hold are not counted as live.
     pub root_problems: Vec<String>,
+    /// How long reading the stack roots stopped a live process's threads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads_stopped: Option<super::model::PausesReport>,
 }
 
 /// Free space on the heap (`--free`).
@@ -365,6 +368,12 @@ fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult
     let reads = HeapReadsReport::of(rt, &settled);
     let mut report = settled.value;
     report.reads = reads;
+    super::model::PausesReport::say(
+        report
+            .live
+            .as_ref()
+            .and_then(|l| l.threads_stopped.as_ref()),
+    );
     // A dump taken in the middle of a GC: said first, then walked as far as each segment's
     // objects can be trusted (a segment stops at the first that cannot).
     if report.gc_in_progress {
@@ -563,6 +572,7 @@ fn read_walk(
             interior_stack_slots_resolved: m.roots().interior_resolved,
             interior_stack_slots_skipped: m.roots().interior_skipped,
             root_problems: m.roots().problems.clone(),
+            threads_stopped: super::model::PausesReport::of(m.roots().pauses),
         }),
     };
     if args.free {

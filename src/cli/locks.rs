@@ -55,6 +55,9 @@ pub struct LocksReport {
     /// How a live heap was read (absent on a dump, and with `--no-heap`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reads: Option<HeapReadsReport>,
+    /// How long reading the stacks stopped a live process's threads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads_stopped: Option<super::model::PausesReport>,
 }
 
 /// The sync table's used part, as SOS `syncblk` totals it.
@@ -224,6 +227,7 @@ pub(super) fn build(report: &LockReport, namer: &mut MethodNamer) -> LocksReport
         stacks_read: report.stacks_read,
         problems: report.problems.clone(),
         reads: None,
+        threads_stopped: None,
     }
 }
 
@@ -247,6 +251,7 @@ pub fn run_locks(args: &LocksArgs) -> CliResult {
     HeapReadsReport::tell(&reads);
     let mut r = build(&settled.value, &mut MethodNamer::for_runtime(&rt));
     r.reads = reads;
+    r.threads_stopped = super::model::PausesReport::tell(settled.value.pauses);
     let outcome = super::outcome_of(&r.problems, "some locks could not be read");
     if args.json {
         super::emit_json(&r)?;

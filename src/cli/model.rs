@@ -435,3 +435,51 @@ impl HeapReadsReport {
         }
     }
 }
+
+/// How long a command stopped a live process's threads to read their stacks (one at a
+/// time); absent on dumps and when no thread was stopped.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct PausesReport {
+    /// Threads stopped.
+    pub threads: usize,
+    /// From the first stop to the last release, in microseconds.
+    pub snapshot_us: f64,
+    /// The longest any one thread was held stopped, in microseconds.
+    pub max_held_us: f64,
+    /// The longest from asking a thread to stop to releasing it, in microseconds.
+    pub max_stopped_us: f64,
+}
+
+impl PausesReport {
+    /// The report of `pauses`.
+    pub fn of(pauses: Option<cdac::stacks::Pauses>) -> Option<PausesReport> {
+        let p = pauses?;
+        Some(PausesReport {
+            threads: p.threads,
+            snapshot_us: p.snapshot_us,
+            max_held_us: p.max_held_us,
+            max_stopped_us: p.max_stopped_us,
+        })
+    }
+
+    /// The report of `pauses`, said on standard error too (every command that stops
+    /// threads says for how long).
+    pub fn tell(pauses: Option<cdac::stacks::Pauses>) -> Option<PausesReport> {
+        let p = pauses?;
+        status!("cdac: {}", p.describe());
+        Self::of(Some(p))
+    }
+
+    /// Says an existing report on standard error.
+    pub fn say(report: Option<&PausesReport>) {
+        if let Some(r) = report {
+            let p = cdac::stacks::Pauses {
+                threads: r.threads,
+                snapshot_us: r.snapshot_us,
+                max_held_us: r.max_held_us,
+                max_stopped_us: r.max_stopped_us,
+            };
+            status!("cdac: {}", p.describe());
+        }
+    }
+}

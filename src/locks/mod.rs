@@ -104,6 +104,8 @@ pub struct LockReport {
     pub stacks_read: bool,
     /// What could not be read (the rest is still reported).
     pub problems: Vec<String>,
+    /// How long reading the stacks of a live process stopped its threads.
+    pub pauses: Option<crate::stacks::Pauses>,
 }
 
 /// What [`read_locks`] reads.
@@ -122,7 +124,11 @@ pub fn read_locks(rt: &Runtime, options: LockOptions) -> Result<LockReport, Cont
         return read_locks_from(rt, options.heap, None);
     };
     match thread_stacks_with(rt, live, None, StacksOptions { gc_roots: true }) {
-        Ok(stacks) => read_locks_from(rt, options.heap, Some(&stacks)),
+        Ok(stacks) => {
+            let mut report = read_locks_from(rt, options.heap, Some(&stacks))?;
+            report.pauses = stacks.pauses();
+            Ok(report)
+        }
         Err(e) => {
             let mut report = read_locks_from(rt, options.heap, None)?;
             report.problems.push(format!("stacks: {e}"));

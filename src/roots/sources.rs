@@ -100,6 +100,8 @@ pub struct RootSet {
     pub stacks_read: bool,
     /// How thread statics are rooted, and whether they were read.
     pub thread_statics: ThreadStatics,
+    /// How long reading the stacks of a live process stopped its threads.
+    pub pauses: Option<crate::stacks::Pauses>,
 }
 
 /// Where a runtime keeps thread statics, as far as the roots are concerned.
@@ -145,6 +147,7 @@ impl RootSet {
             set.stacks_read = true;
             match thread_stacks_with(rt, live, None, StacksOptions { gc_roots: true }) {
                 Ok(stacks) => {
+                    set.pauses = stacks.pauses();
                     for w in stacks.warnings {
                         set.problems.push(format!("stacks: {w}"));
                     }

@@ -126,6 +126,26 @@ pub struct StacksOptions {
     pub gc_roots: bool,
 }
 
+impl Stacks {
+    /// How long the threads were stopped, when a live snapshot stopped them.
+    pub fn pauses(&self) -> Option<Pauses> {
+        let snapshot = self.snapshot_time?;
+        let worst = |f: fn(&ThreadStack) -> Option<Duration>| {
+            self.threads
+                .iter()
+                .filter_map(f)
+                .map(|d| d.as_secs_f64() * 1e6)
+                .fold(0.0, f64::max)
+        };
+        Some(Pauses {
+            threads: self.threads.iter().filter(|t| t.held_for.is_some()).count(),
+            snapshot_us: snapshot.as_secs_f64() * 1e6,
+            max_held_us: worst(|t| t.held_for),
+            max_stopped_us: worst(|t| t.stopped_for),
+        })
+    }
+}
+
 impl ThreadStack {
     /// The name to show: the managed `Thread.Name` when set (whole), else the kernel's.
     pub fn display_name(&self) -> Option<&str> {
@@ -146,6 +166,33 @@ pub enum StacksError {
     /// The live process's threads could not be stopped or read.
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+}
+
+/// How long reading a live process's stacks stopped its threads (one at a time).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Pauses {
+    /// Threads stopped.
+    pub threads: usize,
+    /// From the first stop to the last release, in microseconds.
+    pub snapshot_us: f64,
+    /// The longest any one thread was held stopped, in microseconds.
+    pub max_held_us: f64,
+    /// The longest from asking a thread to stop to releasing it, in microseconds.
+    pub max_stopped_us: f64,
+}
+
+impl Pauses {
+    /// "34 threads stopped one at a time: snapshot 12.3 ms, each held at most 180 µs".
+    pub fn describe(&self) -> String {
+        format!(
+            "{} threads stopped one at a time: snapshot {:.1} ms, each held at most {:.0} µs \
+             ({:.0} µs from interrupt to release)",
+            self.threads,
+            self.snapshot_us / 1e3,
+            self.max_held_us,
+            self.max_stopped_us
+        )
+    }
 }
 
 /// What [`thread_stacks`] returns: every thread, and the total snapshot time of a live

@@ -47,9 +47,11 @@ namespace Cdac.Testbed
         public bool CpuWorkload { get; private set; }
         /// <summary>--starve-threadpool: every worker blocked, known work queued (ThreadPoolFacts.cs).</summary>
         public bool StarveThreadPool { get; private set; }
+        /// <summary>--allocate: two threads allocating without pause and a full GC every 200 ms (AllocChurn.cs).</summary>
+        public bool Allocate { get; private set; }
 
         public const string Usage =
-            "usage: Cdac.Testbed --manifest PATH [--max-seconds N] [--exit-with-parent] [--busy | --rounds N | --crash | --crash-on-thread | --cpu-workload] [--starve-threadpool]";
+            "usage: Cdac.Testbed --manifest PATH [--max-seconds N] [--exit-with-parent] [--busy | --rounds N | --crash | --crash-on-thread | --cpu-workload] [--starve-threadpool] [--allocate]";
 
         public static Options Parse(string[] args)
         {
@@ -68,6 +70,7 @@ namespace Cdac.Testbed
                     case "--crash-on-thread": o.Crash = true; o.CrashOnThread = true; break;
                     case "--cpu-workload": o.CpuWorkload = true; break;
                     case "--starve-threadpool": o.StarveThreadPool = true; break;
+                    case "--allocate": o.Allocate = true; break;
                     default: throw new ArgumentException($"unknown argument {args[i]}");
                 }
             }
@@ -219,6 +222,10 @@ namespace Cdac.Testbed
             // --crash-on-thread: the thread that will throw is started (and has said who it is)
             // before the manifest, which names it.
             CrashThread? crashThread = options.CrashOnThread ? CrashThread.Start() : null;
+            if (options.Allocate)
+            {
+                AllocChurn.Start();
+            }
             // Last, as nothing after it may need a thread pool worker.
             if (options.StarveThreadPool)
             {
@@ -243,6 +250,7 @@ namespace Cdac.Testbed
                 ["jitdump"] = jitDump,
                 ["dotnet_env"] = DotnetEnv(),
                 ["busy"] = options.Busy,
+                ["allocate"] = options.Allocate,
                 ["mode"] = options.Crash ? "crash" : options.Rounds > 0 ? "rounds" : options.Busy ? "busy"
                     : options.CpuWorkload ? "cpu" : "idle",
                 ["lcg_count"] = lambdas.Count,

@@ -6,6 +6,7 @@
 mod analyze;
 mod arm64;
 mod async_chains;
+mod busy_heap;
 mod callback_target;
 #[path = "../common/mod.rs"]
 mod common;
