@@ -38,6 +38,7 @@ mod perf_inject;
 mod r2r;
 mod record;
 mod schema;
+mod sos_words;
 mod stacks;
 mod threadpool;
 mod threads;
@@ -347,7 +348,15 @@ impl TargetArgs {
 /// Runs the command line; returns the process exit code.
 pub fn main() -> i32 {
     init_logging();
-    let cli = match Cli::try_parse() {
+    // SOS's words (`dumpheap -stat`, `clrstack -all`, ...) run their cdac commands.
+    let args = match sos_words::translate(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(why) => {
+            status!("cdac: {why}");
+            return 2;
+        }
+    };
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };

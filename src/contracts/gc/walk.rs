@@ -108,7 +108,7 @@ impl WalkProblem {
 }
 
 impl std::fmt::Display for WalkProblem {
-    /// "segment 3 at 0x…: <detail>; resumed at 0x… (N bytes skipped)", or "…; the rest of
+    /// "segment 3 at 0x…: `detail`; resumed at 0x… (N bytes skipped)", or "…; the rest of
     /// the segment skipped".
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
