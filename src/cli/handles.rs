@@ -84,7 +84,11 @@ impl<'a> ObjectNamer<'a> {
         {
             Ok(mt) => mt,
             Err(e) => {
-                if object != 0 {
+                let live = matches!(
+                    self.rt.target().source().kind(),
+                    cdac::memory::TargetKind::Live { .. }
+                );
+                if object != 0 && !live {
                     self.damaged.push(object);
                 }
                 return format!("<unreadable object: {e}>");
@@ -108,6 +112,15 @@ impl<'a> ObjectNamer<'a> {
             })
         });
         if name.starts_with("<not an object") {
+            // A running process moves and frees objects while the queue or the handle
+            // table is read: an entry read just before its object went away is not damage.
+            let live = matches!(
+                self.rt.target().source().kind(),
+                cdac::memory::TargetKind::Live { .. }
+            );
+            if live {
+                return format!("<changed while read (the process runs): {mt:#x}>");
+            }
             self.damaged.push(object);
         }
         name.clone()
