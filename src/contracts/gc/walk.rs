@@ -177,9 +177,6 @@ pub struct ObjectWalker<'a> {
     shapes: FxHashMap<u64, Option<Shape>>,
     /// The last MethodTable looked up and its shape: neighbours often share a type.
     last_shape: Option<(u64, Option<Shape>)>,
-    /// MethodTables of objects the walk has visited: where a walk resumes after damage,
-    /// the first object must have one of them.
-    seen: rustc_hash::FxHashSet<u64>,
 }
 
 impl<'a> ObjectWalker<'a> {
@@ -200,7 +197,6 @@ impl<'a> ObjectWalker<'a> {
             free_method_table,
             shapes: FxHashMap::default(),
             last_shape: None,
-            seen: Default::default(),
         }
     }
 
@@ -225,13 +221,20 @@ impl<'a> ObjectWalker<'a> {
             for i in (0..len.saturating_sub(7)).step_by(8) {
                 let word = u64::from_le_bytes(window[i..i + 8].try_into().unwrap_or_default());
                 let mt = word & !self.layout.mt_mask;
-                if mt != 0 && self.seen.contains(&mt) && self.chain_parses(at + i as u64, end) {
+                if mt != 0 && self.seen(mt) && self.chain_parses(at + i as u64, end) {
                     return Some(at + i as u64);
                 }
             }
             at = at.checked_add(len as u64)?;
         }
         None
+    }
+
+    /// Whether the walk has met `mt` with a well-formed shape: the MethodTables of the
+    /// objects it visited (shapes are read once per MethodTable, so this costs the walk
+    /// nothing per object).
+    fn seen(&self, mt: u64) -> bool {
+        self.shapes.get(&mt).is_some_and(Option::is_some)
     }
 
     /// Whether [`RESYNC_CHAIN`] objects from `address` have MethodTables of well-formed
@@ -484,7 +487,6 @@ impl<'a> ObjectWalker<'a> {
                 ));
             }
             let generation = generation_in(seg.kind, ephemeral_bounds, obj);
-            self.seen.insert(mt);
             summary.objects += 1;
             visit(&HeapObject {
                 address: obj,
