@@ -644,7 +644,7 @@ fn locks_text(
     text
 }
 
-/// Problems not read lines drawn under a part of the report: the first few, then a count.
+/// The "not read" lines under a part of the report: the first few problems, then a count.
 fn not_read_lines(problems: &[String]) -> String {
     const SHOWN: usize = 5;
     let mut text = String::new();

@@ -653,23 +653,9 @@ pub fn run_stacks(args: &StacksArgs) -> CliResult {
         }
     }
     if !args.collapsed {
-        if let Some(d) = stacks.snapshot_time {
-            let worst = |f: fn(&ThreadStack) -> Option<std::time::Duration>| {
-                stacks
-                    .threads
-                    .iter()
-                    .filter_map(f)
-                    .map(|d| d.as_secs_f64() * 1e6)
-                    .fold(0.0, f64::max)
-            };
-            text.push_str(&format!(
-                "{} threads, one stopped at a time; snapshot {:.1} ms; each held at most {:.0} µs \
-                 ({:.0} µs from interrupt to release)\n",
-                stacks.threads.len(),
-                d.as_secs_f64() * 1e3,
-                worst(|t| t.held_for),
-                worst(|t| t.stopped_for)
-            ));
+        if let Some(p) = stacks.pauses() {
+            text.push_str(&p.describe());
+            text.push('\n');
         }
     }
     super::emit(&text)?;

@@ -140,20 +140,23 @@ pub fn load(
             format!("cookie is {:02x?}, not \"DNDH\"", &head[..4]),
         ));
     }
+    // `head` holds the 32 bytes read above: every offset below is inside it.
     let u16_at = |o: usize| u16::from_le_bytes([head[o], head[o + 1]]);
+    let u32_at = |o: usize| u32::from(u16_at(o)) | u32::from(u16_at(o + 2)) << 16;
+    let u64_at = |o: usize| u64::from(u32_at(o)) | u64::from(u32_at(o + 4)) << 32;
     let version = DebugHeaderVersion {
         major: u16_at(4),
         minor: u16_at(6),
     };
-    let flags = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+    let flags = u32_at(8);
     if flags & 1 == 0 {
         return Err(invalid(
             &name,
             "the header describes a 32-bit runtime, which cdac does not read".into(),
         ));
     }
-    let types_at = u64::from_le_bytes(head[16..24].try_into().expect("8 bytes"));
-    let globals_at = u64::from_le_bytes(head[24..32].try_into().expect("8 bytes"));
+    let types_at = u64_at(16);
+    let globals_at = u64_at(24);
     if types_at == 0 || globals_at == 0 {
         return Err(invalid(
             &name,

@@ -157,9 +157,7 @@ struct TypeDefinition {
 impl Metadata {
     /// The blob, checked for its signature.
     pub fn new(bytes: Vec<u8>) -> Result<Metadata, AotFormatError> {
-        let signature = bytes
-            .get(..4)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
+        let signature = super::le_u32(&bytes, 0);
         if signature != Some(SIGNATURE) {
             return Err(error(
                 "metadata",

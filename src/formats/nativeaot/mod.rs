@@ -22,6 +22,19 @@ pub struct AotFormatError {
     pub detail: String,
 }
 
+/// The little-endian `u32` at `at` in `bytes`, if all four bytes are there.
+pub(crate) fn le_u32(bytes: &[u8], at: usize) -> Option<u32> {
+    let b = bytes.get(at..at.checked_add(4)?)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// The little-endian `u64` at `at` in `bytes`, if all eight bytes are there.
+pub(crate) fn le_u64(bytes: &[u8], at: usize) -> Option<u64> {
+    let lo = le_u32(bytes, at)?;
+    let hi = le_u32(bytes, at.checked_add(4)?)?;
+    Some(u64::from(lo) | u64::from(hi) << 32)
+}
+
 pub(crate) fn error(what: &'static str, detail: impl Into<String>) -> AotFormatError {
     AotFormatError {
         what,

@@ -68,8 +68,15 @@ impl ModuleHeader {
         let rows = bytes
             .get(HEADER_SIZE..self.total_size())
             .ok_or_else(|| error("module header", "its rows are cut short"))?;
-        let u32_at = |r: &[u8], o: usize| u32::from_le_bytes(r[o..o + 4].try_into().expect("4"));
-        let u64_at = |r: &[u8], o: usize| u64::from_le_bytes(r[o..o + 8].try_into().expect("8"));
+        if !matches!(size, 16 | 24) {
+            return Err(error(
+                "module header",
+                format!("rows of {size} bytes (16 or 24 expected)"),
+            ));
+        }
+        // Every offset read below lies inside a row of 16 or 24 bytes.
+        let u32_at = |r: &[u8], o: usize| super::le_u32(r, o).unwrap_or_default();
+        let u64_at = |r: &[u8], o: usize| super::le_u64(r, o).unwrap_or_default();
         Ok(rows
             .chunks_exact(size)
             .map(|r| {
@@ -164,5 +171,8 @@ mod tests {
             .unwrap()
             .rows(&b10[..20])
             .is_err());
+        // A header built by hand with a row size parse refuses: an error, not a panic.
+        let odd = ModuleHeader { row_size: 8, ..h };
+        assert!(odd.rows(&b10).unwrap_err().to_string().contains("8 bytes"));
     }
 }

@@ -40,9 +40,7 @@ pub fn decode(
     address: u64,
     max_entries: u64,
 ) -> Result<Vec<MapEntry>, AotFormatError> {
-    let count = bytes
-        .get(..4)
-        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+    let count = super::le_u32(bytes, 0)
         .ok_or_else(|| error("stack-trace map", "shorter than its count"))?;
     if u64::from(count) > max_entries {
         return Err(error(
@@ -67,8 +65,7 @@ pub fn decode(
         let command = *bytes.get(pos).ok_or_else(|| truncated(pos))?;
         pos += 1;
         if command & UPDATE_OWNER != 0 {
-            let raw = bytes.get(pos..pos + 4).ok_or_else(|| truncated(pos))?;
-            current.owner = Token(u32::from_le_bytes(raw.try_into().expect("4 bytes")));
+            current.owner = Token(super::le_u32(bytes, pos).ok_or_else(|| truncated(pos))?);
             pos += 4;
         }
         if command & UPDATE_NAME != 0 {
@@ -90,8 +87,7 @@ pub fn decode(
             pos = p;
         }
         current.hidden = command & HIDDEN != 0;
-        let raw = bytes.get(pos..pos + 4).ok_or_else(|| truncated(pos))?;
-        let relative = i32::from_le_bytes(raw.try_into().expect("4 bytes"));
+        let relative = super::le_u32(bytes, pos).ok_or_else(|| truncated(pos))? as i32;
         current.start = address
             .wrapping_add(pos as u64)
             .wrapping_add_signed(i64::from(relative));
