@@ -10,6 +10,8 @@ use rustc_hash::FxHashMap;
 
 use crate::contracts::gc::{GcHeapData, GcSegment, HeapObject, WalkSummary};
 use crate::contracts::ContractError;
+use crate::process::freeze::{Freeze, FreezeReport};
+use crate::process::thread_snapshot::SnapshotError;
 use crate::runtime::Runtime;
 
 /// The heap's layout, read once before a walk.
@@ -236,6 +238,19 @@ pub struct Settled<T> {
     /// Whether the last read saw no collection and called itself whole; false only when
     /// [`SETTLE_BOUND`] passed first.
     pub consistent: bool,
+    /// With [`Settle::Freeze`]: how long the last read held the process stopped.
+    pub frozen: Option<FreezeReport>,
+}
+
+/// How a live heap is kept still enough to read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Settle {
+    /// Stop nothing; read again while collections run under the read.
+    #[default]
+    Retry,
+    /// Hold every thread stopped for each read (`--freeze`): a collection in progress is
+    /// let finish and the read made again, within the same bound.
+    Freeze,
 }
 
 /// Reads `rt`'s heap with `read` until the answer is consistent: on a live process, again
@@ -246,6 +261,37 @@ pub struct Settled<T> {
 /// where the GC itself cannot be read, `read` runs once.
 pub fn settled<T, E>(
     rt: &Runtime,
+    read: impl FnMut() -> Result<T, E>,
+    whole: impl Fn(&T) -> bool,
+) -> Result<Settled<T>, E>
+where
+    E: From<ContractError>,
+{
+    settle(rt, |_| Ok(None), read, whole)
+}
+
+/// [`settled`], holding the process's threads stopped for each read with
+/// [`Settle::Freeze`] (on a live process; a dump is read once either way).
+pub fn settled_with<T, E>(
+    rt: &Runtime,
+    how: Settle,
+    read: impl FnMut() -> Result<T, E>,
+    whole: impl Fn(&T) -> bool,
+) -> Result<Settled<T>, E>
+where
+    E: From<ContractError> + From<SnapshotError>,
+{
+    let take = |pid| match how {
+        Settle::Freeze => Ok(Some(Freeze::take(pid)?)),
+        Settle::Retry => Ok(None),
+    };
+    settle(rt, take, read, whole)
+}
+
+/// The loop of [`settled_with`]: `take` holds the threads of a live process for a read.
+fn settle<T, E>(
+    rt: &Runtime,
+    take: impl Fn(i32) -> Result<Option<Freeze>, E>,
     mut read: impl FnMut() -> Result<T, E>,
     whole: impl Fn(&T) -> bool,
 ) -> Result<Settled<T>, E>
@@ -253,38 +299,71 @@ where
     E: From<ContractError>,
 {
     let started = std::time::Instant::now();
-    let live = matches!(
-        rt.target().source().kind(),
-        crate::memory::TargetKind::Live { .. }
-    );
+    let live = match rt.target().source().kind() {
+        crate::memory::TargetKind::Live { pid } => Some(pid),
+        _ => None,
+    };
     let mut attempts = 0;
     loop {
         attempts += 1;
-        if live && attempts > 1 {
+        if live.is_some() && attempts > 1 {
+            rt.flush();
+        }
+        let freeze = match live {
+            Some(pid) => take(pid)?,
+            None => None,
+        };
+        if freeze.is_some() {
+            // What was cached before the threads stopped may already be stale.
             rt.flush();
         }
         // Without a GC to ask (no GC contract), the read is what it is: its own errors say
         // what it could not do.
-        let before = live.then(|| GcEpoch::read(rt).ok()).flatten();
-        let value = read()?;
-        let Some(before) = before else {
+        let before = live.and_then(|_| GcEpoch::read(rt).ok());
+        // Frozen in the middle of a collection: let it finish rather than walk a heap
+        // being moved (until the bound, after which the read is made all the same).
+        if freeze.is_some()
+            && before.as_ref().is_some_and(|b| b.structures_invalid != 0)
+            && started.elapsed() < SETTLE_BOUND
+        {
+            drop(freeze);
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            continue;
+        }
+        let value = read();
+        let after = before.as_ref().map(|_| {
+            rt.target().flush();
+            GcEpoch::read(rt)
+        });
+        let frozen = freeze.map(Freeze::release);
+        let value = value?;
+        let (Some(before), Some(after)) = (before, after) else {
             return Ok(Settled {
                 value,
                 attempts,
                 elapsed: started.elapsed(),
                 consistent: true,
+                frozen,
             });
         };
-        rt.target().flush();
-        let after = GcEpoch::read(rt)?;
+        let after = after?;
 
-        let consistent = before == after && before.structures_invalid == 0 && whole(&value);
+        let is_whole = whole(&value);
+        let consistent = before == after && before.structures_invalid == 0 && is_whole;
+        tracing::debug!(
+            attempts,
+            unchanged = before == after,
+            structures_invalid = before.structures_invalid,
+            whole = is_whole,
+            "a live heap read"
+        );
         if consistent || started.elapsed() >= SETTLE_BOUND {
             return Ok(Settled {
                 value,
                 attempts,
                 elapsed: started.elapsed(),
                 consistent,
+                frozen,
             });
         }
         // A collection in progress ends within milliseconds; do not spin on it.

@@ -31,6 +31,11 @@ pub struct GcRootArgs {
     /// moment, as `stacks` does).
     #[arg(long)]
     no_stacks: bool,
+    /// On a live process: hold every thread stopped while the roots are read and the heap
+    /// marked, so that no collection moves an object under the search, and say for how
+    /// long. Without it threads are stopped one at a time for their stacks only.
+    #[arg(long)]
+    freeze: bool,
     /// A path from each root that reaches the object (not only the shortest), at most
     /// `--max-paths`.
     #[arg(long)]
@@ -73,6 +78,9 @@ pub struct GcRootReport {
     /// How long reading the stack roots stopped a live process's threads.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threads_stopped: Option<super::model::PausesReport>,
+    /// With `--freeze`: how long every thread was held stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<super::model::FrozenReport>,
 }
 
 /// The root of a path.
@@ -135,7 +143,17 @@ pub(super) fn not_read(roots: &RootSet) -> Vec<String> {
 
 /// Runs `cdac gcroot`.
 pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
+    super::needs_live("--freeze", args.freeze, &args.target)?;
     let rt = args.target.open(&args.descriptor)?;
+    let freeze = match args.target.pid.filter(|_| args.freeze) {
+        Some(pid) => {
+            let f = cdac::process::freeze::Freeze::take(pid)?;
+            // Nothing read before the threads stopped is trusted.
+            rt.flush();
+            Some(f)
+        }
+        None => None,
+    };
     if let Some(why) = super::obj::not_an_object(&rt, args.address) {
         return Err(why.into());
     }
@@ -150,7 +168,11 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
         *counts.entry(r.kind.name().to_string()).or_insert(0u64) += 1;
     }
     let problems = roots.problems.clone();
-    let threads_stopped = super::model::PausesReport::tell(roots.pauses);
+    let threads_stopped = if freeze.is_some() {
+        None
+    } else {
+        super::model::PausesReport::tell(roots.pauses)
+    };
     let interior_skipped = roots.interior_skipped;
     let interior_resolved = roots.interior_resolved;
     let not_read = not_read(&roots);
@@ -165,6 +187,7 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
             .collect::<Vec<_>>()
     });
     let first = path.as_ref().map(|p| path_report(&mut inspector, p));
+    let frozen = super::model::FrozenReport::tell(freeze.map(|f| f.release()));
     let report = GcRootReport {
         target: Addr(args.address),
         found: path.is_some(),
@@ -178,6 +201,7 @@ pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
         interior_stack_slots_skipped: interior_skipped,
         problems,
         threads_stopped,
+        frozen,
     };
     if args.json {
         super::emit_json(&report)?;

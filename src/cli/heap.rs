@@ -67,6 +67,11 @@ pub struct HeapArgs {
     /// thread for a moment, as `stacks` does).
     #[arg(long, requires = "live")]
     no_stacks: bool,
+    /// On a live process: hold every thread stopped for the whole walk, so that no
+    /// collection or allocation changes the heap under it, and say for how long. Without
+    /// it nothing is stopped for the walk, and the heap is read again while collections run.
+    #[arg(long)]
+    freeze: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -185,6 +190,7 @@ pub fn run_heap(args: &HeapArgs) -> CliResult {
         .map(Regex::new)
         .transpose()
         .map_err(|e| UsageError(format!("--type: {e}")))?;
+    super::needs_live("--freeze", args.freeze, &args.target)?;
     let rt = args.target.open(&args.descriptor)?;
     let gc = rt.contracts().gc()?;
     if args.segments {
@@ -358,8 +364,14 @@ impl Progress {
 /// The walk: statistics per type (default) or the object list, with the filters; on a
 /// live process read again while garbage collections run under it.
 fn walk(rt: &Runtime, args: &HeapArgs, type_filter: Option<&Regex>) -> CliResult {
-    let settled = managed_heap::settled(
+    let how = if args.freeze {
+        managed_heap::Settle::Freeze
+    } else {
+        managed_heap::Settle::Retry
+    };
+    let settled = managed_heap::settled_with(
         rt,
+        how,
         || read_walk(rt, args, type_filter),
         |r: &HeapReport| {
             r.problems.is_empty() && !r.gc_in_progress && r.allocation_context_errors.is_empty()
@@ -572,7 +584,12 @@ fn read_walk(
             interior_stack_slots_resolved: m.roots().interior_resolved,
             interior_stack_slots_skipped: m.roots().interior_skipped,
             root_problems: m.roots().problems.clone(),
-            threads_stopped: super::model::PausesReport::of(m.roots().pauses),
+            // Under --freeze every thread was already held: the freeze's report says how long.
+            threads_stopped: if args.freeze {
+                None
+            } else {
+                super::model::PausesReport::of(m.roots().pauses)
+            },
         }),
     };
     if args.free {

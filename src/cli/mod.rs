@@ -180,6 +180,17 @@ pub(crate) enum Outcome {
 /// What every command returns.
 pub(crate) type CliResult = Result<Outcome, Box<dyn std::error::Error>>;
 
+/// Refuses `flag` (when given) on anything but a live process: it stops the process's
+/// threads, which a dump has none of.
+pub(crate) fn needs_live(flag: &str, given: bool, target: &TargetArgs) -> Result<(), UsageError> {
+    if given && target.pid.is_none() {
+        return Err(UsageError(format!(
+            "{flag} holds a live process's threads stopped: it needs --pid (a dump does not change)"
+        )));
+    }
+    Ok(())
+}
+
 /// A mistake in what was asked (a malformed address, a thread id the target does not
 /// have): exit 2 when found before anything was read, like clap's own usage errors.
 #[derive(Debug)]

@@ -401,6 +401,33 @@ pub struct HeapReadsReport {
     /// Whether the last read saw no collection: false only when collections kept running
     /// for the whole bound (2 s), and the answer may then mix the heap's states.
     pub consistent: bool,
+    /// With `--freeze`: how long the last read held every thread stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<FrozenReport>,
+}
+
+/// How long `--freeze` held a live process's threads stopped for a read.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct FrozenReport {
+    /// Threads held.
+    pub threads: usize,
+    /// From asking the first thread to stop to letting the last one go, in milliseconds.
+    pub held_ms: f64,
+    /// Of which stopping every thread, in milliseconds.
+    pub stopping_ms: f64,
+}
+
+impl FrozenReport {
+    /// The report of `freeze`, said on standard error too.
+    pub fn tell(freeze: Option<cdac::process::freeze::FreezeReport>) -> Option<FrozenReport> {
+        let f = freeze?;
+        status!("cdac: {}", f.describe());
+        Some(FrozenReport {
+            threads: f.threads,
+            held_ms: f.held_ms,
+            stopping_ms: f.stopping_ms,
+        })
+    }
 }
 
 impl HeapReadsReport {
@@ -414,6 +441,7 @@ impl HeapReadsReport {
             attempts: s.attempts,
             seconds: s.elapsed.as_secs_f64(),
             consistent: s.consistent,
+            frozen: FrozenReport::tell(s.frozen),
         })
     }
 
@@ -423,6 +451,12 @@ impl HeapReadsReport {
         if !r.consistent {
             status!(
                 "cdac: warning: garbage collections kept moving objects while the heap was read ({} reads in {:.2} s): the answer may mix the heap's states",
+                r.attempts,
+                r.seconds
+            );
+        } else if r.attempts > 1 && r.frozen.is_some() {
+            status!(
+                "cdac: a garbage collection was running when the threads were stopped: they were let go for it to finish and stopped again ({} tries in {:.2} s)",
                 r.attempts,
                 r.seconds
             );

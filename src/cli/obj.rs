@@ -586,5 +586,18 @@ pub(crate) fn not_an_object(rt: &cdac::runtime::Runtime, address: u64) -> Option
         }
         Location::OutsideHeap => "it is not in the GC heap".to_string(),
     };
-    Some(format!("{address:#x} is not an object: {why}"))
+    // An address taken from an earlier answer about a running process may have held an
+    // object then: compacting collections move objects.
+    let live = matches!(
+        rt.target().source().kind(),
+        cdac::memory::TargetKind::Live { .. }
+    );
+    let moved = if live && !matches!(location, Location::OutsideHeap) {
+        "; if it held an object when the address was taken, a garbage collection has moved \
+         that object since (collections compact the heap of a running process): find it \
+         again with `cdac heap --objects`"
+    } else {
+        ""
+    };
+    Some(format!("{address:#x} is not an object: {why}{moved}"))
 }

@@ -3,6 +3,7 @@
 //! sample them (perf events). Built on the memory layer ([`crate::memory`]), never the
 //! other way round.
 
+pub mod freeze;
 pub mod perf_sampler;
 #[allow(unsafe_code)]
 mod perf_sys;

@@ -529,7 +529,7 @@ fn tracer_of(pid: i32, tid: i32) -> Option<i32> {
 }
 
 /// A seized thread: detached when dropped, whatever happened in between.
-struct Seized {
+pub(super) struct Seized {
     tid: i32,
     /// Known to be in a ptrace stop (detach is then possible).
     stopped: bool,
@@ -540,7 +540,7 @@ struct Seized {
 }
 
 impl Seized {
-    fn detach(&mut self) -> io::Result<()> {
+    pub(super) fn detach(&mut self) -> io::Result<()> {
         if self.exited {
             return Ok(());
         }
@@ -582,6 +582,118 @@ impl Drop for Seized {
     }
 }
 
+/// A thread [`stop_thread`] was asked to stop.
+pub(super) enum Stop {
+    /// Stopped and held (until `seized` is detached or dropped): when it was asked to stop,
+    /// and when it did.
+    Held {
+        seized: Seized,
+        asked: Instant,
+        stopped: Instant,
+    },
+    /// It went away first, and how.
+    Gone(String),
+}
+
+/// Seizes thread `tid` of `pid` and waits until it is stopped (at most [`STOP_WAIT`]);
+/// another tracer's hold is waited for a little ([`TRACER_WAIT`]).
+pub(super) fn stop_thread(pid: i32, tid: i32) -> Result<Stop, SnapshotError> {
+    let ptrace_err = |op: &'static str, source: io::Error| SnapshotError::Ptrace {
+        pid,
+        tid,
+        op,
+        source,
+    };
+    let mut waited = Duration::ZERO;
+    while let Err(e) = sys::ptrace_seize(tid) {
+        return match e.raw_os_error() {
+            Some(libc::ESRCH) => Ok(Stop::Gone("exited before it could be stopped".into())),
+            Some(libc::EPERM) | Some(libc::EACCES) => match tracer_of(pid, tid) {
+                Some(tracer) if tracer != 0 => {
+                    let tracer_is_us = tracer as u32 == std::process::id();
+                    // Another tool's hold is often brief (a dump writer, a second cdac):
+                    // wait for it a little before giving up.
+                    if !tracer_is_us && waited < TRACER_WAIT {
+                        std::thread::sleep(TRACER_POLL);
+                        waited += TRACER_POLL;
+                        continue;
+                    }
+                    Err(SnapshotError::AlreadyTraced {
+                        pid,
+                        tid,
+                        tracer,
+                        tracer_is_us,
+                    })
+                }
+                _ if exiting(pid, tid) => {
+                    Ok(Stop::Gone("exited before it could be stopped".into()))
+                }
+                _ => Err(SnapshotError::PermissionDenied {
+                    pid,
+                    tid,
+                    hint: ptrace_hint(pid),
+                }),
+            },
+            _ => Err(ptrace_err("PTRACE_SEIZE", e)),
+        };
+    }
+    let mut seized = Seized {
+        tid,
+        stopped: false,
+        exited: false,
+        signal: 0,
+    };
+    let t0 = Instant::now();
+    if let Err(e) = sys::ptrace_interrupt(tid) {
+        return match e.raw_os_error() {
+            Some(libc::ESRCH) => {
+                // Exiting: reap its exit report so that it does not linger.
+                let _ = sys::wait_thread(tid, REAP_WAIT);
+                seized.exited = true;
+                Ok(Stop::Gone("exited while being stopped".into()))
+            }
+            _ => Err(ptrace_err("PTRACE_INTERRUPT", e)),
+        };
+    }
+    let status = match sys::wait_thread(tid, STOP_WAIT) {
+        Ok(Some(s)) => s,
+        // No report: a thread of a process that died under us (its group leader can stay
+        // unreported while it is a zombie), or one that will not stop.
+        Ok(None) if exiting(pid, tid) => {
+            seized.exited = true;
+            return Ok(Stop::Gone("exited while being stopped".into()));
+        }
+        Ok(None) => {
+            let e = io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the thread did not stop within {} s", STOP_WAIT.as_secs()),
+            );
+            return Err(ptrace_err("waitpid", e));
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
+            seized.exited = true;
+            return Ok(Stop::Gone("exited while being stopped".into()));
+        }
+        Err(e) => return Err(ptrace_err("waitpid", e)),
+    };
+    if !libc::WIFSTOPPED(status) {
+        seized.exited = true;
+        return Ok(Stop::Gone("exited while being stopped".into()));
+    }
+    seized.stopped = true;
+    let stopped = Instant::now();
+    // A PTRACE_EVENT_STOP (ours, or a group-stop) carries the event in bits 16..; a plain
+    // signal-delivery stop reports a signal meant for the thread: give it back on detach.
+    if status >> 16 != libc::PTRACE_EVENT_STOP {
+        seized.signal = libc::WSTOPSIG(status);
+    }
+    Ok(Stop::Held {
+        seized,
+        asked: t0,
+        stopped,
+    })
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 fn snapshot_one(
     _pid: i32,
@@ -613,89 +725,34 @@ fn snapshot_one(
         Some(_) => {}
     }
     let name = thread_name(pid, tid);
-    let mut waited = Duration::ZERO;
-    while let Err(e) = sys::ptrace_seize(tid) {
-        return match e.raw_os_error() {
-            Some(libc::ESRCH) => Ok(Outcome::Gone("exited before it could be stopped".into())),
-            Some(libc::EPERM) | Some(libc::EACCES) => match tracer_of(pid, tid) {
-                Some(tracer) if tracer != 0 => {
-                    let tracer_is_us = tracer as u32 == std::process::id();
-                    // Another tool's hold is often brief (a dump writer, a second cdac):
-                    // wait for it a little before giving up.
-                    if !tracer_is_us && waited < TRACER_WAIT {
-                        std::thread::sleep(TRACER_POLL);
-                        waited += TRACER_POLL;
-                        continue;
-                    }
-                    Err(SnapshotError::AlreadyTraced {
-                        pid,
-                        tid,
-                        tracer,
-                        tracer_is_us,
-                    })
-                }
-                _ if exiting(pid, tid) => {
-                    Ok(Outcome::Gone("exited before it could be stopped".into()))
-                }
-                _ => Err(SnapshotError::PermissionDenied {
-                    pid,
-                    tid,
-                    hint: ptrace_hint(pid),
-                }),
-            },
-            _ => Err(ptrace_err("PTRACE_SEIZE", e)),
-        };
+    // A thread `--freeze` holds is already stopped, by us: read it, leave it held.
+    if super::freeze::holds(pid, tid) {
+        let regs = sys::ptrace_getregs(tid).map_err(|e| ptrace_err("PTRACE_GETREGS", e))?;
+        let rsp = regs.rsp;
+        let mapping = mapping_at(maps, rsp);
+        return Ok(Outcome::Taken(Box::new(ThreadSnapshot {
+            tid,
+            name,
+            context: context_of(&regs),
+            orig_rax: regs.orig_rax,
+            eflags: regs.eflags,
+            fs_base: regs.fs_base,
+            gs_base: regs.gs_base,
+            stack: copy_stack(pid, rsp, mapping, options.max_stack_bytes),
+            stack_mapping: mapping,
+            stopped_for: Duration::ZERO,
+            held_for: Duration::ZERO,
+            redelivered_signal: None,
+        })));
     }
-    let mut seized = Seized {
-        tid,
-        stopped: false,
-        exited: false,
-        signal: 0,
+    let (mut seized, t0, t_stopped) = match stop_thread(pid, tid)? {
+        Stop::Held {
+            seized,
+            asked,
+            stopped,
+        } => (seized, asked, stopped),
+        Stop::Gone(why) => return Ok(Outcome::Gone(why)),
     };
-    let t0 = Instant::now();
-    if let Err(e) = sys::ptrace_interrupt(tid) {
-        return match e.raw_os_error() {
-            Some(libc::ESRCH) => {
-                // Exiting: reap its exit report so that it does not linger.
-                let _ = sys::wait_thread(tid, REAP_WAIT);
-                seized.exited = true;
-                Ok(Outcome::Gone("exited while being stopped".into()))
-            }
-            _ => Err(ptrace_err("PTRACE_INTERRUPT", e)),
-        };
-    }
-    let status = match sys::wait_thread(tid, STOP_WAIT) {
-        Ok(Some(s)) => s,
-        // No report: a thread of a process that died under us (its group leader can stay
-        // unreported while it is a zombie), or one that will not stop.
-        Ok(None) if exiting(pid, tid) => {
-            seized.exited = true;
-            return Ok(Outcome::Gone("exited while being stopped".into()));
-        }
-        Ok(None) => {
-            let e = io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("the thread did not stop within {} s", STOP_WAIT.as_secs()),
-            );
-            return Err(ptrace_err("waitpid", e));
-        }
-        Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
-            seized.exited = true;
-            return Ok(Outcome::Gone("exited while being stopped".into()));
-        }
-        Err(e) => return Err(ptrace_err("waitpid", e)),
-    };
-    if !libc::WIFSTOPPED(status) {
-        seized.exited = true;
-        return Ok(Outcome::Gone("exited while being stopped".into()));
-    }
-    seized.stopped = true;
-    let t_stopped = Instant::now();
-    // A PTRACE_EVENT_STOP (ours, or a group-stop) carries the event in bits 16..; a plain
-    // signal-delivery stop reports a signal meant for the thread: give it back on detach.
-    if status >> 16 != libc::PTRACE_EVENT_STOP {
-        seized.signal = libc::WSTOPSIG(status);
-    }
     let regs = match sys::ptrace_getregs(tid) {
         Ok(r) => r,
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {

@@ -70,7 +70,9 @@ impl SegmentBits {
             .iter()
             .filter(|s| s.is_well_formed() && s.end > s.start)
         {
-            let words = ((s.end - s.start) / 8).div_ceil(64);
+            // Every address of the range has a bit, whatever its alignment (damage may
+            // give a segment an odd length).
+            let words = (s.end - s.start).div_ceil(8).div_ceil(64);
             let mut bits = Vec::new();
             usize::try_from(words)
                 .ok()
@@ -212,9 +214,21 @@ pub(super) struct ObjectReader<'r> {
     cache: BlockCache,
     dependent: FxHashMap<u64, Vec<u64>>,
     unreadable: u64,
+    /// `(start, end)` of the marked segments, sorted: an object's references are read no
+    /// further than its segment's end, whatever its (possibly damaged) length says.
+    bounds: Vec<(u64, u64)>,
 }
 
 impl ObjectReader<'_> {
+    /// Bytes from `object` to the end of its segment (0 outside every segment).
+    fn room(&self, object: u64) -> u64 {
+        let i = self.bounds.partition_point(|b| b.0 <= object);
+        i.checked_sub(1)
+            .map(|i| self.bounds[i])
+            .filter(|b| object < b.1)
+            .map_or(0, |b| b.1 - object)
+    }
+
     /// The MethodTable and size of `object`.
     pub(super) fn header(&mut self, object: u64) -> Option<(u64, u64, bool, u32)> {
         let target = self.target;
@@ -242,6 +256,12 @@ impl ObjectReader<'_> {
             self.unreadable += 1;
             return None;
         };
+        // A length past the segment's end is damage: read the slots that are in it.
+        let room = self.room(object);
+        if size > room {
+            self.unreadable += 1;
+        }
+        let size = size.min(room);
         if let Some(secondaries) = self.dependent.get(&object) {
             for &s in secondaries {
                 if !visit(None, s) {
@@ -290,11 +310,29 @@ pub struct Marker<'r> {
 
 impl<'r> Marker<'r> {
     /// A marker over `rt`'s heap from `roots`.
-    pub fn new(rt: &'r Runtime, mut roots: RootSet) -> Result<Marker<'r>, ContractError> {
+    pub fn new(rt: &'r Runtime, roots: RootSet) -> Result<Marker<'r>, ContractError> {
         let gc = rt.contracts().gc()?;
         let heaps = gc.heaps()?;
         let segments = gc.segments()?;
-        let mut bits = SegmentBits::new(&segments)?;
+        Marker::over(
+            rt.target(),
+            gc.walker(&heaps, Vec::new())?,
+            &segments,
+            roots,
+        )
+    }
+
+    /// A marker over `segments` of `target`, reading objects with `walker`: what
+    /// [`Marker::new`] builds from a runtime's GC, and what a test or fuzz target builds
+    /// from memory it laid out.
+    pub fn over(
+        target: &'r Target,
+        walker: ObjectWalker<'r>,
+        segments: &[GcSegment],
+        mut roots: RootSet,
+    ) -> Result<Marker<'r>, ContractError> {
+        let mut bits = SegmentBits::new(segments)?;
+        let bounds = bits.segments.iter().map(|s| (s.0, s.1)).collect();
         let mut level0 = Vec::new();
         let mut summary = MarkSummary::default();
         for r in &roots.roots {
@@ -307,12 +345,13 @@ impl<'r> Marker<'r> {
         summary.marked = level0.len() as u64;
         Ok(Marker {
             reader: ObjectReader {
-                target: rt.target(),
-                walker: gc.walker(&heaps, Vec::new())?,
+                target,
+                walker,
                 descs: GcDescCache::default(),
                 cache: BlockCache::new(),
                 dependent: std::mem::take(&mut roots.dependent),
                 unreadable: 0,
+                bounds,
             },
             roots,
             bits,
@@ -474,5 +513,20 @@ mod tests {
             "the damaged range is outside every segment"
         );
         assert!(bits.get(0x7f00_0000_0010));
+    }
+
+    #[test]
+    fn a_segment_of_odd_length_has_a_bit_for_every_address() {
+        // Damage can end a segment 4 bytes after its start: its one address still has a bit
+        // (the fuzz target's first find was an index out of bounds here).
+        let mut bits = SegmentBits::new(&[segment(
+            0x7f00_0000_0000,
+            0x7f00_0000_0004,
+            0x7f00_0000_1000,
+        )])
+        .expect("bits");
+        assert_eq!(bits.set(0x7f00_0000_0000), Some(true));
+        assert!(bits.get(0x7f00_0000_0000));
+        assert_eq!(bits.set(0x7f00_0000_0008), None);
     }
 }
