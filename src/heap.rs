@@ -99,15 +99,19 @@ pub enum Location {
     OutsideHeap,
 }
 
+/// The segment whose range (from its first object to the end of its reservation) holds
+/// `address`.
+pub fn segment_holding(segments: &[GcSegment], address: u64) -> Option<&GcSegment> {
+    segments
+        .iter()
+        .find(|s| address >= s.start && address < s.segment.reserved.max(s.end))
+}
+
 /// What `address` is on the managed heap: an object's start, inside one (which), free
 /// space, or not in the heap at all. Walks the one segment holding it.
 pub fn locate(rt: &Runtime, address: u64) -> Result<Location, ContractError> {
     let layout = layout(rt)?;
-    let Some(seg) = layout
-        .segments
-        .iter()
-        .find(|s| address >= s.start && address < s.segment.reserved.max(s.end))
-    else {
+    let Some(seg) = segment_holding(&layout.segments, address) else {
         return Ok(Location::OutsideHeap);
     };
     if address >= seg.end {

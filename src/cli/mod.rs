@@ -25,14 +25,17 @@ mod async_chains;
 mod code;
 mod gcinfo;
 mod gcroot;
+mod gcwhere;
 mod handles;
 mod heap;
 mod info;
 mod locks;
 mod mip;
 pub(crate) mod model;
+mod mt;
 mod names;
 mod obj;
+mod objsize;
 mod output_file;
 mod perf_inject;
 mod r2r;
@@ -119,6 +122,15 @@ enum Command {
     /// A path from a GC root (a handle, the finalizer queue) to an object, each step named by
     /// the field that holds the next (like gcroot).
     Gcroot(gcroot::GcRootArgs),
+    /// What an object keeps alive: every object reachable from it, counted and sized per
+    /// type (like objsize).
+    Objsize(objsize::ObjSizeArgs),
+    /// Where an address lies in the GC heap: heap, segment, generation, and the object it
+    /// is or lies in (like gcwhere).
+    Gcwhere(gcwhere::GcWhereArgs),
+    /// What a MethodTable says about its type: name, module, token, parent, sizes and
+    /// counts (like dumpmt).
+    Mt(mt::MtArgs),
     /// Every lock held or waited for (monitors, thin locks, System.Threading.Locks), who
     /// holds it, who waits for it, and the deadlocks among them (like syncblk).
     Locks(locks::LocksArgs),
@@ -398,6 +410,9 @@ pub fn main() -> i32 {
         Command::Finalizequeue(args) => handles::run_finalizequeue(args),
         Command::Obj(args) => obj::run_obj(args),
         Command::Gcroot(args) => gcroot::run_gcroot(args),
+        Command::Objsize(args) => objsize::run_objsize(args),
+        Command::Gcwhere(args) => gcwhere::run_gcwhere(args),
+        Command::Mt(args) => mt::run_mt(args),
         Command::Locks(args) => locks::run_locks(args),
         Command::Async(args) => async_chains::run_async(args),
         Command::Threadpool(args) => threadpool::run_threadpool(args),

@@ -40,6 +40,12 @@ pub enum SchemaCommand {
     Obj,
     /// `cdac gcroot --json`.
     Gcroot,
+    /// `cdac objsize --json`.
+    Objsize,
+    /// `cdac gcwhere --json`.
+    Gcwhere,
+    /// `cdac mt --json`.
+    Mt,
     /// `cdac locks --json`.
     Locks,
     /// `cdac async --json`.
@@ -50,7 +56,7 @@ pub enum SchemaCommand {
 
 impl SchemaCommand {
     /// Every command with a schema.
-    pub const ALL: [SchemaCommand; 19] = [
+    pub const ALL: [SchemaCommand; 22] = [
         SchemaCommand::Info,
         SchemaCommand::Ip2md,
         SchemaCommand::Eh,
@@ -67,6 +73,9 @@ impl SchemaCommand {
         SchemaCommand::Finalizequeue,
         SchemaCommand::Obj,
         SchemaCommand::Gcroot,
+        SchemaCommand::Objsize,
+        SchemaCommand::Gcwhere,
+        SchemaCommand::Mt,
         SchemaCommand::Locks,
         SchemaCommand::Async,
         SchemaCommand::Threadpool,
@@ -91,6 +100,9 @@ impl SchemaCommand {
             SchemaCommand::Finalizequeue => "finalizequeue",
             SchemaCommand::Obj => "obj",
             SchemaCommand::Gcroot => "gcroot",
+            SchemaCommand::Objsize => "objsize",
+            SchemaCommand::Gcwhere => "gcwhere",
+            SchemaCommand::Mt => "mt",
             SchemaCommand::Locks => "locks",
             SchemaCommand::Async => "async",
             SchemaCommand::Threadpool => "threadpool",
@@ -119,6 +131,9 @@ impl SchemaCommand {
             }
             SchemaCommand::Obj => schemars::schema_for!(super::obj::ObjReport),
             SchemaCommand::Gcroot => schemars::schema_for!(super::gcroot::GcRootReport),
+            SchemaCommand::Objsize => schemars::schema_for!(super::objsize::ObjSizeReport),
+            SchemaCommand::Gcwhere => schemars::schema_for!(super::gcwhere::GcWhereReport),
+            SchemaCommand::Mt => schemars::schema_for!(super::mt::MtReport),
             SchemaCommand::Locks => schemars::schema_for!(super::locks::LocksReport),
             SchemaCommand::Async => schemars::schema_for!(super::async_chains::AsyncJson),
             SchemaCommand::Threadpool => schemars::schema_for!(super::threadpool::ThreadPoolJson),

@@ -126,6 +126,15 @@ const WORDS: &[Word] = &[
         flags: &[("-allReady", Flag::Default, false)],
     },
     Word {
+        sos: &["dumpmt"],
+        cdac: &["mt"],
+        flags: &[(
+            "-md",
+            Flag::Refused("the MethodTable's method slots are not listed yet (cdac methods lists every method with code)"),
+            false,
+        )],
+    },
+    Word {
         sos: &["threadpool", "tp"],
         cdac: &["threadpool"],
         flags: &[],
@@ -142,10 +151,6 @@ const NOT_YET: &[(&str, &str)] = &[
         "printexception",
         "cdac analyze lists the exceptions in flight; cdac obj ADDR shows one",
     ),
-    (
-        "dumpmt",
-        "not yet; cdac obj ADDR names an object's MethodTable",
-    ),
     ("dumpclass", "not yet"),
     (
         "dumpmd",
@@ -155,14 +160,9 @@ const NOT_YET: &[(&str, &str)] = &[
         "name2ee",
         "not yet; cdac methods lists every method with code",
     ),
-    ("objsize", "not yet"),
     (
         "verifyheap",
         "not yet; cdac heap reports damaged places in the heap",
-    ),
-    (
-        "gcwhere",
-        "not yet; cdac obj ADDR says which object an address lies in",
     ),
     (
         "dso",

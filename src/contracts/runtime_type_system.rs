@@ -374,6 +374,78 @@ pub fn method_table_info(
     Ok(info)
 }
 
+/// `MTFlags`: the low 16 bits are the component size.
+const MTF_HAS_COMPONENT_SIZE: u32 = 0x8000_0000;
+
+/// The sizes and counts of a type that `cdac mt` (SOS `dumpmt`) shows. Counts the
+/// descriptor does not describe are `None`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MethodTableShape {
+    /// `BaseSize`: an instance's size without components, header included.
+    pub base_size: u32,
+    /// Bytes per element of an array or character of a string (0 for other types).
+    pub component_size: u32,
+    /// Whether instances hold references the GC follows.
+    pub contains_pointers: bool,
+    /// The EEClass (shared by every instantiation of a generic type).
+    pub ee_class: u64,
+    /// `NumInterfaces`.
+    pub num_interfaces: Option<u16>,
+    /// `NumVirtuals`.
+    pub num_virtuals: Option<u16>,
+    /// `EEClass.NumMethods`: methods the type declares.
+    pub num_methods: Option<u16>,
+    /// `EEClass.NumInstanceFields`.
+    pub num_instance_fields: Option<u16>,
+    /// `EEClass.NumStaticFields`.
+    pub num_static_fields: Option<u16>,
+}
+
+/// Reads the [`MethodTableShape`] of `info`'s MethodTable.
+pub fn method_table_shape(
+    target: &Target,
+    descriptor: &DataDescriptor,
+    info: &MethodTableInfo,
+) -> Result<MethodTableShape, ContractError> {
+    let f = Fields::new(target, descriptor);
+    let mt = info.address;
+    let optional_u16 = |addr: u64, ty: &str, field: &str| -> Result<Option<u16>, ContractError> {
+        if f.has(ty, field) {
+            f.u16(addr, ty, field).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    // A non-canonical MethodTable points at its canonical one, whose slot holds the EEClass.
+    let class_slot = if info.canonical == mt {
+        f.ptr(mt, "MethodTable", "EEClassOrCanonMT")?
+    } else {
+        f.ptr(info.canonical, "MethodTable", "EEClassOrCanonMT")?
+    };
+    let ee_class = if class_slot & 1 == 0 { class_slot } else { 0 };
+    let class_u16 = |field: &str| -> Result<Option<u16>, ContractError> {
+        if ee_class == 0 {
+            return Ok(None);
+        }
+        optional_u16(ee_class, "EEClass", field)
+    };
+    Ok(MethodTableShape {
+        base_size: f.u32(mt, "MethodTable", "BaseSize")?,
+        component_size: if info.flags & MTF_HAS_COMPONENT_SIZE != 0 {
+            info.flags & 0xFFFF
+        } else {
+            0
+        },
+        contains_pointers: info.flags & crate::contracts::gc::CONTAINS_GC_POINTERS != 0,
+        ee_class,
+        num_interfaces: optional_u16(mt, "MethodTable", "NumInterfaces")?,
+        num_virtuals: optional_u16(mt, "MethodTable", "NumVirtuals")?,
+        num_methods: class_u16("NumMethods")?,
+        num_instance_fields: class_u16("NumInstanceFields")?,
+        num_static_fields: class_u16("NumStaticFields")?,
+    })
+}
+
 /// The type handles of a generic instantiation's `count` arguments (the caller knows the
 /// count from the TypeDef's generic parameters). The type's own dictionary is the last of
 /// its PerInstInfo array, after one per generic ancestor. Empty when the type has no

@@ -246,12 +246,13 @@ impl ObjectReader<'_> {
 
     /// Calls `visit(slot offset, or None for a dependent handle's edge; referenced object)`
     /// for each non-null reference of `object` until it returns false; the object's
-    /// MethodTable, or `None` when the object cannot be read.
+    /// MethodTable and size (capped at its segment's end), or `None` when the object cannot
+    /// be read.
     pub(super) fn for_each_reference(
         &mut self,
         object: u64,
         mut visit: impl FnMut(Option<u64>, u64) -> bool,
-    ) -> Option<u64> {
+    ) -> Option<(u64, u64)> {
         let Some((mt, size, is_free, flags)) = self.header(object) else {
             self.unreadable += 1;
             return None;
@@ -265,17 +266,17 @@ impl ObjectReader<'_> {
         if let Some(secondaries) = self.dependent.get(&object) {
             for &s in secondaries {
                 if !visit(None, s) {
-                    return Some(mt);
+                    return Some((mt, size));
                 }
             }
         }
         if is_free {
-            return Some(mt);
+            return Some((mt, size));
         }
         let target = self.target;
         let Some(desc) = self.descs.get(target, mt, flags) else {
             self.unreadable += 1;
-            return Some(mt);
+            return Some((mt, size));
         };
         let cache = &mut self.cache;
         let mut failed = false;
@@ -290,7 +291,7 @@ impl ObjectReader<'_> {
         if failed {
             self.unreadable += 1;
         }
-        Some(mt)
+        Some((mt, size))
     }
 }
 
@@ -362,6 +363,21 @@ impl<'r> Marker<'r> {
         })
     }
 
+    /// A marker over `rt`'s heap that starts from `objects` rather than from roots (what
+    /// `objsize` measures: everything one object keeps alive); no path leads to a root.
+    pub fn from_objects(rt: &'r Runtime, objects: &[u64]) -> Result<Marker<'r>, ContractError> {
+        let mut marker = Marker::new(rt, RootSet::default())?;
+        for &o in objects {
+            match marker.bits.set(o) {
+                Some(true) => marker.levels[0].push(o),
+                Some(false) => {}
+                None => marker.summary.outside += 1,
+            }
+        }
+        marker.summary.marked = marker.levels[0].len() as u64;
+        Ok(marker)
+    }
+
     /// The roots marked from (without the dependent handles' edges, which the mark holds).
     pub fn roots(&self) -> &RootSet {
         &self.roots
@@ -383,14 +399,28 @@ impl<'r> Marker<'r> {
 
     /// Marks everything reachable, keeping no path (levels are dropped once expanded).
     pub fn mark_all(&mut self) -> MarkSummary {
+        self.mark_all_visiting(|_, _, _| {})
+    }
+
+    /// [`Marker::mark_all`], calling `visit(object, MethodTable, size)` once for each
+    /// object reached whose header could be read, in the order reached (what `objsize`
+    /// counts).
+    pub fn mark_all_visiting(&mut self, mut visit: impl FnMut(u64, u64, u64)) -> MarkSummary {
         self.keep_levels = false;
-        while self.expand_level(None) {}
+        while self.expand_level(None, &mut visit) {}
         self.summary()
     }
 
-    /// Expands the next level (whole, so that a later mark goes on from the next one).
-    /// False when there is nothing more to expand or the level reached `target`.
-    fn expand_level(&mut self, target: Option<u64>) -> bool {
+    /// The MethodTable of `object` as the mark reads it (`None` when its header cannot
+    /// be read).
+    pub fn method_table_of(&mut self, object: u64) -> Option<u64> {
+        self.reader.header(object).map(|h| h.0)
+    }
+
+    /// Expands the next level (whole, so that a later mark goes on from the next one),
+    /// calling `visit` for each object expanded. False when there is nothing more to expand
+    /// or the level reached `target`.
+    fn expand_level(&mut self, target: Option<u64>, visit: &mut dyn FnMut(u64, u64, u64)) -> bool {
         let index = self.next;
         let count = self.levels.get(index).map_or(0, Vec::len);
         if count == 0 {
@@ -403,7 +433,7 @@ impl<'r> Marker<'r> {
         for i in 0..count {
             let object = self.levels[index][i];
             let bits = &mut self.bits;
-            self.reader.for_each_reference(object, |_, child| {
+            let read = self.reader.for_each_reference(object, |_, child| {
                 match bits.set(child) {
                     Some(true) => {
                         reached |= Some(child) == target;
@@ -414,6 +444,9 @@ impl<'r> Marker<'r> {
                 }
                 true
             });
+            if let Some((mt, size)) = read {
+                visit(object, mt, size);
+            }
         }
         if !self.keep_levels {
             self.levels[index] = Vec::new();
@@ -428,7 +461,7 @@ impl<'r> Marker<'r> {
     /// reaches it (or the levels were dropped by [`Marker::mark_all`]).
     pub fn path_to(&mut self, target: u64) -> Option<RootPath> {
         if !self.bits.get(target) {
-            while self.expand_level(Some(target)) {}
+            while self.expand_level(Some(target), &mut |_, _, _| {}) {}
         }
         let depth = self.levels.iter().position(|l| l.contains(&target))?;
         let mut steps = Vec::with_capacity(depth + 1);

@@ -48,6 +48,7 @@ mod r2rmap_crossgen2;
 mod r2rmap_net8;
 mod real_runtimes;
 mod roots;
+mod sos_long_tail;
 mod sos_words;
 mod stack_roots;
 mod stacks;

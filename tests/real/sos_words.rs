@@ -30,6 +30,10 @@ fn sos_words_print_what_their_cdac_commands_print() {
         .as_str()
         .expect("a Marker")
         .to_string();
+    let method_table = heap["object_list"][0]["method_table"]
+        .as_str()
+        .expect("its MethodTable")
+        .to_string();
     let pairs: Vec<(Vec<&str>, Vec<&str>)> = vec![
         (vec!["dumpheap", "-stat"], vec!["heap"]),
         (
@@ -42,6 +46,7 @@ fn sos_words_print_what_their_cdac_commands_print() {
         ),
         (vec!["dumpheap", "-stat", "-live"], vec!["heap", "--live"]),
         (vec!["dumpobj", &object], vec!["obj", &object]),
+        (vec!["dumpmt", &method_table], vec!["mt", &method_table]),
         (
             vec!["do", &object, "--json"],
             vec!["obj", &object, "--json"],
@@ -70,6 +75,7 @@ fn sos_words_print_what_their_cdac_commands_print() {
         (vec!["clrstack", "-a"], "cdac stacks --gc"),
         (vec!["dumpheap", "-bogus"], "cdac heap --help"),
         (vec!["pe"], "cdac analyze"),
+        (vec!["dumpmt", "-md", &method_table], "cdac methods"),
     ] {
         let (code, _, stderr) = run(&sos, &dump);
         assert_eq!(code, Some(2), "{sos:?}");
