@@ -79,6 +79,7 @@ pub mod contracts;
 pub mod coverage;
 pub mod descriptor;
 pub mod exception_report;
+pub mod find;
 pub mod formats;
 pub mod heap;
 pub mod inspect;

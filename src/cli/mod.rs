@@ -23,6 +23,7 @@ macro_rules! out {
 mod analyze;
 mod async_chains;
 mod code;
+mod find;
 mod gcinfo;
 mod gcroot;
 mod gcwhere;
@@ -30,6 +31,7 @@ mod handles;
 mod heap;
 mod info;
 mod locks;
+mod md;
 mod mip;
 pub(crate) mod model;
 mod mt;
@@ -131,6 +133,12 @@ enum Command {
     /// What a MethodTable says about its type: name, module, token, parent, sizes and
     /// counts (like dumpmt).
     Mt(mt::MtArgs),
+    /// What a MethodDesc says about its method: name, type, token, module, and every
+    /// native code version with its code and tier (like dumpmd).
+    Md(md::MdArgs),
+    /// A type or method found by name in the loaded modules, with its token and the
+    /// runtime's MethodTable or MethodDesc (like name2ee).
+    Find(find::FindArgs),
     /// Every lock held or waited for (monitors, thin locks, System.Threading.Locks), who
     /// holds it, who waits for it, and the deadlocks among them (like syncblk).
     Locks(locks::LocksArgs),
@@ -413,6 +421,8 @@ pub fn main() -> i32 {
         Command::Objsize(args) => objsize::run_objsize(args),
         Command::Gcwhere(args) => gcwhere::run_gcwhere(args),
         Command::Mt(args) => mt::run_mt(args),
+        Command::Md(args) => md::run_md(args),
+        Command::Find(args) => find::run_find(args),
         Command::Locks(args) => locks::run_locks(args),
         Command::Async(args) => async_chains::run_async(args),
         Command::Threadpool(args) => threadpool::run_threadpool(args),

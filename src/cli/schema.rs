@@ -46,6 +46,10 @@ pub enum SchemaCommand {
     Gcwhere,
     /// `cdac mt --json`.
     Mt,
+    /// `cdac md --json`.
+    Md,
+    /// `cdac find --json`.
+    Find,
     /// `cdac locks --json`.
     Locks,
     /// `cdac async --json`.
@@ -56,7 +60,7 @@ pub enum SchemaCommand {
 
 impl SchemaCommand {
     /// Every command with a schema.
-    pub const ALL: [SchemaCommand; 22] = [
+    pub const ALL: [SchemaCommand; 24] = [
         SchemaCommand::Info,
         SchemaCommand::Ip2md,
         SchemaCommand::Eh,
@@ -76,6 +80,8 @@ impl SchemaCommand {
         SchemaCommand::Objsize,
         SchemaCommand::Gcwhere,
         SchemaCommand::Mt,
+        SchemaCommand::Md,
+        SchemaCommand::Find,
         SchemaCommand::Locks,
         SchemaCommand::Async,
         SchemaCommand::Threadpool,
@@ -103,6 +109,8 @@ impl SchemaCommand {
             SchemaCommand::Objsize => "objsize",
             SchemaCommand::Gcwhere => "gcwhere",
             SchemaCommand::Mt => "mt",
+            SchemaCommand::Md => "md",
+            SchemaCommand::Find => "find",
             SchemaCommand::Locks => "locks",
             SchemaCommand::Async => "async",
             SchemaCommand::Threadpool => "threadpool",
@@ -134,6 +142,8 @@ impl SchemaCommand {
             SchemaCommand::Objsize => schemars::schema_for!(super::objsize::ObjSizeReport),
             SchemaCommand::Gcwhere => schemars::schema_for!(super::gcwhere::GcWhereReport),
             SchemaCommand::Mt => schemars::schema_for!(super::mt::MtReport),
+            SchemaCommand::Md => schemars::schema_for!(super::md::MdReport),
+            SchemaCommand::Find => schemars::schema_for!(super::find::FindReport),
             SchemaCommand::Locks => schemars::schema_for!(super::locks::LocksReport),
             SchemaCommand::Async => schemars::schema_for!(super::async_chains::AsyncJson),
             SchemaCommand::Threadpool => schemars::schema_for!(super::threadpool::ThreadPoolJson),

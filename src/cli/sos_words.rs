@@ -135,6 +135,17 @@ const WORDS: &[Word] = &[
         )],
     },
     Word {
+        sos: &["dumpmd"],
+        cdac: &["md"],
+        flags: &[],
+    },
+    Word {
+        // `name2ee MODULE NAME` and `name2ee MODULE!NAME`, as `find` takes them.
+        sos: &["name2ee"],
+        cdac: &["find"],
+        flags: &[],
+    },
+    Word {
         sos: &["threadpool", "tp"],
         cdac: &["threadpool"],
         flags: &[],
@@ -152,14 +163,6 @@ const NOT_YET: &[(&str, &str)] = &[
         "cdac analyze lists the exceptions in flight; cdac obj ADDR shows one",
     ),
     ("dumpclass", "not yet"),
-    (
-        "dumpmd",
-        "not yet; cdac ip2md ADDR names the method at a code address",
-    ),
-    (
-        "name2ee",
-        "not yet; cdac methods lists every method with code",
-    ),
     (
         "verifyheap",
         "not yet; cdac heap reports damaged places in the heap",
@@ -313,7 +316,15 @@ mod tests {
         assert!(e.contains("cdac heap --help"), "{e}");
         let e = run("cdac dumpheap -mt").unwrap_err();
         assert!(e.contains("needs a value"), "{e}");
-        let e = run("cdac name2ee x").unwrap_err();
-        assert!(e.contains("name2ee") && e.contains("cdac methods"), "{e}");
+        let e = run("cdac dumpclass 0x10").unwrap_err();
+        assert!(e.contains("dumpclass") && e.contains("not yet"), "{e}");
+        let e = run("cdac dumpmt -md 0x10").unwrap_err();
+        assert!(e.contains("cdac methods"), "{e}");
+        // The commands that have come since translate.
+        assert_eq!(
+            run("cdac name2ee M.dll N.T --dump c").unwrap(),
+            "cdac find M.dll N.T --dump c"
+        );
+        assert_eq!(run("cdac dumpmd 0x10").unwrap(), "cdac md 0x10");
     }
 }

@@ -2,7 +2,10 @@
 //! (.NET 10, 11, 9 and 8): `gcwhere` (heap, segment, generation and the segment's ranges of
 //! objects, interior addresses included), `objsize` (objects and bytes an object keeps
 //! alive, in total and per MethodTable) and `mt` (SOS `dumpmt`: parent, canonical
-//! MethodTable, module, token, base size, GC pointers, method and interface counts).
+//! MethodTable, module, token, base size, GC pointers, method and interface counts) and `md`
+//! (SOS `dumpmd`: MethodTable, token, module, current code, every code version with its
+//! tier and node), and `find` (SOS `name2ee`: module, token, MethodTable or MethodDesc of
+//! types and of a method's overloads).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -375,4 +378,229 @@ fn mt_equals_sos_net9() {
 #[test]
 fn mt_equals_sos_net8() {
     mt_equals_sos(Variant::Net8);
+}
+
+/// SOS `dumpmd`'s version history: `(code, tier, node)` per version.
+fn sos_versions(text: &str) -> Vec<(u64, String, u64)> {
+    let mut out = Vec::new();
+    let mut pending: Option<(u64, String)> = None;
+    for line in text.lines() {
+        let l = line.trim();
+        if let Some(rest) = l.strip_prefix("CodeAddr:") {
+            let rest = rest.trim();
+            let (code, tier) = rest.split_once(' ').unwrap_or((rest, ""));
+            let tier = tier.trim().trim_start_matches('(').trim_end_matches(')');
+            pending = Some((hex_field(code), tier.to_string()));
+        } else if let Some(node) = l.strip_prefix("NativeCodeVersion:") {
+            if let Some((code, tier)) = pending.take() {
+                out.push((code, tier, hex_field(node)));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn md_equals_sos(variant: Variant) {
+    let tb = testbed_of(variant);
+    let dump_path = tb.dump("full");
+    let dump = dump_path.display().to_string();
+    // Methods with code: ones with several versions (tiered up) first, then others.
+    let methods = cdac_json(&["methods", "--json", "--dump", &dump]);
+    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+    for m in methods.as_array().expect("methods") {
+        *counts.entry(common::hex(&m["method_desc"])).or_default() += 1;
+    }
+    let mut mds: Vec<u64> = counts
+        .iter()
+        .filter(|(_, &n)| n >= 2)
+        .map(|(&md, _)| md)
+        .take(4)
+        .collect();
+    mds.extend(
+        counts
+            .iter()
+            .filter(|(_, &n)| n == 1)
+            .map(|(&md, _)| md)
+            .take(3),
+    );
+    assert!(
+        mds.len() >= 5,
+        "{variant:?}: methods to ask about: {mds:x?}"
+    );
+    for md in mds {
+        let text = sos(&dump_path, &[format!("dumpmd {md:#x}")]);
+        let field = |label: &str| -> Option<u64> {
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix(label))
+                .map(hex_field)
+        };
+        let ours = cdac_json(&["md", &format!("{md:#x}"), "--json", "--dump", &dump]);
+        assert_matches_schema("md", &ours);
+        let what = format!("{variant:?} dumpmd {md:#x}: cdac {ours}\nSOS {text}");
+        assert_eq!(
+            Some(common::hex(&ours["method_table"])),
+            field("MethodTable:"),
+            "{what}"
+        );
+        assert_eq!(
+            Some(common::hex(&ours["module"])),
+            field("Module:"),
+            "{what}"
+        );
+        assert_eq!(
+            Some(common::hex(&ours["token"])),
+            field("mdToken:"),
+            "{what}"
+        );
+        assert_eq!(
+            ours["code"].as_str().map(hex_field),
+            field("Current CodeAddr:"),
+            "{what}"
+        );
+        let mut our_versions: Vec<(u64, String, u64)> = ours["versions"]
+            .as_array()
+            .expect("versions")
+            .iter()
+            .map(|v| {
+                let tier: String = serde_json::from_value(v["tier"].clone()).expect("tier");
+                (
+                    // A version not compiled yet: SOS prints its code address as 0.
+                    v["code"].as_str().map_or(0, hex_field),
+                    tier,
+                    v["node"].as_str().map_or(0, hex_field),
+                )
+            })
+            .collect();
+        our_versions.sort();
+        let sos_versions: Vec<(u64, String, u64)> = sos_versions(&text)
+            .into_iter()
+            .map(|(code, tier, node)| {
+                let tier = cdac::contracts::code_versions::Tier::from_sos(&tier)
+                    .map_or(tier, |t| t.as_str().to_string());
+                (code, tier, node)
+            })
+            .collect();
+        // SOS lists the history only for methods with explicit versions.
+        if !sos_versions.is_empty() {
+            assert_eq!(our_versions, sos_versions, "{what}");
+        }
+    }
+}
+
+#[test]
+fn md_equals_sos_net10() {
+    md_equals_sos(Variant::Net10);
+}
+
+#[test]
+fn md_equals_sos_net11() {
+    md_equals_sos(Variant::Net11);
+}
+
+#[test]
+fn md_equals_sos_net9() {
+    md_equals_sos(Variant::Net9);
+}
+
+#[test]
+fn md_equals_sos_net8() {
+    md_equals_sos(Variant::Net8);
+}
+
+/// SOS `name2ee` answers: `(module, token, MethodTable or MethodDesc)` per match.
+fn sos_name2ee(text: &str) -> Vec<(u64, u64, u64)> {
+    let mut out = Vec::new();
+    let (mut module, mut token) = (0, 0);
+    for line in text.lines() {
+        let l = line.trim();
+        if let Some(v) = l.strip_prefix("Module:") {
+            module = hex_field(v);
+        } else if let Some(v) = l.strip_prefix("Token:") {
+            token = hex_field(v);
+        } else if let Some(v) = l
+            .strip_prefix("MethodTable:")
+            .or_else(|| l.strip_prefix("MethodDesc:"))
+        {
+            out.push((module, token, hex_field(v)));
+        }
+    }
+    out
+}
+
+fn find_equals_sos(variant: Variant) {
+    let tb = testbed_of(variant);
+    let dump_path = tb.dump("full");
+    let dump = dump_path.display().to_string();
+    let corelib = "System.Private.CoreLib.dll";
+    let asks = [
+        ("Cdac.Testbed.dll", "Cdac.Testbed.Heap.UniqueMarker"),
+        (corelib, "System.String"),
+        (corelib, "System.Collections.Generic.Dictionary`2+Entry"),
+        (corelib, "System.String.Concat"),
+    ];
+    for (module, name) in asks {
+        let text = sos(&dump_path, &[format!("name2ee {module} {name}")]);
+        let theirs = sos_name2ee(&text);
+        let ours = cdac_json(&["find", module, name, "--json", "--dump", &dump]);
+        assert_matches_schema("find", &ours);
+        let ours_found: Vec<(u64, u64, u64)> = ours["found"]
+            .as_array()
+            .expect("found")
+            .iter()
+            .map(|f| {
+                let handle = f.get("method_table").or_else(|| f.get("method_desc"));
+                (
+                    common::hex(&f["module"]),
+                    common::hex(&f["token"]),
+                    handle.map_or(0, common::hex),
+                )
+            })
+            .collect();
+        let what = format!("{variant:?} name2ee {module} {name}: cdac {ours}\nSOS {text}");
+        assert!(!theirs.is_empty(), "{what}");
+        if name.ends_with(".Concat") {
+            // SOS lists one overload of a method (the first with code); cdac lists each.
+            assert!(ours_found.len() > theirs.len(), "{what}");
+            for t in &theirs {
+                assert!(ours_found.contains(t), "{what}");
+            }
+        } else {
+            // SOS also lists types whose names start with the one asked (`System.String`
+            // brings `System.StringComparer`), after the exact match.
+            assert_eq!(ours_found, theirs[..1], "{what}");
+        }
+    }
+    // SOS's word, both spellings.
+    let a = cdac_json(&[
+        "name2ee",
+        corelib,
+        "System.String",
+        "--json",
+        "--dump",
+        &dump,
+    ]);
+    let b = cdac_json(&[
+        "find",
+        "System.Private.CoreLib!System.String",
+        "--json",
+        "--dump",
+        &dump,
+    ]);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn find_equals_sos_net10() {
+    find_equals_sos(Variant::Net10);
+}
+
+#[test]
+fn find_equals_sos_net11() {
+    find_equals_sos(Variant::Net11);
+}
+
+#[test]
+fn find_equals_sos_net8() {
+    find_equals_sos(Variant::Net8);
 }
