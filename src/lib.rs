@@ -100,6 +100,7 @@ pub mod symbols;
 pub mod thread_pool;
 pub mod unwind;
 pub mod validation;
+pub mod verify;
 
 // What most programs start from, at the crate root (as framehop and object do); the
 // modules hold the rest.

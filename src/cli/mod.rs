@@ -48,6 +48,7 @@ mod stacks;
 mod threadpool;
 mod threads;
 mod tiers;
+mod verifyheap;
 
 use std::path::PathBuf;
 
@@ -139,6 +140,9 @@ enum Command {
     /// A type or method found by name in the loaded modules, with its token and the
     /// runtime's MethodTable or MethodDesc (like name2ee).
     Find(find::FindArgs),
+    /// Every object of the GC heap and every reference it holds checked; corruption
+    /// reported by address (like verifyheap).
+    Verifyheap(verifyheap::VerifyHeapArgs),
     /// Every lock held or waited for (monitors, thin locks, System.Threading.Locks), who
     /// holds it, who waits for it, and the deadlocks among them (like syncblk).
     Locks(locks::LocksArgs),
@@ -423,6 +427,7 @@ pub fn main() -> i32 {
         Command::Mt(args) => mt::run_mt(args),
         Command::Md(args) => md::run_md(args),
         Command::Find(args) => find::run_find(args),
+        Command::Verifyheap(args) => verifyheap::run_verifyheap(args),
         Command::Locks(args) => locks::run_locks(args),
         Command::Async(args) => async_chains::run_async(args),
         Command::Threadpool(args) => threadpool::run_threadpool(args),

@@ -50,6 +50,8 @@ pub enum SchemaCommand {
     Md,
     /// `cdac find --json`.
     Find,
+    /// `cdac verifyheap --json`.
+    Verifyheap,
     /// `cdac locks --json`.
     Locks,
     /// `cdac async --json`.
@@ -60,7 +62,7 @@ pub enum SchemaCommand {
 
 impl SchemaCommand {
     /// Every command with a schema.
-    pub const ALL: [SchemaCommand; 24] = [
+    pub const ALL: [SchemaCommand; 25] = [
         SchemaCommand::Info,
         SchemaCommand::Ip2md,
         SchemaCommand::Eh,
@@ -82,6 +84,7 @@ impl SchemaCommand {
         SchemaCommand::Mt,
         SchemaCommand::Md,
         SchemaCommand::Find,
+        SchemaCommand::Verifyheap,
         SchemaCommand::Locks,
         SchemaCommand::Async,
         SchemaCommand::Threadpool,
@@ -111,6 +114,7 @@ impl SchemaCommand {
             SchemaCommand::Mt => "mt",
             SchemaCommand::Md => "md",
             SchemaCommand::Find => "find",
+            SchemaCommand::Verifyheap => "verifyheap",
             SchemaCommand::Locks => "locks",
             SchemaCommand::Async => "async",
             SchemaCommand::Threadpool => "threadpool",
@@ -144,6 +148,9 @@ impl SchemaCommand {
             SchemaCommand::Mt => schemars::schema_for!(super::mt::MtReport),
             SchemaCommand::Md => schemars::schema_for!(super::md::MdReport),
             SchemaCommand::Find => schemars::schema_for!(super::find::FindReport),
+            SchemaCommand::Verifyheap => {
+                schemars::schema_for!(super::verifyheap::VerifyHeapReport)
+            }
             SchemaCommand::Locks => schemars::schema_for!(super::locks::LocksReport),
             SchemaCommand::Async => schemars::schema_for!(super::async_chains::AsyncJson),
             SchemaCommand::Threadpool => schemars::schema_for!(super::threadpool::ThreadPoolJson),

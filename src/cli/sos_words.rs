@@ -164,10 +164,6 @@ const NOT_YET: &[(&str, &str)] = &[
     ),
     ("dumpclass", "not yet"),
     (
-        "verifyheap",
-        "not yet; cdac heap reports damaged places in the heap",
-    ),
-    (
         "dso",
         "not yet; cdac stacks --gc lists each frame's live references",
     ),

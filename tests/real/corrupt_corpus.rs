@@ -83,6 +83,7 @@ impl Outcome {
                             && (l.contains("not answered")
                                 || l.contains("could not be read")
                                 || l.contains("damaged place(s) in the heap")
+                                || l.contains("corruption(s) in the GC heap")
                                 || l.contains("listed in the report")
                                 || l.contains("(damage in the dump)")
                                 || l.contains("problem(s) reading the roots")
@@ -272,6 +273,7 @@ fn commands(ip2md_addrs: &[String], eh_addr: &str, object: &str) -> Vec<Cmd> {
     add("locks --json", &["locks", "--json"]);
     add("async --json", &["async", "--json"]);
     add("threadpool --json", &["threadpool", "--json"]);
+    add("verifyheap", &["verifyheap"]);
     cmds
 }
 
@@ -672,7 +674,14 @@ fn damaged_dumps_give_bounded_typed_results() {
                 && o.stderr.contains("damaged place(s) in the heap"),
             "{v}: {o:?}"
         );
+        // verifyheap reports the same places as corruption (exit 1).
+        let o = outcome(v, "verifyheap");
+        assert!(
+            o.exit == Some(1) && o.stderr.contains("corruption(s) in the GC heap"),
+            "{v} / verifyheap: {o:?}"
+        );
     }
+
     // Async chains whose continuations loop or lead to wild pointers end, naming the Task
     // (exit 1, the problem said); damaged sync blocks are named by the locks report.
     let o = outcome("async-continuation-cycle", "async --json");

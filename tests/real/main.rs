@@ -57,4 +57,5 @@ mod thread_snapshot;
 mod threads;
 mod tiers;
 mod validation;
+mod verify_heap;
 mod web;

@@ -132,6 +132,9 @@ impl std::fmt::Display for WalkProblem {
 pub const RESYNC_CHAIN: usize = 3;
 /// Bytes scanned at a time when looking for the next object after damage.
 const RESYNC_WINDOW: usize = 64 << 10;
+/// Arrays and strings longer than this are checked to be followed by an object (one
+/// read each): a length damaged into another that still fits would skip objects unseen.
+const CHECK_BEHIND: u64 = 4096;
 
 /// What the walk found besides the objects it visited.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -486,6 +489,30 @@ impl<'a> ObjectWalker<'a> {
                     format!("an object of {size} bytes (MethodTable {mt:#x}) runs past the segment's end {end:#x}"),
                 ));
             }
+            // A damaged length that still fits in the segment would skip every object it
+            // covers without a word: behind a long array or string there must be an object
+            // (or an allocation context, or the segment's end).
+            if shape.component_size != 0 && step > CHECK_BEHIND && step < end - obj {
+                let next = obj + step;
+                let context = self
+                    .contexts
+                    .binary_search_by_key(&next, |&(pointer, _)| pointer)
+                    .is_ok();
+                let next_mt = self
+                    .target
+                    .read_u64(next)
+                    .ok()
+                    .map(|w| w & !self.layout.mt_mask);
+                if !context && next_mt.and_then(|m| self.shape(m)).is_none() {
+                    return Err(problem(
+                        obj,
+                        format!(
+                            "an object of {size} bytes (MethodTable {mt:#x}) is followed by no \
+                             object at {next:#x}: its length is damaged"
+                        ),
+                    ));
+                }
+            }
             let generation = generation_in(seg.kind, ephemeral_bounds, obj);
             summary.objects += 1;
             visit(&HeapObject {
@@ -568,4 +595,89 @@ fn generation_of_kind(kind: SegmentKind) -> ObjectGeneration {
 
 fn align8(v: u64) -> u64 {
     v.saturating_add(7) & !7
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contracts::gc::HeapSegment;
+    use crate::memory::builder::MemoryBuilder;
+    use crate::memory::DataLayout;
+
+    const BASE: u64 = 0x1000_0000;
+    const OBJECTS: u64 = BASE + 0x1000;
+    const END: u64 = OBJECTS + 0x8000;
+    const PLAIN_MT: u64 = BASE + 0x100;
+    const INT_ARRAY_MT: u64 = BASE + 0x200;
+
+    /// A segment of 32-byte objects with one `int[10]` second, its count set to `count`.
+    fn heap(count: u32) -> (crate::memory::Target, GcSegment) {
+        let mut b = MemoryBuilder::new(DataLayout::LE64);
+        let r = b.region(BASE, (END - BASE) as usize);
+        r.u32(0x100, 0).u32(0x104, 32);
+        r.u32(0x200, HAS_COMPONENT_SIZE | 4).u32(0x204, 24);
+        let mut at = OBJECTS;
+        let mut first = true;
+        while at + 32 <= END {
+            let off = (at - BASE) as usize;
+            if !first && at == OBJECTS + 32 {
+                r.u64(off, INT_ARRAY_MT).u32(off + 8, count);
+                at += 64;
+                continue;
+            }
+            first = false;
+            r.u64(off, PLAIN_MT);
+            at += 32;
+        }
+        let target = b.into_target();
+        let seg = GcSegment {
+            heap: 0,
+            kind: SegmentKind::Gen2,
+            segment: HeapSegment {
+                address: 0,
+                allocated: END,
+                committed: END,
+                reserved: END,
+                used: END,
+                mem: OBJECTS,
+                flags: 0,
+                next: 0,
+                background_allocated: 0,
+                heap: 0,
+            },
+            start: OBJECTS,
+            end: END,
+        };
+        (target, seg)
+    }
+
+    fn walk(count: u32) -> (u64, Vec<WalkProblem>) {
+        let (target, seg) = heap(count);
+        let layout = ObjectLayout {
+            mt_flags: 0,
+            mt_base_size: 4,
+            num_components: 8,
+            mt_mask: 7,
+        };
+        let mut walker = ObjectWalker::new(&target, layout, Vec::new(), None);
+        let summary = walker.walk(&[seg], &[], |_| {});
+        (summary.objects, summary.problems)
+    }
+
+    #[test]
+    fn a_length_damaged_into_another_that_fits_is_caught_and_the_walk_goes_on() {
+        let (intact, problems) = walk(10);
+        assert!(problems.is_empty(), "{problems:?}");
+        // 2,000 elements: 8,024 bytes, inside the segment, ending in the middle of an
+        // object. Without the check behind it the walk would skip 250 objects unseen.
+        let (damaged, problems) = walk(2000);
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].address, OBJECTS + 32);
+        assert!(
+            problems[0].detail.contains("is followed by no object"),
+            "{problems:?}"
+        );
+        assert_eq!(problems[0].resumed_at, Some(OBJECTS + 96));
+        assert_eq!(damaged, intact - 1, "only the damaged array is lost");
+    }
 }
