@@ -34,9 +34,14 @@ pub struct Found {
     /// The type's MethodTable or the method's MethodDesc; 0 where the runtime has not
     /// loaded the type or made the MethodDesc.
     pub runtime_handle: u64,
+    /// Its name from the metadata: the type's full name, or the method's IL signature
+    /// with its declaring type (`instance void Ns.Type::Add(!0)`); generic types' methods
+    /// are named as declared, since the MethodDesc the runtime keeps for them is the open
+    /// one.
+    pub name: String,
 }
 
-/// What a search could not read: modules whose metadata was unreadable.
+/// What a search found, and the modules it could not read.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct FindReport {
     /// The matches, modules in load order.
@@ -85,21 +90,39 @@ pub fn find(
                 continue;
             }
         };
-        let found = |kind, token: u32, handle| Found {
+        let found = |kind, token: u32, handle, name: String| Found {
             kind,
             module: m.address,
             module_file: m.file_name.clone(),
             token,
             runtime_handle: handle,
+            name,
         };
+        // A damaged lookup map costs this module's handles, not the search.
+        let mut handle =
+            |map: u64, rid: u32| match lookup_map_entry(&f, m.address.wrapping_add(map), rid) {
+                Ok(h) => h,
+                Err(e) => {
+                    report.unreadable.push((m.address, e.to_string()));
+                    0
+                }
+            };
         if let Some(rid) = md.find_type(name) {
-            let mt = lookup_map_entry(&f, m.address.wrapping_add(type_map), rid)?;
-            report
-                .found
-                .push(found(FoundKind::Type, 0x0200_0000 | rid, mt));
+            let mt = handle(type_map, rid);
+            report.found.push(found(
+                FoundKind::Type,
+                0x0200_0000 | rid,
+                mt,
+                name.to_string(),
+            ));
             continue;
         }
-        let Some((type_name, method)) = name.rsplit_once('.') else {
+        // `Ns.Type.Method`, and constructors: `Ns.Type..ctor`, `Ns.Type..cctor`.
+        let split = match name.rfind("..") {
+            Some(i) => Some((&name[..i], &name[i + 1..])),
+            None => name.rsplit_once('.'),
+        };
+        let Some((type_name, method)) = split else {
             continue;
         };
         let Some(type_rid) = md.find_type(type_name) else {
@@ -109,13 +132,12 @@ pub fn find(
             if md.method_name(rid).ok().as_deref() != Some(method) {
                 continue;
             }
-            let desc = match method_map {
-                Some(off) => lookup_map_entry(&f, m.address.wrapping_add(off), rid)?,
-                None => 0,
-            };
+            let desc = method_map.map_or(0, |off| handle(off, rid));
+            let full = format!("{type_name}::{method}");
+            let signature = md.il_method_signature(rid, &full).unwrap_or(full);
             report
                 .found
-                .push(found(FoundKind::Method, 0x0600_0000 | rid, desc));
+                .push(found(FoundKind::Method, 0x0600_0000 | rid, desc, signature));
         }
     }
     Ok(report)

@@ -235,7 +235,8 @@ pub const SETTLE_BOUND: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct Settled<T> {
     /// The answer: of the last read.
     pub value: T,
-    /// Reads made (1 on a dump, or when nothing changed under the first).
+    /// Tries made (1 on a dump, or when nothing changed under the first); a freeze that
+    /// caught a collection and let it finish counts as one.
     pub attempts: u32,
     /// Time from the first read's start to the last one's end.
     pub elapsed: std::time::Duration,
@@ -260,8 +261,9 @@ pub enum Settle {
 /// Reads `rt`'s heap with `read` until the answer is consistent: on a live process, again
 /// (its cached memory dropped) while a garbage collection ran during the read or the read
 /// met something half made (`whole` says it did not), for at most [`SETTLE_BOUND`]; once on
-/// a dump, which cannot change. The GC never stops for cdac: a collection that starts
-/// during a walk moves the objects the walk is about to read. Errors of `read` are its own;
+/// a dump, which cannot change. Unless the threads are held ([`settled_with`] and
+/// [`Settle::Freeze`]), a collection that starts during a walk moves the objects the walk
+/// is about to read. Errors of `read` are its own;
 /// where the GC itself cannot be read, `read` runs once.
 pub fn settled<T, E>(
     rt: &Runtime,

@@ -12,9 +12,10 @@ use rustc_hash::FxHashMap;
 use serde::Serialize;
 
 use crate::contracts::fields::Fields;
-use crate::contracts::gc::{GcDescCache, GcSegment, HeapObject};
+use crate::contracts::gc::{GcDescCache, HeapObject};
 use crate::contracts::ContractError;
 use crate::heap::layout;
+use crate::roots::mark::SegmentBits;
 use crate::runtime::Runtime;
 
 /// What is wrong at one place.
@@ -56,69 +57,14 @@ pub struct VerifyReport {
     pub references: u64,
     /// Segments walked.
     pub segments: usize,
-    /// The corruptions found, in address order within each segment, at most the number
-    /// asked for.
+    /// The corruptions found, at most the number asked for: the objects the walk could
+    /// not parse first, then the bad references in address order within each segment.
     pub corruptions: Vec<Corruption>,
     /// Every corruption found, listed or not.
     pub corruptions_total: u64,
-}
-
-/// One bit per 8 bytes of every well-formed segment.
-struct Starts {
-    /// `(start, end, bits)`, sorted by start.
-    segments: Vec<(u64, u64, Vec<u64>)>,
-}
-
-impl Starts {
-    fn new(segments: &[GcSegment]) -> Result<Starts, ContractError> {
-        let mut v = Vec::new();
-        for s in segments
-            .iter()
-            .filter(|s| s.is_well_formed() && s.end > s.start)
-        {
-            let words = (s.end - s.start).div_ceil(8).div_ceil(64);
-            let mut bits = Vec::new();
-            usize::try_from(words)
-                .ok()
-                .and_then(|w| bits.try_reserve_exact(w).ok().map(|()| w))
-                .map(|w| bits.resize(w, 0u64))
-                .ok_or_else(|| ContractError::Corrupt {
-                    what: "GC segment",
-                    addr: s.segment.address,
-                    detail: format!(
-                        "no memory here for a bit per 8 of its {} bytes",
-                        s.end - s.start
-                    ),
-                })?;
-            v.push((s.start, s.end, bits));
-        }
-        v.sort_by_key(|s| s.0);
-        Ok(Starts { segments: v })
-    }
-
-    fn find(&self, addr: u64) -> Option<usize> {
-        let i = self
-            .segments
-            .partition_point(|s| s.0 <= addr)
-            .checked_sub(1)?;
-        (addr < self.segments[i].1).then_some(i)
-    }
-
-    fn set(&mut self, addr: u64) {
-        if let Some(i) = self.find(addr) {
-            let (start, _, bits) = &mut self.segments[i];
-            let bit = (addr - *start) / 8;
-            bits[(bit / 64) as usize] |= 1 << (bit % 64);
-        }
-    }
-
-    /// `None` outside every segment, else whether a bit is set at `addr`.
-    fn get(&self, addr: u64) -> Option<bool> {
-        let i = self.find(addr)?;
-        let (start, _, bits) = &self.segments[i];
-        let bit = (addr - start) / 8;
-        Some(addr % 8 == 0 && bits[(bit / 64) as usize] & (1 << (bit % 64)) != 0)
-    }
+    /// Objects whose references could not be read (a MethodTable or GC descriptor that
+    /// cannot be read, a slot in memory the target lacks): not checked.
+    pub unreadable: u64,
 }
 
 /// Objects read at once for their references.
@@ -142,8 +88,8 @@ pub fn verify_heap(rt: &Runtime, max_listed: usize) -> Result<VerifyReport, Cont
     };
 
     // First walk: where objects and free objects start.
-    let mut starts = Starts::new(&l.segments)?;
-    let mut free = Starts::new(&l.segments)?;
+    let mut starts = SegmentBits::new(&l.segments)?;
+    let mut free = SegmentBits::new(&l.segments)?;
     let mut walker = gc.walker(&l.heaps, l.thread_contexts.clone())?;
     let summary = walker.walk(&l.segments, &l.heaps, |o: &HeapObject| {
         starts.set(o.address);
@@ -173,6 +119,8 @@ pub fn verify_heap(rt: &Runtime, max_listed: usize) -> Result<VerifyReport, Cont
     let mut walker = gc.walker(&l.heaps, l.thread_contexts.clone())?;
     let mut found: Vec<Corruption> = Vec::new();
     let mut references = 0u64;
+    let mut bad_references = 0u64;
+    let mut unreadable = 0u64;
     let mut buf = Vec::new();
     walker.walk(&l.segments, &l.heaps, |o: &HeapObject| {
         if o.is_free {
@@ -182,9 +130,11 @@ pub fn verify_heap(rt: &Runtime, max_listed: usize) -> Result<VerifyReport, Cont
             .entry(o.method_table)
             .or_insert_with(|| target.read_u32(o.method_table + flags_at).ok())
         else {
+            unreadable += 1;
             return;
         };
         let Some(desc) = descs.get(target, o.method_table, mt_flags) else {
+            unreadable += 1;
             return;
         };
         let len = o.size.min(MAX_OBJECT_READ);
@@ -199,16 +149,28 @@ pub fn verify_heap(rt: &Runtime, max_listed: usize) -> Result<VerifyReport, Cont
             } else {
                 target.read_u64(o.address + slot).ok()
             };
-            let Some(value) = value.filter(|&v| v != 0) else {
+            let Some(value) = value else {
+                // The rest of this object cannot be checked.
+                unreadable += 1;
+                return false;
+            };
+            if value == 0 {
+                return true;
+            }
+            references += 1;
+            let kind = if !starts.covers(value) {
+                CorruptionKind::ReferenceOutsideHeap
+            } else if value % 8 != 0 || !starts.get(value) {
+                CorruptionKind::ReferenceToNoObject
+            } else if free.get(value) {
+                CorruptionKind::ReferenceToFree
+            } else {
                 return true;
             };
-            references += 1;
-            let kind = match (starts.get(value), free.get(value)) {
-                (Some(true), Some(true)) => CorruptionKind::ReferenceToFree,
-                (Some(true), _) => return true,
-                (None, _) => CorruptionKind::ReferenceOutsideHeap,
-                (Some(false), _) => CorruptionKind::ReferenceToNoObject,
-            };
+            bad_references += 1;
+            if found.len() >= max_listed {
+                return true;
+            }
             found.push(Corruption {
                 kind,
                 object: o.address,
@@ -228,8 +190,12 @@ pub fn verify_heap(rt: &Runtime, max_listed: usize) -> Result<VerifyReport, Cont
         });
     });
     report.references = references;
+    report.unreadable = unreadable;
     for c in found {
         add(&mut report, c);
     }
+    // Counted, not listed, past the bound.
+    report.corruptions_total +=
+        bad_references.saturating_sub(bad_references.min(max_listed as u64));
     Ok(report)
 }

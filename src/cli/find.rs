@@ -59,8 +59,8 @@ pub struct FoundReport {
     /// A method's MethodDesc (absent when the runtime has not made one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub method_desc: Option<Addr>,
-    /// The runtime's name for it, where it has a MethodTable or MethodDesc.
-    pub runtime_name: Option<String>,
+    /// Its name from the metadata (a method's with its IL signature).
+    pub name: String,
 }
 
 /// Runs `cdac find`.
@@ -75,7 +75,6 @@ pub fn run_find(args: &FindArgs) -> CliResult {
     };
     let rt = args.target.open(&args.descriptor)?;
     let found = cdac::find::find(&rt, module, name)?;
-    let mut namer = cdac::names::MethodNamer::for_runtime(&rt);
     let report = FindReport {
         name: name.to_string(),
         found: found
@@ -83,14 +82,11 @@ pub fn run_find(args: &FindArgs) -> CliResult {
             .iter()
             .map(|f| {
                 let handle = nonzero(f.runtime_handle);
-                let (kind, method_table, method_desc, runtime_name) = match f.kind {
-                    FoundKind::Type => (
-                        "type",
-                        handle,
-                        None,
-                        handle.and_then(|h| namer.type_name(h.0)),
-                    ),
-                    FoundKind::Method => ("method", None, handle, handle.map(|h| namer.name(h.0))),
+                // Names from the metadata: the MethodDesc of a generic type's method is the
+                // open one, which the runtime's naming cannot instantiate.
+                let (kind, method_table, method_desc) = match f.kind {
+                    FoundKind::Type => ("type", handle, None),
+                    FoundKind::Method => ("method", None, handle),
                 };
                 FoundReport {
                     kind: kind.to_string(),
@@ -99,7 +95,7 @@ pub fn run_find(args: &FindArgs) -> CliResult {
                     token: format!("{:#010x}", f.token),
                     method_table,
                     method_desc,
-                    runtime_name,
+                    name: f.name.clone(),
                 }
             })
             .collect(),
@@ -147,11 +143,7 @@ pub fn run_find(args: &FindArgs) -> CliResult {
             (None, None, "type") => writeln!(out, "MethodTable: none (the type is not loaded)")?,
             _ => writeln!(out, "MethodDesc:  none (not made yet)")?,
         }
-        writeln!(
-            out,
-            "Name:        {}",
-            f.runtime_name.as_deref().unwrap_or(&report.name)
-        )?;
+        writeln!(out, "Name:        {}", f.name)?;
     }
     if report.found.is_empty() {
         writeln!(

@@ -141,17 +141,33 @@ pub(super) fn not_read(roots: &RootSet) -> Vec<String> {
     v
 }
 
+/// Every thread of `pid` held, at a moment no garbage collection is moving objects: a
+/// freeze that catches one lets the threads go for it to finish and takes them again,
+/// within [`cdac::heap::SETTLE_BOUND`].
+fn freeze_between_collections(
+    rt: &cdac::runtime::Runtime,
+    pid: i32,
+) -> Result<cdac::process::freeze::Freeze, Box<dyn std::error::Error>> {
+    let started = std::time::Instant::now();
+    loop {
+        let f = cdac::process::freeze::Freeze::take(pid)?;
+        // Nothing read before the threads stopped is trusted.
+        rt.flush();
+        let moving = cdac::heap::GcEpoch::read(rt).is_ok_and(|e| e.structures_invalid != 0);
+        if !moving || started.elapsed() >= cdac::heap::SETTLE_BOUND {
+            return Ok(f);
+        }
+        drop(f);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// Runs `cdac gcroot`.
 pub fn run_gcroot(args: &GcRootArgs) -> CliResult {
     super::needs_live("--freeze", args.freeze, &args.target)?;
     let rt = args.target.open(&args.descriptor)?;
     let freeze = match args.target.pid.filter(|_| args.freeze) {
-        Some(pid) => {
-            let f = cdac::process::freeze::Freeze::take(pid)?;
-            // Nothing read before the threads stopped is trusted.
-            rt.flush();
-            Some(f)
-        }
+        Some(pid) => Some(freeze_between_collections(&rt, pid)?),
         None => None,
     };
     if let Some(why) = super::obj::not_an_object(&rt, args.address) {

@@ -49,7 +49,8 @@ pub struct MdReport {
     pub classification: String,
     /// A static method.
     pub is_static: bool,
-    /// The current version's code (absent when the method has none yet).
+    /// The current version's code (absent when it has none yet, or when which version is
+    /// current cannot be told).
     pub code: Option<Addr>,
     /// Every native code version: the default one first, then the explicit ones newest
     /// first (the runtime's order).

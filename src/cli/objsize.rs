@@ -38,7 +38,8 @@ pub struct ObjSizeReport {
     pub address: Addr,
     /// Its type.
     pub type_name: String,
-    /// Objects it keeps alive, itself included.
+    /// Objects reachable from it, itself included (what it keeps alive as far as it is
+    /// concerned; others may hold some of them too).
     pub objects: u64,
     /// Their total size in bytes.
     pub total_size: u64,

@@ -24,9 +24,11 @@ pub struct VerifyHeapArgs {
     target: TargetArgs,
     #[command(flatten)]
     descriptor: DescriptorArgs,
-    /// On a live process: hold every thread stopped for the check (see `heap --freeze`).
+    /// On a live process, read without stopping its threads. By default every thread is
+    /// held for the check (and how long said): a check of a heap that collections move
+    /// while it is read reports the moves as corruption.
     #[arg(long)]
-    freeze: bool,
+    no_freeze: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -45,6 +47,8 @@ pub struct VerifyHeapReport {
     pub corruptions: Vec<CorruptionReport>,
     /// Every corruption found.
     pub corruptions_total: u64,
+    /// Objects whose references could not be read, so not checked.
+    pub unreadable: u64,
     /// How a live heap was read (absent on a dump).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reads: Option<HeapReadsReport>,
@@ -77,12 +81,11 @@ fn kind_name(k: CorruptionKind) -> &'static str {
 
 /// Runs `cdac verifyheap`.
 pub fn run_verifyheap(args: &VerifyHeapArgs) -> CliResult {
-    super::needs_live("--freeze", args.freeze, &args.target)?;
     let rt = args.target.open(&args.descriptor)?;
-    let how = if args.freeze {
-        Settle::Freeze
-    } else {
+    let how = if args.no_freeze {
         Settle::Retry
+    } else {
+        Settle::Freeze
     };
     let settled = settled_with(
         &rt,
@@ -92,6 +95,11 @@ pub fn run_verifyheap(args: &VerifyHeapArgs) -> CliResult {
     )?;
     let reads = HeapReadsReport::of(&rt, &settled);
     HeapReadsReport::tell(&reads);
+    if reads.as_ref().is_some_and(|r| !r.consistent) {
+        status!(
+            "cdac: warning: the heap kept changing while it was checked: the corruptions listed may be objects moving, not damage (run without --no-freeze)"
+        );
+    }
     let v = settled.value;
     let mut namer = cdac::names::MethodNamer::for_runtime(&rt);
     let mut placed = 0;
@@ -134,10 +142,16 @@ pub fn run_verifyheap(args: &VerifyHeapArgs) -> CliResult {
         segments: v.segments,
         corruptions,
         corruptions_total: v.corruptions_total,
+        unreadable: v.unreadable,
         reads,
     };
-    let outcome = if report.corruptions_total == 0 {
+    let outcome = if report.corruptions_total == 0 && report.unreadable == 0 {
         Outcome::Answered
+    } else if report.corruptions_total == 0 {
+        Outcome::Partial(format!(
+            "the references of {} object(s) could not be read, so were not checked",
+            report.unreadable
+        ))
     } else {
         Outcome::Partial(format!(
             "{} corruption(s) in the GC heap",
@@ -156,7 +170,7 @@ pub fn run_verifyheap(args: &VerifyHeapArgs) -> CliResult {
     if report.corruptions_total > report.corruptions.len() as u64 {
         writeln!(
             out,
-            "... and {} more (--json lists the first {LISTED})",
+            "... and {} more (the first {LISTED} are listed)",
             report.corruptions_total - report.corruptions.len() as u64
         )?;
     }

@@ -14,7 +14,9 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::thread_snapshot::{list_threads, stop_thread, Seized, SnapshotError, Stop};
+use super::thread_snapshot::{
+    list_threads, stop_thread, thread_state, Seized, SnapshotError, Stop,
+};
 
 /// `(pid, tid)` of every thread a [`Freeze`] of this process holds.
 static HELD: Mutex<Vec<(i32, i32)>> = Mutex::new(Vec::new());
@@ -83,6 +85,11 @@ impl Freeze {
             }
             for tid in new {
                 tried.push(tid);
+                // An exited thread whose process lives on (a zombie main thread) never
+                // stops: nothing of it runs to hold.
+                if matches!(thread_state(pid, tid), None | Some('Z' | 'X')) {
+                    continue;
+                }
                 if let Stop::Held { seized, .. } = stop_thread(pid, tid)? {
                     freeze.held.push(seized);
                     if let Ok(mut h) = HELD.lock() {
@@ -100,11 +107,6 @@ impl Freeze {
                 freeze.held.len()
             )),
         })
-    }
-
-    /// Threads held.
-    pub fn threads(&self) -> usize {
-        self.held.len()
     }
 
     /// Lets every thread go, and says for how long they were held.

@@ -497,7 +497,7 @@ pub fn stat_fields(pid: i32, tid: i32) -> Option<Vec<String>> {
     Some(rest.split_whitespace().map(str::to_string).collect())
 }
 
-fn thread_state(pid: i32, tid: i32) -> Option<char> {
+pub(super) fn thread_state(pid: i32, tid: i32) -> Option<char> {
     stat_fields(pid, tid)?.first()?.chars().next()
 }
 

@@ -53,8 +53,9 @@ pub struct MarkSummary {
     pub outside: u64,
 }
 
-/// One bit per 8 bytes of each segment.
-pub(super) struct SegmentBits {
+/// One bit per 8 bytes of each segment (the mark's bits; `verify` records object starts
+/// in them).
+pub(crate) struct SegmentBits {
     /// `(start, end, bits)`, sorted by start.
     segments: Vec<(u64, u64, Vec<u64>)>,
 }
@@ -64,7 +65,7 @@ impl SegmentBits {
     /// damaged memory is left out (a reference into it counts as outside every segment), so
     /// that no bitmap is sized by a bogus range. The bitmaps are allocated fallibly: a
     /// heap too large for this machine's memory is a typed error, not an abort.
-    fn new(segments: &[GcSegment]) -> Result<SegmentBits, ContractError> {
+    pub(crate) fn new(segments: &[GcSegment]) -> Result<SegmentBits, ContractError> {
         let mut v: Vec<(u64, u64, Vec<u64>)> = Vec::new();
         for s in segments
             .iter()
@@ -123,8 +124,13 @@ impl SegmentBits {
         (addr < self.segments[i].1).then_some(i)
     }
 
+    /// Whether `addr` is inside one of the segments.
+    pub(crate) fn covers(&self, addr: u64) -> bool {
+        self.find(addr).is_some()
+    }
+
     /// Sets `addr`'s bit: `Some(true)` if it was clear, `None` outside every segment.
-    pub(super) fn set(&mut self, addr: u64) -> Option<bool> {
+    pub(crate) fn set(&mut self, addr: u64) -> Option<bool> {
         let i = self.find(addr)?;
         let (start, _, bits) = &mut self.segments[i];
         let bit = (addr - *start) / 8;
@@ -135,7 +141,8 @@ impl SegmentBits {
         Some(!was)
     }
 
-    pub(super) fn get(&self, addr: u64) -> bool {
+    /// Whether `addr`'s bit is set (false outside every segment).
+    pub(crate) fn get(&self, addr: u64) -> bool {
         self.find(addr).is_some_and(|i| {
             let (start, _, bits) = &self.segments[i];
             let bit = (addr - start) / 8;

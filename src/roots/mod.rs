@@ -14,7 +14,7 @@
 //! each thread's thread-local data on .NET 9 and 10 ([`ThreadStatics`]); .NET 8 holds them
 //! with strong handles. Explicit Frames' roots (GCFrame, HelperMethodFrame) are not read.
 
-mod mark;
+pub(crate) mod mark;
 mod paths;
 mod sources;
 

@@ -503,7 +503,8 @@ impl<'a> ObjectWalker<'a> {
                     .read_u64(next)
                     .ok()
                     .map(|w| w & !self.layout.mt_mask);
-                if !context && next_mt.and_then(|m| self.shape(m)).is_none() {
+                // Unreadable memory there is not taken for damage to this object.
+                if !context && matches!(next_mt.map(|m| self.shape(m)), Some(None)) {
                     return Err(problem(
                         obj,
                         format!(
