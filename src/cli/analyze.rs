@@ -82,8 +82,10 @@ pub struct AnalyzeReport {
     pub runtime: RuntimeSummary,
     /// The signal the dump records; `null` for a dump of a running process.
     pub signal: Option<Signal>,
-    /// How many threads the target has.
+    /// How many threads the target has (OS threads).
     pub threads: usize,
+    /// How many of them are the runtime's (managed) threads.
+    pub managed_threads: usize,
     /// Every managed exception in flight, by thread.
     pub exceptions: Vec<ThreadException>,
     /// The thread the signal was delivered to, with its stack.
@@ -348,6 +350,11 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
     } else {
         Outcome::Partial(lost.join("; "))
     };
+    let managed_threads = stacks
+        .threads
+        .iter()
+        .filter(|t| t.managed.is_some())
+        .count();
     if args.json {
         let report = AnalyzeReport {
             runtime: RuntimeSummary {
@@ -364,6 +371,7 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
                 sender_pid: c.sender_pid,
             }),
             threads: stacks.threads.len(),
+            managed_threads,
             exceptions: with_exceptions
                 .iter()
                 .zip(&reports)
@@ -396,7 +404,11 @@ pub fn run_analyze(args: &AnalyzeArgs) -> CliResult {
         Some(c) => text.push_str(&format!("Signal: {}\n", signal_text(c))),
         None => text.push_str("Signal: none recorded (a dump of a running process)\n"),
     }
-    text.push_str(&format!("Threads: {}\n", stacks.threads.len()));
+    text.push_str(&format!(
+        "Threads: {} (OS threads), {} of them the runtime's (managed)\n",
+        stacks.threads.len(),
+        managed_threads
+    ));
     if let Some(c) = &crash_report {
         text.push_str(&format!(
             "Runtime's crash report: {} on thread {}{}\n",

@@ -34,7 +34,7 @@ pub struct HeapArgs {
     #[arg(long, conflicts_with_all = ["objects", "stat"])]
     segments: bool,
     /// Objects per type: count and total size, smallest total first (the default).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "objects")]
     stat: bool,
     /// List every object (address, MethodTable, size, generation, type) instead.
     #[arg(long)]
@@ -193,6 +193,19 @@ pub fn run_heap(args: &HeapArgs) -> CliResult {
     super::needs_live("--freeze", args.freeze, &args.target)?;
     let rt = args.target.open(&args.descriptor)?;
     let gc = rt.contracts().gc()?;
+    // A filter no object can pass is a mistake worth a word, not an empty answer.
+    if let Some(mt) = args.mt {
+        if cdac::names::MethodNamer::for_runtime(&rt)
+            .type_name(mt)
+            .is_none()
+        {
+            status!(
+                "cdac: warning: {} is not a MethodTable cdac can read (`cdac mt {}` says why): no object will match --mt",
+                super::hex(mt),
+                super::hex(mt)
+            );
+        }
+    }
     if args.segments {
         return segments(gc, args.json);
     }

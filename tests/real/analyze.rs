@@ -42,6 +42,12 @@ fn analyze_crash_of(variant: Variant) {
     let crash = &m["crash"];
     let a = analyze(&dump);
     let what = variant.name();
+    // OS threads and, of them, the runtime's: as many as `threads` lists.
+    let runtime_threads =
+        crate::common::cdac_json(&["threads", "--json", "--dump", &dump.display().to_string()]);
+    let listed = runtime_threads["threads"].as_array().map_or(0, Vec::len) as u64;
+    assert_eq!(a["managed_threads"].as_u64(), Some(listed), "{what}");
+    assert!(a["threads"].as_u64().unwrap_or(0) >= listed, "{what}");
     // The signal and the crashing thread.
     assert_eq!(a["signal"]["name"], "SIGABRT", "{what}: {}", a["signal"]);
     assert_eq!(a["signal"]["thread"], crash["os_tid"], "{what}");
