@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::code::parse_address;
 use super::model::Addr;
 use super::{hex, CliResult, DescriptorArgs, Outcome, TargetArgs};
-use cdac::contracts::gc::{walk, GcSegment};
+use cdac::contracts::gc::{walk, GcSegment, SegmentKind};
 use cdac::heap::Location;
 
 /// Arguments of `cdac gcwhere`.
@@ -88,13 +88,13 @@ pub fn run_gcwhere(args: &GcWhereArgs) -> CliResult {
     let address = args.address;
     let segment = cdac::heap::segment_holding(&layout.segments, address).map(|s: &GcSegment| {
         // Past the objects (the segment's unused part) an object would be of the
-        // segment's own generation.
-        let generation = walk::locate(std::slice::from_ref(s), &layout.heaps, address)
-            .map(|(_, g)| g)
-            .or_else(|| {
-                walk::locate(std::slice::from_ref(s), &layout.heaps, s.start).map(|(_, g)| g)
-            })
-            .map_or(s.kind.name(), |g| g.name());
+        // segment's own generation; in the ephemeral segment (segments GC), gen0.
+        let generation = match walk::locate(std::slice::from_ref(s), &layout.heaps, address) {
+            Some((_, g)) => g.name(),
+            None if s.kind == SegmentKind::Ephemeral => "gen0",
+            None => walk::locate(std::slice::from_ref(s), &layout.heaps, s.start)
+                .map_or(s.kind.name(), |(_, g)| g.name()),
+        };
         SegmentPlace {
             heap: s.heap,
             address: Addr(s.segment.address),

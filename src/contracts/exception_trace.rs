@@ -31,8 +31,7 @@ pub const STEF_LAST_FRAME_FROM_FOREIGN_STACK_TRACE: u32 = 0x0001;
 /// the call instruction.
 pub const STEF_IP_ADJUSTED: u32 = 0x0002;
 
-/// MethodTable flag: the low 16 bits of the flags word are the component size.
-const MT_HAS_COMPONENT_SIZE: u32 = 0x8000_0000;
+use crate::contracts::runtime_type_system::MTF_HAS_COMPONENT_SIZE as MT_HAS_COMPONENT_SIZE;
 
 /// Which header the runtime writes before the elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -374,8 +374,9 @@ pub fn method_table_info(
     Ok(info)
 }
 
-/// `MTFlags`: the low 16 bits are the component size.
-const MTF_HAS_COMPONENT_SIZE: u32 = 0x8000_0000;
+/// `MTFlags`: the type has a component size (arrays, strings, free objects), kept in the
+/// flags' low 16 bits. The one definition: the heap walk and the exception reader use it too.
+pub(crate) const MTF_HAS_COMPONENT_SIZE: u32 = 0x8000_0000;
 
 /// The sizes and counts of a type that `cdac mt` (SOS `dumpmt`) shows. Counts the
 /// descriptor does not describe are `None`.

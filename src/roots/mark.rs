@@ -339,19 +339,10 @@ impl<'r> Marker<'r> {
         segments: &[GcSegment],
         mut roots: RootSet,
     ) -> Result<Marker<'r>, ContractError> {
-        let mut bits = SegmentBits::new(segments)?;
+        let bits = SegmentBits::new(segments)?;
         let bounds = bits.segments.iter().map(|s| (s.0, s.1)).collect();
-        let mut level0 = Vec::new();
-        let mut summary = MarkSummary::default();
-        for r in &roots.roots {
-            match bits.set(r.object) {
-                Some(true) => level0.push(r.object),
-                Some(false) => {}
-                None => summary.outside += 1,
-            }
-        }
-        summary.marked = level0.len() as u64;
-        Ok(Marker {
+        let starts: Vec<u64> = roots.roots.iter().map(|r| r.object).collect();
+        let mut marker = Marker {
             reader: ObjectReader {
                 target,
                 walker,
@@ -363,25 +354,32 @@ impl<'r> Marker<'r> {
             },
             roots,
             bits,
-            levels: vec![level0],
+            levels: vec![Vec::new()],
             next: 0,
             keep_levels: true,
-            summary,
-        })
+            summary: MarkSummary::default(),
+        };
+        marker.seed(&starts);
+        Ok(marker)
+    }
+
+    /// Marks `objects` as the first level (those outside every segment are counted).
+    fn seed(&mut self, objects: &[u64]) {
+        for &o in objects {
+            match self.bits.set(o) {
+                Some(true) => self.levels[0].push(o),
+                Some(false) => {}
+                None => self.summary.outside += 1,
+            }
+        }
+        self.summary.marked = self.levels[0].len() as u64;
     }
 
     /// A marker over `rt`'s heap that starts from `objects` rather than from roots (what
     /// `objsize` measures: everything one object keeps alive); no path leads to a root.
     pub fn from_objects(rt: &'r Runtime, objects: &[u64]) -> Result<Marker<'r>, ContractError> {
         let mut marker = Marker::new(rt, RootSet::default())?;
-        for &o in objects {
-            match marker.bits.set(o) {
-                Some(true) => marker.levels[0].push(o),
-                Some(false) => {}
-                None => marker.summary.outside += 1,
-            }
-        }
-        marker.summary.marked = marker.levels[0].len() as u64;
+        marker.seed(objects);
         Ok(marker)
     }
 

@@ -19,9 +19,7 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 /// The smallest object (MethodTable, one pointer-sized field or count, and the header of
 /// the next object): also the gap the GC leaves after an allocation context's limit.
 pub const MIN_OBJECT_BYTES: u64 = 24;
-/// `MethodTable` flag: the type has a component size (arrays, strings, free objects), kept
-/// in the flags' low 16 bits.
-const HAS_COMPONENT_SIZE: u32 = 0x8000_0000;
+use crate::contracts::runtime_type_system::MTF_HAS_COMPONENT_SIZE as HAS_COMPONENT_SIZE;
 /// Largest base size of any real type (a value type of a few megabytes is already absurd).
 const MAX_BASE_SIZE: u32 = 1 << 24;
 /// The free object MethodTable's flags (component size 1, nothing else) and base size.
